@@ -1,0 +1,139 @@
+import { Schema } from "effect"
+
+/**
+ * Wire formats of environments: what the store keeps, what /v1 returns, and what /v1 accepts.
+ * The same schemas validate requests and produce the OpenAPI document.
+ */
+
+/** Agent and environment ids go into Redis hash tags, so braces and colons are never allowed. */
+export const ResourceId = Schema.String.pipe(
+  Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, { message: () => "must be 1 to 64 letters, digits, '_' or '-'" }),
+  Schema.annotations({ identifier: "ResourceId" })
+)
+
+const isUrlWithScheme = (text: string, schemes: ReadonlyArray<string>): boolean => {
+  try {
+    const url = new URL(text)
+    return schemes.includes(url.protocol) && url.hostname.length > 0 && url.username === "" && url.password === ""
+  } catch {
+    return false
+  }
+}
+
+export const HttpsUrl = Schema.String.pipe(
+  Schema.maxLength(2048),
+  Schema.filter((text) => isUrlWithScheme(text, ["https:"]) || "must be an https:// URL without credentials", {
+    jsonSchema: { format: "uri", pattern: "^https://" }
+  }),
+  Schema.annotations({ identifier: "HttpsUrl" })
+)
+
+export const WssUrl = Schema.String.pipe(
+  Schema.maxLength(2048),
+  Schema.filter((text) => isUrlWithScheme(text, ["wss:", "ws:"]) || "must be a wss:// URL", {
+    jsonSchema: { format: "uri", pattern: "^wss?://" }
+  }),
+  Schema.annotations({ identifier: "WssUrl" })
+)
+
+export const E164 = Schema.String.pipe(
+  Schema.pattern(/^\+[1-9]\d{1,14}$/, { message: () => "must be a phone number in E.164 format, such as +14155550100" }),
+  Schema.annotations({ identifier: "E164" })
+)
+
+export const FallbackType = Schema.Literal("disabled", "phone", "webhook")
+export type FallbackType = typeof FallbackType.Type
+
+const intBetween = (min: number, max: number) =>
+  Schema.Number.pipe(
+    Schema.int({ message: () => "must be an integer" }),
+    Schema.between(min, max, { message: () => `must be an integer from ${min} to ${max}` })
+  )
+
+export const FallbackTimeout = intBetween(0, 30)
+export const FallbackThreshold = intBetween(1, 20)
+export const FallbackWindow = intBetween(60, 3600)
+
+export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as const
+
+/**
+ * An environment as stored. Secrets are sealed (see SecretBox); `version` increases with every
+ * write so stores can refuse a write based on a stale read.
+ */
+export const StoredEnvironment = Schema.Struct({
+  id: ResourceId,
+  agentId: ResourceId,
+  name: Schema.String,
+  createdAt: Schema.String,
+  updatedAt: Schema.String,
+  version: Schema.Number,
+  webhookUrl: Schema.NullOr(Schema.String),
+  webhookSecretSealed: Schema.NullOr(Schema.String),
+  webhookSecretLast4: Schema.NullOr(Schema.String),
+  errorFallbackType: FallbackType,
+  errorFallbackValue: Schema.NullOr(Schema.String),
+  errorFallbackTimeout: Schema.Number,
+  errorFallbackOccurrenceThreshold: Schema.Number,
+  errorFallbackTimeWindow: Schema.Number,
+  errorFallbackWebhookSecretSealed: Schema.NullOr(Schema.String),
+  agentUrl: Schema.NullOr(Schema.String)
+})
+export type StoredEnvironment = typeof StoredEnvironment.Type
+
+/** An environment as /v1 returns it. `webhookSecret` appears only in the response that generated it. */
+export const EnvironmentView = Schema.Struct({
+  id: Schema.String,
+  agentId: Schema.String,
+  name: Schema.String,
+  createdAt: Schema.String,
+  updatedAt: Schema.String,
+  webhookUrl: Schema.NullOr(Schema.String),
+  webhookSecret: Schema.optional(Schema.String).annotations({
+    description: "Present only in the response that generated the secret"
+  }),
+  webhookSecretLast4: Schema.NullOr(Schema.String),
+  errorFallbackType: FallbackType,
+  errorFallbackValue: Schema.NullOr(Schema.String),
+  errorFallbackTimeout: Schema.Number,
+  errorFallbackOccurrenceThreshold: Schema.Number,
+  errorFallbackTimeWindow: Schema.Number,
+  errorFallbackWebhookSecret: Schema.NullOr(Schema.String),
+  agentUrl: Schema.NullOr(Schema.String)
+}).annotations({ identifier: "Environment" })
+export type EnvironmentView = typeof EnvironmentView.Type
+
+const patchFields = {
+  name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))),
+  webhookUrl: Schema.optional(Schema.NullOr(HttpsUrl)),
+  webhookSecret: Schema.optional(
+    Schema.Null.annotations({ description: "Only null is accepted: clears the secret. Use regenerate-webhook-secret for a new one." })
+  ),
+  errorFallbackType: Schema.optional(FallbackType),
+  errorFallbackValue: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048)))),
+  errorFallbackTimeout: Schema.optional(FallbackTimeout),
+  errorFallbackOccurrenceThreshold: Schema.optional(FallbackThreshold),
+  errorFallbackTimeWindow: Schema.optional(FallbackWindow),
+  errorFallbackWebhookSecret: Schema.optional(
+    Schema.Null.annotations({ description: "Only null is accepted: clears the secret, so fallback requests go unsigned." })
+  ),
+  agentUrl: Schema.optional(Schema.NullOr(WssUrl))
+}
+
+export const UpdateEnvironmentBody = Schema.Struct(patchFields).annotations({ identifier: "UpdateEnvironment" })
+export type UpdateEnvironmentBody = typeof UpdateEnvironmentBody.Type
+
+export const CreateEnvironmentBody = Schema.Struct({
+  ...patchFields,
+  name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))
+}).annotations({ identifier: "CreateEnvironment" })
+export type CreateEnvironmentBody = typeof CreateEnvironmentBody.Type
+
+export const CloneEnvironmentBody = Schema.Struct({
+  name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
+}).annotations({ identifier: "CloneEnvironment" })
+
+export const EnvironmentParams = Schema.Struct({ agentId: ResourceId, environmentId: ResourceId })
+export const AgentParams = Schema.Struct({ agentId: ResourceId })
+
+export const isE164 = Schema.is(E164)
+export const isHttpsUrl = Schema.is(HttpsUrl)

@@ -1,0 +1,123 @@
+import websocket from "@fastify/websocket"
+import { Effect, Exit, Runtime } from "effect"
+import Fastify, { type FastifyError, type FastifyInstance } from "fastify"
+import { ApiKeys } from "../apikeys/ApiKeys.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { Environments } from "../environments/Environments.js"
+import { Metrics } from "../observability/Metrics.js"
+import { ApiError } from "./ApiError.js"
+import { type ApiRoute, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
+import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
+
+/** The services the HTTP edge calls into. */
+export type HttpServices = AppConfig | ApiKeys | Environments | Metrics
+
+/** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
+export const MAX_WS_MESSAGE_BYTES = 64 * 1024
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The exact bytes of the body, for signature checks (Twilio, Telnyx). */
+    rawBody?: Buffer
+  }
+}
+
+/** Every /v1 JSON route, in the order the OpenAPI document lists them. */
+export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...apiKeyRoutes]
+
+const errorFromFastify = (error: FastifyError): ApiError => {
+  switch (error.code) {
+    case "FST_ERR_CTP_BODY_TOO_LARGE":
+      return ApiError.of("PAYLOAD_TOO_LARGE")
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
+      return ApiError.of("UNSUPPORTED_MEDIA_TYPE")
+    case "FST_ERR_CTP_EMPTY_JSON_BODY":
+    case "FST_ERR_CTP_INVALID_JSON_BODY":
+    case "MALFORMED_JSON":
+      return ApiError.of("MALFORMED_JSON")
+    default:
+      if (error.statusCode === 429) return ApiError.of("RATE_LIMITED")
+      if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
+        return ApiError.of("VALIDATION_FAILED", "The request could not be read.")
+      }
+      return ApiError.of("INTERNAL")
+  }
+}
+
+/**
+ * Builds the fastify app without listening (fastify's testing guide): tests call `inject`, the
+ * server layer calls `listen`. Effects run on the runtime the app was built with.
+ */
+export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<FastifyInstance> => {
+  const run = Runtime.runPromiseExit(runtime)
+  const runSync = Runtime.runSync(runtime)
+  const config = runSync(AppConfig)
+  const metrics = runSync(Metrics)
+
+  const app = Fastify({
+    logger: false,
+    bodyLimit: config.httpBodyLimitBytes,
+    return503OnClosing: true,
+    forceCloseConnections: "idle",
+    routerOptions: { ignoreTrailingSlash: true }
+  })
+
+  // Bodies are kept raw for signature checks, then parsed. JSON.parse never runs user code.
+  app.addContentTypeParser(/^application\/([a-z.+-]*\+)?json/i, { parseAs: "buffer" }, (request, body, done) => {
+    request.rawBody = body as Buffer
+    if ((body as Buffer).length === 0) return done(null, undefined)
+    try {
+      done(null, JSON.parse((body as Buffer).toString("utf8")))
+    } catch {
+      done(Object.assign(new Error("The request body is not valid JSON."), { code: "MALFORMED_JSON", statusCode: 400 }), undefined)
+    }
+  })
+  app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "buffer" }, (request, body, done) => {
+    request.rawBody = body as Buffer
+    done(null, Object.fromEntries(new URLSearchParams((body as Buffer).toString("utf8"))))
+  })
+
+  await app.register(websocket, { options: { maxPayload: MAX_WS_MESSAGE_BYTES } })
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const apiError = errorFromFastify(error)
+    if (apiError.status >= 500) {
+      void run(Effect.logError("unhandled HTTP error", { method: request.method, url: request.routeOptions.url }, error))
+    }
+    return sendError(reply, apiError)
+  })
+  app.setNotFoundHandler((_request, reply) => sendError(reply, ApiError.of("ROUTE_NOT_FOUND")))
+
+  app.addHook("onResponse", (request, reply, done) => {
+    const labels = { method: request.method, route: request.routeOptions.url ?? "unmatched", status: String(reply.statusCode) }
+    metrics.httpRequests.inc(labels)
+    metrics.httpDuration.observe(labels, reply.elapsedTime / 1000)
+    done()
+  })
+
+  app.get("/healthz", async () => ({ status: "ok" }))
+  app.get("/readyz", async (_request, reply) => {
+    const exit = await run(Effect.flatMap(Environments, (envs) => envs.ping).pipe(Effect.timeout("2 seconds")))
+    return Exit.isSuccess(exit) ? { status: "ready" } : reply.code(503).send({ status: "unavailable", reason: "store unreachable" })
+  })
+  app.get("/metrics", async (_request, reply) =>
+    reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics())
+  )
+  const openapi = openApiDocument(apiRoutes, { title: "callgate management API", version: "1.0.0" })
+  app.get("/v1/openapi.json", async () => openapi)
+
+  registerApiRoutes<HttpServices>(app, runtime, apiRoutes)
+  return app
+}
+
+/** The app, built once per layer; closed (connections drained) when the layer's scope closes. */
+export class HttpApp extends Effect.Service<HttpApp>()("callgate/HttpApp", {
+  scoped: Effect.gen(function* () {
+    const runtime = yield* Effect.runtime<HttpServices>()
+    const app = yield* Effect.acquireRelease(
+      Effect.promise(() => buildApp(runtime)),
+      (app) => Effect.promise(() => app.close())
+    )
+    return { app } as const
+  })
+}) {}

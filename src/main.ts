@@ -1,0 +1,65 @@
+import { Cause, ConfigError, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { ApiKeys } from "./apikeys/ApiKeys.js"
+import { AppConfig, describeConfigError } from "./config/AppConfig.js"
+import { Environments } from "./environments/Environments.js"
+import { HttpApp } from "./http/HttpApp.js"
+import { HttpServerLive } from "./http/HttpServer.js"
+import { loggerLayer } from "./observability/Logging.js"
+import { Metrics } from "./observability/Metrics.js"
+import { SecretBox } from "./secrets/SecretBox.js"
+import { MemoryApiKeyStoreLive } from "./store/MemoryApiKeyStore.js"
+import { MemoryEnvironmentStoreLive } from "./store/MemoryEnvironmentStore.js"
+import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
+import { RedisConnectionLive } from "./store/RedisConnection.js"
+import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
+
+/**
+ * The one place layers are assembled. REDIS_URL picks the stores: Redis when set (shared by every
+ * instance), the embedded in-memory store when not (one instance, nothing survives a restart).
+ */
+const StoresLive = Layer.unwrapEffect(
+  Effect.map(AppConfig, (config) =>
+    Option.isSome(config.redisUrl)
+      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive).pipe(Layer.provide(RedisConnectionLive))
+      : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive)
+  )
+)
+
+const LoggerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel)))
+
+const DomainLive = Layer.mergeAll(Environments.Default, ApiKeys.Default).pipe(
+  Layer.provideMerge(SecretBox.Default),
+  Layer.provideMerge(StoresLive)
+)
+
+export const MainLive = HttpServerLive.pipe(
+  Layer.provide(HttpApp.Default),
+  Layer.provide(DomainLive),
+  Layer.provide(Metrics.Default),
+  Layer.provide(LoggerLive),
+  Layer.provide(AppConfig.Default)
+)
+
+/**
+ * Runs the app until SIGINT/SIGTERM, then interrupts it so every scoped resource (HTTP server,
+ * live calls, Redis) closes in reverse order of acquisition. Bad configuration is one line on
+ * stderr and exit code 1.
+ */
+const runMain = <E>(program: Effect.Effect<never, E>) => {
+  const fiber = Effect.runFork(program)
+  const stop = () => Effect.runFork(Fiber.interrupt(fiber))
+  process.once("SIGINT", stop)
+  process.once("SIGTERM", stop)
+  fiber.addObserver((exit) => {
+    if (Exit.isSuccess(exit) || Cause.isInterruptedOnly(exit.cause)) process.exit(0)
+    const failure = Cause.failureOption(exit.cause)
+    if (Option.isSome(failure) && ConfigError.isConfigError(failure.value)) {
+      process.stderr.write(`callgate: ${describeConfigError(failure.value)}\n`)
+    } else {
+      process.stderr.write(`callgate: failed to start: ${Cause.pretty(exit.cause)}\n`)
+    }
+    process.exit(1)
+  })
+}
+
+runMain(Layer.launch(MainLive))

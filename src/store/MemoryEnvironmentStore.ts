@@ -1,0 +1,41 @@
+import { Effect, Either, Layer, Option } from "effect"
+import type { StoredEnvironment } from "../environments/EnvironmentSchema.js"
+import { EnvironmentStore } from "./EnvironmentStore.js"
+
+const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
+
+/**
+ * The embedded store: one process, nothing survives a restart. Each operation runs synchronously
+ * on the event loop, so a read-modify-write cannot interleave with another.
+ */
+export const makeMemoryEnvironmentStore = Effect.sync(() => {
+  const records = new Map<string, StoredEnvironment>()
+  return EnvironmentStore.of({
+    insert: (environment) => Effect.sync(() => void records.set(keyOf(environment.agentId, environment.id), environment)),
+    get: (agentId, environmentId) => Effect.sync(() => Option.fromNullable(records.get(keyOf(agentId, environmentId)))),
+    list: (agentId) =>
+      Effect.sync(() =>
+        [...records.values()]
+          .filter((env) => env.agentId === agentId)
+          .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id))
+      ),
+    update: (agentId, environmentId, change) =>
+      Effect.suspend(() => {
+        const key = keyOf(agentId, environmentId)
+        const current = records.get(key)
+        if (current === undefined) return Effect.succeed(Option.none())
+        return Either.match(change(current), {
+          onLeft: Effect.fail,
+          onRight: (next) => {
+            const stored = { ...next, version: current.version + 1 }
+            records.set(key, stored)
+            return Effect.succeed(Option.some(stored))
+          }
+        })
+      }),
+    remove: (agentId, environmentId) => Effect.sync(() => records.delete(keyOf(agentId, environmentId))),
+    ping: Effect.void
+  })
+})
+
+export const MemoryEnvironmentStoreLive = Layer.effect(EnvironmentStore, makeMemoryEnvironmentStore)

@@ -1,0 +1,14 @@
+/**
+ * The Redis key layout, in one place. Everything lives under one prefix; keys about one environment
+ * carry the hash tag `{agentId:environmentId}` so a Redis Cluster keeps them in one slot and a Lua
+ * script may touch several of them. Ids are validated (ResourceId) to hold no braces or colons.
+ */
+export const KEY_PREFIX = "callgate:"
+
+export const envTag = (agentId: string, environmentId: string) => `{${agentId}:${environmentId}}`
+
+export const keys = {
+  environment: (agentId: string, environmentId: string) => `${KEY_PREFIX}env:${envTag(agentId, environmentId)}`,
+  agentEnvironments: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:environments`,
+  apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`
+} as const
