@@ -1,0 +1,20 @@
+import { Data, Effect, PubSub } from "effect"
+
+/**
+ * What carriers tell callgate about calls outside the media stream (Telnyx Call Control webhooks
+ * today). The entry endpoints publish; the session registry subscribes and ends the session.
+ */
+export type CarrierCallEvent = Data.TaggedEnum<{
+  CallHungUp: { readonly callId: string; readonly cause?: string | undefined }
+}>
+export const CarrierCallEvent = Data.taggedEnum<CarrierCallEvent>()
+
+export class CarrierCallEvents extends Effect.Service<CarrierCallEvents>()("callgate/CarrierCallEvents", {
+  scoped: Effect.gen(function* () {
+    const hub = yield* PubSub.unbounded<CarrierCallEvent>()
+    return {
+      publish: (event: CarrierCallEvent) => PubSub.publish(hub, event),
+      subscribe: PubSub.subscribe(hub)
+    } as const
+  })
+}) {}
