@@ -12,13 +12,38 @@ export const defaults = {
   LOG_LEVEL: "info",
   TWILIO_API_BASE_URL: "https://api.twilio.com",
   TELNYX_API_BASE_URL: "https://api.telnyx.com/v2",
+  /** How long one carrier REST request (hang up, transfer, apply TwiML) may take before it counts as failed. */
+  CARRIER_REQUEST_TIMEOUT: "5s",
   /** Delays between event webhook attempts, each jittered by +-20%. */
   WEBHOOK_RETRY_SCHEDULE: "5s,5m,30m,2h,5h,10h,14h,20h,24h",
   WEBHOOK_TIMEOUT: "10s",
   FALLBACK_WEBHOOK_TIMEOUT: "5s",
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: false,
+  /** Event webhook requests in flight per instance, and per destination host (host:port). */
+  WEBHOOK_CONCURRENCY: 64,
+  WEBHOOK_CONCURRENCY_PER_HOST: 16,
   /** Largest accepted /v1 request body. */
   HTTP_BODY_LIMIT_BYTES: 65536,
+  /** Requests per minute each API key (or, without a key, each client address) may make to /v1; 0 turns the limit off. */
+  RATE_LIMIT_PER_MINUTE: 1200,
   /** How long live calls may run on after SIGTERM before they are cut. */
-  SHUTDOWN_DRAIN_TIMEOUT: "30s"
+  SHUTDOWN_DRAIN_TIMEOUT: "30s",
+  /** Longest a call session may last; it then ends with status timeout and the call is hung up. */
+  SESSION_MAX_DURATION: "4h",
+  /** How long ended sessions stay readable through /v1 before the store drops them. */
+  SESSION_RETENTION: "30d",
+  /** How long callgate waits to open a dial-out agent WebSocket (environment agentUrl). */
+  AGENT_CONNECT_TIMEOUT: "5s",
+  /** Agent WebSockets are pinged this often; one that missed the previous pong is cut. */
+  AGENT_PING_INTERVAL: "15s",
+  /** WebRTC VAD aggressiveness, 0 (least) to 3 (most eager to call audio non-speech); 3 suits noisy phone lines. */
+  VAD_MODE: 3,
+  /** Voiced audio must last this long (ms) to count as caller speech; shorter bursts (clicks, noise onsets) are ignored. */
+  VAD_MIN_SPEECH_MS: 160,
+  /** Voiced agent audio must last this long (ms) to count as the agent responding (comfort noise onsets are shorter). */
+  VAD_AGENT_MIN_SPEECH_MS: 100,
+  /** Silence (ms) after caller speech that ends the caller's turn. */
+  TURN_END_SILENCE_MS: 700,
+  /** Longest the breaker waits for Redis before it counts on this instance's local window instead. */
+  BREAKER_STORE_TIMEOUT: "250ms"
 } as const

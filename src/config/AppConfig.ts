@@ -91,17 +91,53 @@ const settings = Config.all({
   telnyxApiKey: optionalSecret("TELNYX_API_KEY"),
   telnyxApiBaseUrl: httpUrl("TELNYX_API_BASE_URL"),
   telnyxPublicKey: Config.option(Config.string("TELNYX_PUBLIC_KEY")),
+  carrierRequestTimeout: duration("CARRIER_REQUEST_TIMEOUT"),
   webhookRetrySchedule: durationList("WEBHOOK_RETRY_SCHEDULE"),
   webhookTimeout: duration("WEBHOOK_TIMEOUT"),
   fallbackWebhookTimeout: duration("FALLBACK_WEBHOOK_TIMEOUT"),
   webhookAllowPrivateNetworks: Config.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS").pipe(
     Config.withDefault(defaults.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
   ),
+  /** Extra CA certificates (PEM file) trusted for webhook destinations, beside the system roots. */
+  webhookCaFile: Config.option(Config.string("WEBHOOK_CA_FILE")),
+  webhookConcurrency: Config.integer("WEBHOOK_CONCURRENCY").pipe(
+    Config.withDefault(defaults.WEBHOOK_CONCURRENCY),
+    check("WEBHOOK_CONCURRENCY", "must be an integer from 1 to 4096", (n: number) => n >= 1 && n <= 4096)
+  ),
+  webhookConcurrencyPerHost: Config.integer("WEBHOOK_CONCURRENCY_PER_HOST").pipe(
+    Config.withDefault(defaults.WEBHOOK_CONCURRENCY_PER_HOST),
+    check("WEBHOOK_CONCURRENCY_PER_HOST", "must be an integer from 1 to 4096", (n: number) => n >= 1 && n <= 4096)
+  ),
   httpBodyLimitBytes: Config.integer("HTTP_BODY_LIMIT_BYTES").pipe(
     Config.withDefault(defaults.HTTP_BODY_LIMIT_BYTES),
     check("HTTP_BODY_LIMIT_BYTES", "must be between 1024 and 10485760", (n: number) => n >= 1024 && n <= 10_485_760)
   ),
-  shutdownDrainTimeout: duration("SHUTDOWN_DRAIN_TIMEOUT")
+  shutdownDrainTimeout: duration("SHUTDOWN_DRAIN_TIMEOUT"),
+  sessionMaxDuration: duration("SESSION_MAX_DURATION"),
+  sessionRetention: duration("SESSION_RETENTION"),
+  agentConnectTimeout: duration("AGENT_CONNECT_TIMEOUT"),
+  agentPingInterval: duration("AGENT_PING_INTERVAL"),
+  rateLimitPerMinute: Config.integer("RATE_LIMIT_PER_MINUTE").pipe(
+    Config.withDefault(defaults.RATE_LIMIT_PER_MINUTE),
+    check("RATE_LIMIT_PER_MINUTE", "must be an integer from 0 (no limit) to 1000000", (n: number) => n >= 0 && n <= 1_000_000)
+  ),
+  vadMode: Config.integer("VAD_MODE").pipe(
+    Config.withDefault(defaults.VAD_MODE),
+    check("VAD_MODE", "must be an integer from 0 to 3", (n: number) => n >= 0 && n <= 3)
+  ),
+  vadMinSpeechMs: Config.integer("VAD_MIN_SPEECH_MS").pipe(
+    Config.withDefault(defaults.VAD_MIN_SPEECH_MS),
+    check("VAD_MIN_SPEECH_MS", "must be an integer from 20 to 2000", (n: number) => n >= 20 && n <= 2000)
+  ),
+  vadAgentMinSpeechMs: Config.integer("VAD_AGENT_MIN_SPEECH_MS").pipe(
+    Config.withDefault(defaults.VAD_AGENT_MIN_SPEECH_MS),
+    check("VAD_AGENT_MIN_SPEECH_MS", "must be an integer from 20 to 1000", (n: number) => n >= 20 && n <= 1000)
+  ),
+  turnEndSilenceMs: Config.integer("TURN_END_SILENCE_MS").pipe(
+    Config.withDefault(defaults.TURN_END_SILENCE_MS),
+    check("TURN_END_SILENCE_MS", "must be an integer from 100 to 5000", (n: number) => n >= 100 && n <= 5000)
+  ),
+  breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT")
 })
 
 export type Settings = Config.Config.Success<typeof settings>

@@ -102,22 +102,59 @@ const isJson = (request: FastifyRequest) => {
   return typeof type === "string" && /^application\/([a-z.+-]*\+)?json\b/i.test(type)
 }
 
-/** The whole life of one API request, as an Effect: auth, validation, handler, envelope. */
-const runRoute = <R>(route: ApiRoute<R>, request: FastifyRequest) =>
+/** Who may call a route: any valid key, the admin key only, or a key that may act for `:agentId`. */
+const authenticateRoute = (auth: ApiRoute<unknown>["auth"] | "any", request: FastifyRequest) =>
   Effect.gen(function* () {
     const apiKeys = yield* ApiKeys
     const rawParams = (request.params ?? {}) as Record<string, unknown>
-    const agentId = route.auth === "agent" ? String(rawParams.agentId ?? "") : undefined
+    const agentId = auth === "agent" ? String(rawParams.agentId ?? "") : undefined
     const principal = yield* authorize(apiKeys, request, agentId)
-    if (route.auth === "admin" && principal.kind !== "admin") {
+    if (auth === "admin" && principal.kind !== "admin") {
       return yield* Effect.fail(ApiError.of("FORBIDDEN", "Only the admin key may use this route."))
     }
-    const params = yield* decode("params", route.params, rawParams)
+    return principal
+  })
+
+/** Known failures become their ApiError; anything else is logged and becomes a 500 that carries none of its details. */
+const failureToApiError = async (run: (effect: Effect.Effect<void>) => Promise<unknown>, cause: Cause.Cause<unknown>, where: string) => {
+  const failure = Cause.failureOption(cause).pipe(Option.flatMap(toApiError))
+  if (Option.isSome(failure)) return failure.value
+  await run(Effect.logError("request failed", { route: where }, cause))
+  return ApiError.of("INTERNAL")
+}
+
+/** The principal each authenticated request was let in as, set by the onRequest hook. */
+const principals = new WeakMap<FastifyRequest, Principal>()
+
+/**
+ * A preParsing hook that authenticates before the body is read (and after the rate limiter's
+ * onRequest hook), so a caller without a valid key learns nothing about validation and costs no
+ * body parsing. A refusal is thrown as an ApiError, which the app's error handler answers. Also for
+ * /v1 routes that are not `ApiRoute`s (`auth: "any"`: any valid key).
+ */
+export const authenticationHook = <R>(runtime: Runtime.Runtime<R | ApiKeys>, auth: ApiRoute<unknown>["auth"] | "any") => {
+  const run = Runtime.runPromiseExit(runtime)
+  return async (request: FastifyRequest): Promise<undefined> => {
+    const exit = await run(authenticateRoute(auth, request))
+    if (Exit.isFailure(exit)) throw await failureToApiError(run, exit.cause, request.routeOptions.url ?? "unmatched")
+    principals.set(request, exit.value)
+    return undefined
+  }
+}
+
+/** The whole life of one authenticated API request, as an Effect: validation, handler, envelope. */
+const runRoute = <R>(route: ApiRoute<R>, request: FastifyRequest) =>
+  Effect.gen(function* () {
+    const principal = principals.get(request)
+    // Unreachable while the onRequest hook is installed; refuses rather than trusting a missing hook.
+    if (principal === undefined) return yield* Effect.fail(ApiError.of("UNAUTHORIZED"))
+    const params = yield* decode("params", route.params, request.params ?? {})
     const query = yield* decode("query", route.query, request.query ?? {})
     let body: unknown = undefined
     if (route.body !== undefined) {
       if (request.body !== undefined && !isJson(request)) return yield* Effect.fail(ApiError.of("UNSUPPORTED_MEDIA_TYPE"))
-      body = yield* decode("body", route.body, request.body ?? {})
+      // No body at all reads as {}; a JSON `null` (or any non-object) is refused by the schema.
+      body = yield* decode("body", route.body, request.body === undefined ? {} : request.body)
     }
     return yield* route.handler({ params, query, body, principal })
   })
@@ -132,6 +169,7 @@ export const registerApiRoutes = <R>(
     app.route({
       method: route.method,
       url: route.path,
+      preParsing: authenticationHook(runtime, route.auth),
       handler: async (request, reply) => {
         const exit = await run(
           runRoute(route, request).pipe(Effect.withSpan(`${route.method} ${route.path}`), Effect.annotateLogs("route", route.path))
@@ -140,10 +178,7 @@ export const registerApiRoutes = <R>(
           const status = route.successStatus ?? 200
           return status === 204 ? reply.code(204).send() : reply.code(status).send({ data: exit.value })
         }
-        const failure = Cause.failureOption(exit.cause).pipe(Option.flatMap(toApiError))
-        if (Option.isSome(failure)) return sendError(reply, failure.value)
-        await run(Effect.logError("request failed", { method: route.method, route: route.path }, exit.cause))
-        return sendError(reply, ApiError.of("INTERNAL"))
+        return sendError(reply, await failureToApiError(run, exit.cause, `${route.method} ${route.path}`))
       }
     })
   }

@@ -1,3 +1,5 @@
+import { createHash } from "node:crypto"
+import rateLimit from "@fastify/rate-limit"
 import websocket from "@fastify/websocket"
 import { Effect, Exit, Runtime } from "effect"
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify"
@@ -6,7 +8,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
 import { ApiError } from "./ApiError.js"
-import { type ApiRoute, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
+import { type ApiRoute, authenticationHook, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
 
 /** The services the HTTP edge calls into. */
@@ -24,6 +26,15 @@ declare module "fastify" {
 
 /** Every /v1 JSON route, in the order the OpenAPI document lists them. */
 export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...apiKeyRoutes]
+
+/** JSON.parse, refusing `__proto__` keys (as fastify's own parser does) so no later merge can be poisoned. */
+const parseJson = (text: string): unknown =>
+  text.includes("__proto__")
+    ? JSON.parse(text, (key, value) => {
+        if (key === "__proto__") throw new Error("forbidden key")
+        return value
+      })
+    : JSON.parse(text)
 
 const errorFromFastify = (error: FastifyError): ApiError => {
   switch (error.code) {
@@ -62,12 +73,15 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
     routerOptions: { ignoreTrailingSlash: true }
   })
 
-  // Bodies are kept raw for signature checks, then parsed. JSON.parse never runs user code.
+  // Bodies are kept raw for signature checks, then parsed. JSON.parse never runs user code. The
+  // built-in parser would win for exactly "application/json" (exact matches go before patterns), so
+  // those bodies would have no rawBody and an empty body would be an error: it is removed.
+  app.removeContentTypeParser("application/json")
   app.addContentTypeParser(/^application\/([a-z.+-]*\+)?json/i, { parseAs: "buffer" }, (request, body, done) => {
     request.rawBody = body as Buffer
     if ((body as Buffer).length === 0) return done(null, undefined)
     try {
-      done(null, JSON.parse((body as Buffer).toString("utf8")))
+      done(null, parseJson((body as Buffer).toString("utf8")))
     } catch {
       done(Object.assign(new Error("The request body is not valid JSON."), { code: "MALFORMED_JSON", statusCode: 400 }), undefined)
     }
@@ -79,7 +93,29 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
 
   await app.register(websocket, { options: { maxPayload: MAX_WS_MESSAGE_BYTES } })
 
+  // Per API key (per client address without one), on /v1 only. Agent WebSocket upgrades are left
+  // out: each is capacity for one live call, and refusing them would strand callers.
+  if (config.rateLimitPerMinute > 0) {
+    await app.register(rateLimit, {
+      global: true,
+      max: config.rateLimitPerMinute,
+      timeWindow: 60_000,
+      hook: "onRequest",
+      keyGenerator: (request) => {
+        const header = request.headers.authorization
+        return typeof header === "string" && header.length > 0
+          ? `key:${createHash("sha256").update(header.replace(/^Bearer\s+/i, "").trim()).digest("hex")}`
+          : `ip:${request.ip}`
+      },
+      allowList: (request) => !/^\/v1(\/|\?|$)/.test(request.url) || request.headers.upgrade?.toLowerCase() === "websocket",
+      errorResponseBuilder: (_request, context) =>
+        ApiError.of("RATE_LIMITED", `Too many requests: at most ${context.max} per minute for this API key; retry in ${context.after}.`)
+    })
+  }
+
   app.setErrorHandler((error: FastifyError, request, reply) => {
+    // Hooks (authentication, rate limiting) refuse requests by throwing an ApiError.
+    if (error instanceof ApiError) return sendError(reply, error)
     const apiError = errorFromFastify(error)
     if (apiError.status >= 500) {
       void run(Effect.logError("unhandled HTTP error", { method: request.method, url: request.routeOptions.url }, error))
@@ -104,7 +140,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
     reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics())
   )
   const openapi = openApiDocument(apiRoutes, { title: "callgate management API", version: "1.0.0" })
-  app.get("/v1/openapi.json", async () => openapi)
+  app.get("/v1/openapi.json", { preParsing: authenticationHook(runtime, "any") }, async () => openapi)
 
   registerApiRoutes<HttpServices>(app, runtime, apiRoutes)
   return app
