@@ -15,7 +15,7 @@ export const mayActFor = (principal: Principal, agentId: string): boolean =>
 export const CreateApiKeyBody = Schema.Struct({
   name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)),
   agentIds: Schema.Array(ResourceId).pipe(Schema.minItems(1), Schema.maxItems(1000))
-}).annotations({ identifier: "CreateApiKey" })
+}).annotations({ identifier: "CreateApiKey", message: () => "must be a JSON object" })
 
 export const ApiKeyView = Schema.Struct({
   id: Schema.String,

@@ -41,11 +41,14 @@ export const E164 = Schema.String.pipe(
   Schema.annotations({ identifier: "E164" })
 )
 
-export const FallbackType = Schema.Literal("disabled", "phone", "webhook")
+export const FallbackType = Schema.Literal("disabled", "phone", "webhook").annotations({
+  // override: a union's own message is otherwise replaced by one line per member.
+  message: () => ({ message: "must be one of disabled, phone, webhook", override: true })
+})
 export type FallbackType = typeof FallbackType.Type
 
 const intBetween = (min: number, max: number) =>
-  Schema.Number.pipe(
+  Schema.Number.annotations({ message: () => `must be an integer from ${min} to ${max}` }).pipe(
     Schema.int({ message: () => "must be an integer" }),
     Schema.between(min, max, { message: () => `must be an integer from ${min} to ${max}` })
   )
@@ -106,7 +109,10 @@ const patchFields = {
   name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))),
   webhookUrl: Schema.optional(Schema.NullOr(HttpsUrl)),
   webhookSecret: Schema.optional(
-    Schema.Null.annotations({ description: "Only null is accepted: clears the secret. Use regenerate-webhook-secret for a new one." })
+    Schema.Null.annotations({
+      description: "Only null is accepted: clears the secret. Use regenerate-webhook-secret for a new one.",
+      message: () => "only null is accepted (it clears the secret); use regenerate-webhook-secret for a new one"
+    })
   ),
   errorFallbackType: Schema.optional(FallbackType),
   errorFallbackValue: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048)))),
@@ -114,23 +120,29 @@ const patchFields = {
   errorFallbackOccurrenceThreshold: Schema.optional(FallbackThreshold),
   errorFallbackTimeWindow: Schema.optional(FallbackWindow),
   errorFallbackWebhookSecret: Schema.optional(
-    Schema.Null.annotations({ description: "Only null is accepted: clears the secret, so fallback requests go unsigned." })
+    Schema.Null.annotations({
+      description: "Only null is accepted: clears the secret, so fallback requests go unsigned.",
+      message: () => "only null is accepted (it clears the secret); use regenerate-error-fallback-webhook-secret for a new one"
+    })
   ),
   agentUrl: Schema.optional(Schema.NullOr(WssUrl))
 }
 
-export const UpdateEnvironmentBody = Schema.Struct(patchFields).annotations({ identifier: "UpdateEnvironment" })
+/** The message a body that is not an object gets (nested fields keep their own messages). */
+const objectBody = { message: () => "must be a JSON object" }
+
+export const UpdateEnvironmentBody = Schema.Struct(patchFields).annotations({ identifier: "UpdateEnvironment", ...objectBody })
 export type UpdateEnvironmentBody = typeof UpdateEnvironmentBody.Type
 
 export const CreateEnvironmentBody = Schema.Struct({
   ...patchFields,
   name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))
-}).annotations({ identifier: "CreateEnvironment" })
+}).annotations({ identifier: "CreateEnvironment", ...objectBody })
 export type CreateEnvironmentBody = typeof CreateEnvironmentBody.Type
 
 export const CloneEnvironmentBody = Schema.Struct({
   name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
-}).annotations({ identifier: "CloneEnvironment" })
+}).annotations({ identifier: "CloneEnvironment", ...objectBody })
 
 export const EnvironmentParams = Schema.Struct({ agentId: ResourceId, environmentId: ResourceId })
 export const AgentParams = Schema.Struct({ agentId: ResourceId })
