@@ -12,6 +12,11 @@ import { MemoryEnvironmentStoreLive } from "./store/MemoryEnvironmentStore.js"
 import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
 import { RedisConnectionLive } from "./store/RedisConnection.js"
 import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
+import { CarrierCallEvents } from "./telephony/CarrierCallEvents.js"
+import { CarriersLive } from "./telephony/CarriersLive.js"
+import { SessionTokens } from "./telephony/SessionTokens.js"
+import { TelnyxCarrier } from "./telephony/TelnyxCarrier.js"
+import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
 
 /**
  * The one place layers are assembled. REDIS_URL picks the stores: Redis when set (shared by every
@@ -32,9 +37,15 @@ const DomainLive = Layer.mergeAll(Environments.Default, ApiKeys.Default).pipe(
   Layer.provideMerge(StoresLive)
 )
 
+/** Carrier REST through the SDKs (the `Carriers` port and the adapters behind it), and the telephony seams. */
+const TelephonyLive = CarriersLive.pipe(
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, CarrierCallEvents.Default))
+)
+
 export const MainLive = HttpServerLive.pipe(
   Layer.provide(HttpApp.Default),
   Layer.provide(DomainLive),
+  Layer.provide(TelephonyLive),
   Layer.provide(Metrics.Default),
   Layer.provide(LoggerLive),
   Layer.provide(AppConfig.Default)

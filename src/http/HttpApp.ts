@@ -7,12 +7,13 @@ import { ApiKeys } from "../apikeys/ApiKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
+import { registerTelephonyEntryRoutes, type TelephonyEntryServices } from "../telephony/entry/registerTelephonyEntry.js"
 import { ApiError } from "./ApiError.js"
 import { type ApiRoute, authenticationHook, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = AppConfig | ApiKeys | Environments | Metrics
+export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -143,6 +144,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   app.get("/v1/openapi.json", { preParsing: authenticationHook(runtime, "any") }, async () => openapi)
 
   registerApiRoutes<HttpServices>(app, runtime, apiRoutes)
+  registerTelephonyEntryRoutes(app, runtime)
   return app
 }
 

@@ -32,6 +32,12 @@ export class CarrierError extends Data.TaggedError("CarrierError")<{
   readonly status?: number | undefined
   readonly detail: string
   readonly retryable: boolean
+  /**
+   * The request can never succeed as asked: a TwiML document with a verb this call kind cannot
+   * run (Call Control), or one too large for the carrier. Nothing was sent to the carrier; callers
+   * treat it like an unexpected fallback answer (log it and end the call).
+   */
+  readonly unexpected?: boolean | undefined
 }> {
   override get message() {
     return `${this.provider} ${this.operation} failed${this.status !== undefined ? ` (HTTP ${this.status})` : ""}: ${this.detail}`

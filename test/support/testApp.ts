@@ -12,6 +12,12 @@ import { MemoryEnvironmentStoreLive } from "../../src/store/MemoryEnvironmentSto
 import { RedisApiKeyStoreLive } from "../../src/store/RedisApiKeyStore.js"
 import { RedisConnectionLive } from "../../src/store/RedisConnection.js"
 import { RedisEnvironmentStoreLive } from "../../src/store/RedisEnvironmentStore.js"
+import type { Carriers } from "../../src/telephony/Carrier.js"
+import { CarrierCallEvents } from "../../src/telephony/CarrierCallEvents.js"
+import { CarriersLive } from "../../src/telephony/CarriersLive.js"
+import { SessionTokens } from "../../src/telephony/SessionTokens.js"
+import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"
 import { Logger } from "effect"
 
 export const ADMIN_KEY = "test-admin-key-0123456789"
@@ -35,9 +41,15 @@ export const storesLayer = (kind: StoreKind) =>
 export const configFor = (kind: StoreKind, env: Record<string, string> = {}) =>
   kind === "redis" ? { REDIS_URL: inject("redisUrl"), SECRETS_KEY: TEST_SECRETS_KEY, ...env } : env
 
+/** Carrier REST (through the SDKs, at TWILIO_/TELNYX_API_BASE_URL) and the telephony seams. */
+export const telephonyLayer = CarriersLive.pipe(
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, CarrierCallEvents.Default))
+)
+
 /** The domain services over the chosen store, with logs silenced. */
 export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =>
-  Layer.mergeAll(Environments.Default, ApiKeys.Default, Metrics.Default).pipe(
+  telephonyLayer.pipe(
+    Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default, Metrics.Default)),
     Layer.provideMerge(SecretBox.Default),
     Layer.provideMerge(storesLayer(kind)),
     Layer.provideMerge(AppConfig.Default),
@@ -47,7 +59,20 @@ export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =
 
 export interface TestApp {
   readonly app: FastifyInstance
-  readonly runtime: ManagedRuntime.ManagedRuntime<HttpApp | Environments | ApiKeys | Metrics | AppConfig | SecretBox, unknown>
+  readonly runtime: ManagedRuntime.ManagedRuntime<
+    | HttpApp
+    | Environments
+    | ApiKeys
+    | Metrics
+    | AppConfig
+    | SecretBox
+    | Carriers
+    | TwilioCarrier
+    | TelnyxCarrier
+    | SessionTokens
+    | CarrierCallEvents,
+    unknown
+  >
   readonly close: () => Promise<void>
 }
 

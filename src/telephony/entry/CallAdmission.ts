@@ -1,0 +1,95 @@
+import { Effect, Exit, ParseResult, Schema } from "effect"
+import twilio from "twilio"
+import { Environments } from "../../environments/Environments.js"
+import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
+import { type EntryResponse } from "./EntryWire.js"
+
+/**
+ * The step every entry endpoint shares: is the environment there, and if so, the session token
+ * the carrier hands to the media stream. Also the small TwiML/TeXML answers they send.
+ */
+export type Admission =
+  | { readonly _tag: "Admitted"; readonly token: string }
+  | { readonly _tag: "UnknownEnvironment" }
+  | { readonly _tag: "Unavailable" }
+
+export const admitCall = (claims: Omit<SessionClaims, "exp">) =>
+  Effect.gen(function* () {
+    const environments = yield* Environments
+    const tokens = yield* SessionTokens
+    const lookup = yield* Effect.exit(environments.get(claims.agentId, claims.environmentId))
+    if (Exit.isFailure(lookup)) {
+      const notFound = lookup.cause._tag === "Fail" && lookup.cause.error._tag === "EnvironmentNotFound"
+      if (notFound) {
+        yield* Effect.logWarning("call for an unknown environment refused", {
+          kind: claims.kind,
+          callId: claims.callId,
+          agentId: claims.agentId,
+          environmentId: claims.environmentId
+        })
+        return { _tag: "UnknownEnvironment" } as Admission
+      }
+      yield* Effect.logError("call refused: the environment could not be read", { kind: claims.kind, callId: claims.callId }, lookup.cause)
+      return { _tag: "Unavailable" } as Admission
+    }
+    const token = tokens.issue(claims)
+    yield* Effect.logInfo("call admitted", {
+      kind: claims.kind,
+      callId: claims.callId,
+      agentId: claims.agentId,
+      environmentId: claims.environmentId,
+      direction: claims.direction
+    })
+    return { _tag: "Admitted", token } as Admission
+  })
+
+/** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */
+export const decodeEntry = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =>
+  Schema.decodeUnknown(schema)(value).pipe(
+    Effect.mapError((error) => {
+      const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+      return issue ? `${issue.path.join(".") || "body"}: ${issue.message}` : "invalid"
+    })
+  )
+
+/** The form fields of a parsed body, strings only (what Twilio signs). */
+export const formParams = (body: unknown): Record<string, string> => {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return {}
+  const params: Record<string, string> = {}
+  for (const [key, value] of Object.entries(body)) if (typeof value === "string") params[key] = value
+  return params
+}
+
+const xml = (status: number, body: string): EntryResponse => ({ status, contentType: "text/xml", body })
+
+/** A sentence for the caller, then the call ends. */
+export const sayAndHangup = (status: number, sentence: string): EntryResponse => {
+  const response = new twilio.twiml.VoiceResponse()
+  response.say(sentence)
+  response.hangup()
+  return xml(status, response.toString())
+}
+
+/** A refusal no caller hears (bad signature, malformed request): the call ends. */
+export const hangupOnly = (status: number): EntryResponse => {
+  const response = new twilio.twiml.VoiceResponse()
+  response.hangup()
+  return xml(status, response.toString())
+}
+
+/** The XML answer for an admission that did not go through (200 so the carrier plays it). */
+export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): EntryResponse =>
+  admission._tag === "UnknownEnvironment"
+    ? sayAndHangup(200, "This number is not in service.")
+    : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")
+
+/** `<Response><Connect><Stream url attributes>` with `<Parameter>`s, built with the SDK's TwiML builder. */
+export const connectStream = (
+  attributes: Record<string, string>,
+  parameters: ReadonlyArray<readonly [string, string | undefined]>
+): EntryResponse => {
+  const response = new twilio.twiml.VoiceResponse()
+  const stream = response.connect().stream(attributes as { url: string })
+  for (const [name, value] of parameters) if (value !== undefined) stream.parameter({ name, value })
+  return xml(200, response.toString())
+}

@@ -1,0 +1,105 @@
+import { Effect, Either } from "effect"
+import { AppConfig } from "../../config/AppConfig.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../CarrierCallEvents.js"
+import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
+import { TelnyxCarrier } from "../TelnyxCarrier.js"
+import { admitCall, decodeEntry } from "./CallAdmission.js"
+import {
+  CallControlCallPayload,
+  CallControlWebhook,
+  directionOf,
+  EntryPaths,
+  EntryQuery,
+  type EntryRequest,
+  type EntryResponse
+} from "./EntryWire.js"
+
+const json = (status: number, body: unknown): EntryResponse => ({ status, contentType: "application/json", body: JSON.stringify(body) })
+const received = json(200, { received: true })
+const error = (status: number, code: string, message: string) => json(status, { error: { code, message, details: [] } })
+
+/**
+ * `POST /telephony/telnyx/call-control?agentId=..&environmentId=..`, a Call Control application's
+ * webhook URL. Every verified webhook is acknowledged with 200 at once; carrier commands run in
+ * the background (Telnyx would otherwise resend the webhook while callgate waits on its own API).
+ *
+ * - call.initiated (incoming): token issued, then `answer` with a bidirectional RTP stream to
+ *   wss://PUBLIC/telephony/telnyx/stream?token=.. (stream_auth_token = the token); an unknown
+ *   environment gets `reject`.
+ * - call.answered (outgoing): the same stream through `streaming_start`.
+ * - call.hangup: CarrierCallEvents.CallHungUp, so the session ends.
+ * - call.speak.ended / call.playback.ended: moves a running TwiML translation along.
+ * - anything else: acknowledged and ignored.
+ *
+ * 401 for a bad or missing Ed25519 signature (when TELNYX_PUBLIC_KEY is set), 400 for a body
+ * that is not a Call Control event, 503 when the store cannot be read (Telnyx retries).
+ */
+export const telnyxCallControlEntry = (
+  request: EntryRequest,
+  verify: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+) =>
+  Effect.gen(function* () {
+    const verification = yield* verify(request.rawBody, request.headers)
+    if (!verification.valid) {
+      yield* Effect.logWarning("telnyx call-control webhook refused", { reason: verification.reason })
+      return error(401, "UNAUTHORIZED", "The webhook signature is not valid.")
+    }
+    const webhook = yield* Effect.either(decodeEntry(CallControlWebhook, request.body))
+    if (Either.isLeft(webhook)) return error(400, "VALIDATION_FAILED", `Not a Call Control event: ${webhook.left}.`)
+    const event = webhook.right.data.event_type
+    const handled = ["call.initiated", "call.answered", "call.hangup", "call.speak.ended", "call.playback.ended"]
+    if (!handled.includes(event)) return received
+    const decoded = yield* Effect.either(decodeEntry(CallControlCallPayload, webhook.right.data.payload))
+    if (Either.isLeft(decoded)) return error(400, "VALIDATION_FAILED", `The ${event} payload is not valid: ${decoded.left}.`)
+    const payload = decoded.right
+    const callId = payload.call_control_id
+    const telnyx = yield* TelnyxCarrier
+
+    switch (event) {
+      case "call.hangup": {
+        yield* telnyx.callProgress(callId, "hangup")
+        const events = yield* CarrierCallEvents
+        yield* events.publish(CarrierCallEvent.CallHungUp({ callId, cause: payload.hangup_cause ?? undefined }))
+        return received
+      }
+      case "call.speak.ended":
+        yield* telnyx.callProgress(callId, "speak.ended")
+        return received
+      case "call.playback.ended":
+        yield* telnyx.callProgress(callId, "playback.ended")
+        return received
+    }
+
+    // call.initiated (incoming) or call.answered (outgoing): a call that needs its stream.
+    const direction = directionOf(payload.direction ?? undefined)
+    if ((event === "call.initiated") !== (direction === "inbound")) return received
+    const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
+    if (Either.isLeft(query)) return error(400, "VALIDATION_FAILED", `The webhook URL's query is not valid: ${query.left}.`)
+    const admission = yield* admitCall({
+      agentId: query.right.agentId,
+      environmentId: query.right.environmentId,
+      kind: "telnyx-call-control",
+      callId,
+      from: payload.from ?? undefined,
+      to: payload.to ?? undefined,
+      direction,
+      accountSid: payload.connection_id ?? undefined
+    })
+    if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
+    const config = yield* AppConfig
+    const stream = {
+      url: `${publicWsUrl(config.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission._tag === "Admitted" ? admission.token : "")}`,
+      token: admission._tag === "Admitted" ? admission.token : ""
+    }
+    const command =
+      admission._tag === "UnknownEnvironment"
+        ? direction === "inbound"
+          ? telnyx.reject(callId)
+          : telnyx.hangup({ kind: "telnyx-call-control", callId })
+        : direction === "inbound"
+          ? telnyx.answerWithStream(callId, stream)
+          : telnyx.startStream(callId, stream)
+    // Failures are logged by the carrier adapter; nothing more can be done for this call here.
+    yield* Effect.forkDaemon(Effect.ignore(command))
+    return received
+  }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxCallControl))

@@ -1,0 +1,57 @@
+import { Effect, Either } from "effect"
+import { AppConfig } from "../../config/AppConfig.js"
+import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
+import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
+import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+
+/**
+ * `POST /telephony/telnyx/texml?agentId=..&environmentId=..`, a TeXML application's voice URL.
+ * Answers
+ *
+ *   <Response><Connect><Stream url="wss://PUBLIC/telephony/telnyx/stream?token=.."
+ *     bidirectionalMode="rtp" bidirectionalCodec="PCMU"/></Connect></Response>
+ *
+ * The session token rides in the stream URL (Telnyx streams carry no custom parameters to rely
+ * on). Requests are Ed25519-verified like every Telnyx webhook when TELNYX_PUBLIC_KEY is set.
+ */
+export const telnyxTexmlEntry = (
+  request: EntryRequest,
+  verify: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+) =>
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const verification = yield* verify(request.rawBody, request.headers)
+    if (!verification.valid) {
+      yield* Effect.logWarning("telnyx TeXML request refused", { reason: verification.reason })
+      return hangupOnly(401)
+    }
+    const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
+    const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, formParams(request.body)))
+    if (Either.isLeft(query) || Either.isLeft(form)) {
+      yield* Effect.logWarning("telnyx TeXML request refused: malformed", {
+        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
+      })
+      return hangupOnly(400)
+    }
+    const { agentId, environmentId } = query.right
+    const call = form.right
+    const admission = yield* admitCall({
+      agentId,
+      environmentId,
+      kind: "telnyx-texml",
+      callId: call.CallSid,
+      from: call.From,
+      to: call.To,
+      direction: directionOf(call.Direction),
+      accountSid: call.AccountSid
+    })
+    if (admission._tag !== "Admitted") return refusal(admission)
+    return connectStream(
+      {
+        url: `${publicWsUrl(config.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
+        bidirectionalMode: "rtp",
+        bidirectionalCodec: "PCMU"
+      },
+      []
+    )
+  }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxTexml))

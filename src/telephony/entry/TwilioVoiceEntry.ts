@@ -1,0 +1,56 @@
+import { Effect, Either } from "effect"
+import { AppConfig } from "../../config/AppConfig.js"
+import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
+import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
+import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+
+/**
+ * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
+ *
+ *   <Response><Connect><Stream url="wss://PUBLIC/telephony/twilio/stream">
+ *     <Parameter name="token|agentId|environmentId|from|to|direction" value=".."/>...
+ *   </Stream></Connect></Response>
+ *
+ * X-Twilio-Signature is checked first when TWILIO_AUTH_TOKEN is set (401 when it fails); a bad
+ * query or form is 400; an unknown environment is a spoken refusal; an unreadable store is 503
+ * (Twilio then tries the number's fallback URL).
+ */
+export const twilioVoiceEntry = (request: EntryRequest) =>
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const params = formParams(request.body)
+    if (!verifyTwilioWebhook(config, request.url, request.headers, params)) {
+      yield* Effect.logWarning("twilio voice webhook refused: bad X-Twilio-Signature")
+      return hangupOnly(401)
+    }
+    const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
+    const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, params))
+    if (Either.isLeft(query) || Either.isLeft(form)) {
+      yield* Effect.logWarning("twilio voice webhook refused: malformed", {
+        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
+      })
+      return hangupOnly(400)
+    }
+    const { agentId, environmentId } = query.right
+    const call = form.right
+    const direction = directionOf(call.Direction)
+    const admission = yield* admitCall({
+      agentId,
+      environmentId,
+      kind: "twilio",
+      callId: call.CallSid,
+      from: call.From,
+      to: call.To,
+      direction,
+      accountSid: call.AccountSid
+    })
+    if (admission._tag !== "Admitted") return refusal(admission)
+    return connectStream({ url: publicWsUrl(config.publicUrl) + EntryPaths.twilioStream }, [
+      ["token", admission.token],
+      ["agentId", agentId],
+      ["environmentId", environmentId],
+      ["from", call.From],
+      ["to", call.To],
+      ["direction", direction]
+    ])
+  }).pipe(Effect.annotateLogs("route", EntryPaths.twilioVoice))

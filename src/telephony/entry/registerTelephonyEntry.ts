@@ -1,0 +1,67 @@
+import { Cause, Effect, Option, Runtime } from "effect"
+import type { FastifyInstance, FastifyRequest } from "fastify"
+import { AppConfig } from "../../config/AppConfig.js"
+import type { Environments } from "../../environments/Environments.js"
+import type { CarrierCallEvents } from "../CarrierCallEvents.js"
+import { makeTelnyxVerifier } from "../CarrierSignatures.js"
+import type { SessionTokens } from "../SessionTokens.js"
+import type { TelnyxCarrier } from "../TelnyxCarrier.js"
+import { EntryPaths, type EntryRequest, type EntryResponse } from "./EntryWire.js"
+import { telnyxCallControlEntry } from "./TelnyxCallControlEntry.js"
+import { telnyxTexmlEntry } from "./TelnyxTexmlEntry.js"
+import { twilioVoiceEntry } from "./TwilioVoiceEntry.js"
+
+/** What the call entry endpoints need from the app's runtime. */
+export type TelephonyEntryServices = AppConfig | Environments | SessionTokens | CarrierCallEvents | TelnyxCarrier
+
+const internalError: EntryResponse = {
+  status: 500,
+  contentType: "text/xml",
+  body: '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
+}
+
+/**
+ * Registers the carriers' call entry webhooks on the app. They are not /v1 JSON routes: they
+ * read form-encoded or JSON carrier webhooks (the raw body is kept by the app's content-type
+ * parsers for signature checks) and answer TwiML/TeXML or a short JSON acknowledgement.
+ */
+export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<TelephonyEntryServices>) => {
+  const run = Runtime.runPromise(runtime)
+  const config = Runtime.runSync(runtime)(AppConfig)
+  const telnyx = makeTelnyxVerifier(config.telnyxPublicKey)
+
+  if (Option.isNone(config.twilioAuthToken)) {
+    run(Effect.logWarning("TWILIO_AUTH_TOKEN is not set: Twilio webhooks and streams are not signature-checked")).catch(() => {})
+  }
+  if (!telnyx.enabled) {
+    run(Effect.logWarning("TELNYX_PUBLIC_KEY is not set: Telnyx webhooks are not signature-checked")).catch(() => {})
+  } else if (!telnyx.keyValid) {
+    run(Effect.logError("TELNYX_PUBLIC_KEY is not a base64 Ed25519 public key: every Telnyx webhook will be refused")).catch(() => {})
+  }
+
+  const toEntryRequest = (request: FastifyRequest): EntryRequest => ({
+    url: request.url,
+    query: request.query,
+    headers: request.headers,
+    body: request.body,
+    rawBody: request.rawBody
+  })
+
+  const route = <E>(path: string, handle: (request: EntryRequest) => Effect.Effect<EntryResponse, E, TelephonyEntryServices>) =>
+    app.post(path, async (request, reply) => {
+      const response = await run(
+        handle(toEntryRequest(request)).pipe(
+          Effect.catchAllCause((cause) =>
+            Cause.isInterruptedOnly(cause)
+              ? Effect.succeed(internalError)
+              : Effect.as(Effect.logError("call entry failed", { route: path }, cause), internalError)
+          )
+        )
+      )
+      return reply.code(response.status).header("content-type", `${response.contentType}; charset=utf-8`).send(response.body)
+    })
+
+  route(EntryPaths.twilioVoice, twilioVoiceEntry)
+  route(EntryPaths.telnyxTexml, (request) => telnyxTexmlEntry(request, telnyx.verify))
+  route(EntryPaths.telnyxCallControl, (request) => telnyxCallControlEntry(request, telnyx.verify))
+}
