@@ -1,0 +1,98 @@
+import { Validator } from "@seriousme/openapi-schema-validator"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { apiRoutes } from "../../src/http/HttpApp.js"
+import { makeTestApp, type StoreKind, type TestApp } from "../support/testApp.js"
+import { call } from "./client.js"
+
+/** Every `$ref` in the document, to check each points at something that exists. */
+const refsIn = (value: unknown, found: Array<string> = []): Array<string> => {
+  if (Array.isArray(value)) for (const item of value) refsIn(item, found)
+  else if (value !== null && typeof value === "object") {
+    for (const [key, inner] of Object.entries(value)) {
+      if (key === "$ref" && typeof inner === "string") found.push(inner)
+      else refsIn(inner, found)
+    }
+  }
+  return found
+}
+
+const resolvePointer = (document: any, ref: string) =>
+  ref
+    .replace(/^#\//, "")
+    .split("/")
+    .map((part) => part.replace(/~1/g, "/").replace(/~0/g, "~"))
+    .reduce((node, part) => (node === undefined ? undefined : node[part]), document)
+
+describe.each<StoreKind>(["memory", "redis"])("GET /v1/openapi.json (%s store)", (kind) => {
+  let t: TestApp
+  let document: any
+  beforeAll(async () => {
+    t = await makeTestApp(kind)
+    const answer = await call(t.app, "GET", "/v1/openapi.json")
+    expect(answer.status).toBe(200)
+    expect(answer.headers["content-type"]).toContain("application/json")
+    document = answer.json
+  })
+  afterAll(() => t.close())
+
+  it("is a valid OpenAPI 3.1 document", async () => {
+    expect(document.openapi).toBe("3.1.0")
+    const validator = new Validator()
+    const result = await validator.validate(structuredClone(document))
+    expect(result.errors ?? []).toEqual([])
+    expect(result.valid).toBe(true)
+    expect(validator.version).toBe("3.1")
+  })
+
+  it("every $ref resolves inside the document", () => {
+    const refs = refsIn(document)
+    expect(refs.length).toBeGreaterThan(0)
+    for (const ref of refs) {
+      expect(ref, ref).toMatch(/^#\//)
+      expect(resolvePointer(document, ref), ref).toBeDefined()
+    }
+  })
+
+  it("lists every /v1 route with its method, path parameters, body and success status", () => {
+    for (const route of apiRoutes) {
+      const path = route.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}")
+      const operation = document.paths[path]?.[route.method.toLowerCase()]
+      expect(operation, `${route.method} ${path}`).toBeDefined()
+      expect(operation.summary).toBe(route.summary)
+      expect(operation.security).toEqual([{ bearer: [] }])
+      const pathParameters = [...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((match) => match[1])
+      expect(operation.parameters.filter((p: { in: string }) => p.in === "path").map((p: { name: string }) => p.name).sort()).toEqual(
+        pathParameters.sort()
+      )
+      expect(operation.requestBody !== undefined).toBe(route.body !== undefined)
+      expect(Object.keys(operation.responses)).toEqual([String(route.successStatus ?? 200), "default"])
+      expect(operation.responses.default.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/Error" })
+    }
+    const documented = Object.entries(document.paths).flatMap(([path, operations]) =>
+      Object.keys(operations as object).map((method) => `${method.toUpperCase()} ${path}`)
+    )
+    expect(documented.length).toBe(apiRoutes.length)
+    expect(document.components.securitySchemes.bearer).toEqual({ type: "http", scheme: "bearer" })
+  })
+
+  it("carries the schemas, with the same rules the validation enforces", () => {
+    const schemas = document.components.schemas
+    for (const name of ["Environment", "CreateEnvironment", "UpdateEnvironment", "CloneEnvironment", "CreateApiKey", "ApiKey", "Error"]) {
+      expect(schemas[name], name).toBeDefined()
+    }
+    const update = schemas.UpdateEnvironment
+    expect(update.additionalProperties).toBe(false)
+    expect(update.properties.errorFallbackTimeout).toMatchObject({ type: "integer", minimum: 0, maximum: 30 })
+    expect(update.properties.errorFallbackOccurrenceThreshold).toMatchObject({ type: "integer", minimum: 1, maximum: 20 })
+    expect(update.properties.errorFallbackTimeWindow).toMatchObject({ type: "integer", minimum: 60, maximum: 3600 })
+    expect(JSON.stringify(update.properties.errorFallbackType)).toContain("webhook")
+    expect(schemas.CreateEnvironment.required).toEqual(["name"])
+    expect(schemas.Error.required).toEqual(["error"])
+    expect(schemas.Error.properties.error.required.sort()).toEqual(["code", "details", "message"])
+    const environment = schemas.Environment
+    expect(Object.keys(environment.properties)).toEqual(
+      expect.arrayContaining(["id", "agentId", "webhookUrl", "webhookSecret", "webhookSecretLast4", "errorFallbackWebhookSecret"])
+    )
+    expect(environment.required).not.toContain("webhookSecret")
+  })
+})
