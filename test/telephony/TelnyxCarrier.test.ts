@@ -1,0 +1,209 @@
+import { Effect, Either } from "effect"
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
+import type { CallRef } from "../../src/telephony/Carrier.js"
+import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
+import { carrierOp, type CarrierRuntime, makeCarrierRuntime, metricsText } from "./carrierRuntime.js"
+
+const XML = '<?xml version="1.0" encoding="UTF-8"?>'
+const ACCOUNT = "f5586561-8ff0-4291-a0ac-84fe544797bd"
+const callControl = (callId: string): CallRef => ({ kind: "telnyx-call-control", callId })
+const texml = (callId: string, accountSid: string | null = ACCOUNT): CallRef => ({ kind: "telnyx-texml", callId, accountSid: accountSid ?? undefined })
+const anyCommandId = expect.stringMatching(/^[0-9a-f-]{36}$/)
+const settle = (ms = 150) => new Promise((resolve) => setTimeout(resolve, ms))
+
+describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible server)", () => {
+  let telnyx: FakeTelnyx
+  let runtime: CarrierRuntime
+  const progress = (callId: string, event: "speak.ended" | "playback.ended" | "hangup") =>
+    runtime.runPromise(Effect.flatMap(TelnyxCarrier, (carrier) => carrier.callProgress(callId, event)))
+
+  beforeAll(async () => {
+    telnyx = await startFakeTelnyx()
+    runtime = makeCarrierRuntime({ ...telnyx.env, CARRIER_REQUEST_TIMEOUT: "300ms" })
+  })
+  afterEach(() => telnyx.reset())
+  afterAll(async () => {
+    await runtime.dispose()
+    await telnyx.close()
+  })
+
+  describe("Call Control calls", () => {
+    it("hangup is the hangup command with Bearer auth and a command_id", async () => {
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.hangup(callControl("v3:cc-1"))))).toBe(true)
+      expect(telnyx.requests).toHaveLength(1)
+      const [request] = telnyx.requests
+      expect(request!.method).toBe("POST")
+      expect(request!.path).toBe("/v2/calls/v3:cc-1/actions/hangup")
+      expect(request!.headers.authorization).toBe(`Bearer ${telnyx.apiKey}`)
+      expect(request!.headers["content-type"]).toBe("application/json")
+      expect(request!.json).toEqual({ command_id: anyCommandId })
+    })
+
+    it("transfer is the transfer command with to and from", async () => {
+      await carrierOp(runtime, (c) => c.transfer(callControl("v3:cc-2"), "+14155550199", "+14155550111"))
+      expect(telnyx.commands("v3:cc-2", "transfer").map((r) => r.json)).toEqual([
+        { to: "+14155550199", from: "+14155550111", command_id: anyCommandId }
+      ])
+    })
+
+    it("a call that already ended (422, error 90018) or is unknown (404) counts as done", async () => {
+      telnyx.endCall("v3:cc-3")
+      telnyx.forgetCall("v3:cc-4")
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.hangup(callControl("v3:cc-3"))))).toBe(true)
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.transfer(callControl("v3:cc-4"), "+14155550199")))).toBe(true)
+      expect(telnyx.requests).toHaveLength(2)
+      expect(await metricsText(runtime)).toMatch(/callgate_carrier_requests_total\{provider="telnyx",operation="transfer",outcome="ended"\} [1-9]/)
+    })
+
+    it("commands are repeated after a 500 or a dropped connection with the same command_id (Telnyx deduplicates)", async () => {
+      telnyx.failNext({ status: 500 })
+      telnyx.failNext({ drop: true })
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.transfer(callControl("v3:cc-5"), "+14155550199")))).toBe(true)
+      const attempts = telnyx.commands("v3:cc-5", "transfer").map((r) => (r.json as { command_id: string }).command_id)
+      expect(attempts).toHaveLength(3)
+      expect(new Set(attempts).size).toBe(1)
+    })
+
+    it("a 422 other than call-ended is permanent, with Telnyx's error in the detail", async () => {
+      telnyx.failNext({ status: 422, code: "90015", title: "Invalid destination" })
+      const result = await carrierOp(runtime, (c) => c.transfer(callControl("v3:cc-6"), "+14155550199"))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ provider: "telnyx", status: 422, retryable: false, detail: "error 90015: Invalid destination" })
+      expect(telnyx.requests).toHaveLength(1)
+    })
+
+    it("answerWithStream answers with a bidirectional RTP (PCMU) stream and its auth token", async () => {
+      const stream = { url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig", token: "tok.sig" }
+      await runtime.runPromise(Effect.flatMap(TelnyxCarrier, (carrier) => carrier.answerWithStream("v3:cc-7", stream)))
+      expect(telnyx.commands("v3:cc-7", "answer").map((r) => r.json)).toEqual([
+        {
+          stream_url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig",
+          stream_track: "both_tracks",
+          stream_bidirectional_mode: "rtp",
+          stream_bidirectional_codec: "PCMU",
+          stream_auth_token: "tok.sig",
+          command_id: anyCommandId
+        }
+      ])
+    })
+  })
+
+  describe("Call Control calls: TwiML translated into commands", () => {
+    it("<Dial> becomes one transfer", async () => {
+      const twiml = `${XML}<Response><Dial callerId="+14155550111" timeout="20"><Number>+14155550199</Number></Dial><Say>never</Say></Response>`
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-1"), twiml)))).toBe(true)
+      await settle()
+      expect(telnyx.requests.map((r) => r.path)).toEqual(["/v2/calls/v3:tw-1/actions/transfer"])
+      expect(telnyx.requests[0]!.json).toEqual({ to: "+14155550199", from: "+14155550111", timeout_secs: 20, command_id: anyCommandId })
+    })
+
+    it("<Say> speaks, waits for call.speak.ended, then the next verb runs; the end of the document hangs up", async () => {
+      const twiml = `<Response><Say voice="man" language="en-US">Please hold &amp; wait</Say><Play>https://cdn.example.com/hold.mp3</Play></Response>`
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-2"), twiml)))).toBe(true)
+      expect(telnyx.commands("v3:tw-2").map((r) => r.json)).toEqual([
+        { payload: "Please hold & wait", voice: "male", language: "en-US", command_id: anyCommandId }
+      ])
+      await settle()
+      expect(telnyx.commands("v3:tw-2")).toHaveLength(1)
+      await progress("v3:tw-2", "speak.ended")
+      await telnyx.waitFor(() => telnyx.commands("v3:tw-2", "playback_start").length === 1)
+      expect(telnyx.commands("v3:tw-2", "playback_start")[0]!.json).toEqual({ audio_url: "https://cdn.example.com/hold.mp3", command_id: anyCommandId })
+      await progress("v3:tw-2", "playback.ended")
+      await telnyx.waitFor(() => telnyx.commands("v3:tw-2", "hangup").length === 1)
+      expect(telnyx.commands("v3:tw-2").map((r) => r.path.split("/").pop())).toEqual(["speak", "playback_start", "hangup"])
+    })
+
+    it("<Pause> waits locally before the next verb", async () => {
+      const twiml = "<Response><Pause length=\"1\"/><Hangup/></Response>"
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-3"), twiml)))).toBe(true)
+      expect(telnyx.commands("v3:tw-3", "hangup")).toHaveLength(1)
+    })
+
+    it.each([
+      ["<Redirect>", "<Response><Redirect>https://example.com/twiml</Redirect></Response>"],
+      ["<Gather>", "<Response><Gather><Say>Press 1</Say></Gather></Response>"],
+      ["a <Say> before an unsupported verb", "<Response><Say>Hi</Say><Record/></Response>"],
+      ["a non-<Response> root", "<Document><Say>Hi</Say></Document>"],
+      ["malformed XML", "<Response><Say>Hi</Response>"],
+      ["a DOCTYPE", '<!DOCTYPE r [<!ENTITY a "b">]><Response><Say>&a;</Say></Response>']
+    ])("%s is refused as unexpected and nothing is sent", async (_name, twiml) => {
+      const result = await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-4"), twiml))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ provider: "telnyx", operation: "applyTwiml", unexpected: true, retryable: false })
+      await settle(50)
+      expect(telnyx.requests).toHaveLength(0)
+    })
+
+    it("a failure of the first command is the caller's CarrierError", async () => {
+      telnyx.failNext({ status: 400, code: "10015", title: "Bad Request" })
+      const result = await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-5"), "<Response><Say>Hi</Say></Response>"))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ operation: "speak", status: 400, retryable: false })
+    })
+
+    it("the call hanging up stops a document still playing", async () => {
+      await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-6"), "<Response><Say>Hold on</Say><Dial>+14155550199</Dial></Response>"))
+      await progress("v3:tw-6", "hangup")
+      await progress("v3:tw-6", "speak.ended")
+      await settle()
+      expect(telnyx.commands("v3:tw-6").map((r) => r.path.split("/").pop())).toEqual(["speak"])
+    })
+
+    it("a newer order (hangup) supersedes a document still playing", async () => {
+      await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-7"), "<Response><Say>Hold on</Say><Dial>+14155550199</Dial></Response>"))
+      await carrierOp(runtime, (c) => c.hangup(callControl("v3:tw-7")))
+      await progress("v3:tw-7", "speak.ended")
+      await settle()
+      expect(telnyx.commands("v3:tw-7").map((r) => r.path.split("/").pop())).toEqual(["speak", "hangup"])
+    })
+  })
+
+  describe("TeXML calls", () => {
+    const updatePath = (callSid: string) => `/v2/texml/Accounts/${ACCOUNT}/Calls/${callSid}`
+
+    it("hangup is a TeXML call update with Status=completed, form-encoded, Bearer auth", async () => {
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.hangup(texml("v3:tx-1"))))).toBe(true)
+      const [request] = telnyx.requests
+      expect(request!.path).toBe(updatePath("v3:tx-1"))
+      expect(request!.headers.authorization).toBe(`Bearer ${telnyx.apiKey}`)
+      expect(request!.headers["content-type"]).toBe("application/x-www-form-urlencoded")
+      expect(request!.form).toEqual({ Status: "completed" })
+    })
+
+    it("transfer is a TeXML call update with <Dial>", async () => {
+      await carrierOp(runtime, (c) => c.transfer(texml("v3:tx-2"), "+14155550199", "+14155550111"))
+      expect(telnyx.texmlUpdates("v3:tx-2").map((r) => r.form)).toEqual([
+        { Texml: `${XML}<Response><Dial callerId="+14155550111">+14155550199</Dial></Response>` }
+      ])
+    })
+
+    it("applyTwiml sends the document as the call's new TeXML", async () => {
+      const document = `${XML}<Response><Say>Goodbye</Say><Hangup/></Response>`
+      await carrierOp(runtime, (c) => c.applyTwiml(texml("v3:tx-3"), document))
+      expect(telnyx.texmlUpdates("v3:tx-3").map((r) => r.form)).toEqual([{ Texml: document }])
+    })
+
+    it("an ended call counts as done; a TeXML update is not repeated after an ambiguous 500", async () => {
+      telnyx.endCall("v3:tx-4")
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.hangup(texml("v3:tx-4"))))).toBe(true)
+      telnyx.failNext({ status: 500 })
+      const result = await carrierOp(runtime, (c) => c.applyTwiml(texml("v3:tx-5"), "<Response><Hangup/></Response>"))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ status: 500, retryable: true })
+      expect(telnyx.texmlUpdates("v3:tx-5")).toHaveLength(1)
+    })
+
+    it("a TeXML call without its account id cannot be addressed", async () => {
+      const result = await carrierOp(runtime, (c) => c.hangup(texml("v3:tx-6", null)))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ retryable: false, detail: "the TeXML call has no account id" })
+      expect(telnyx.requests).toHaveLength(0)
+    })
+  })
+
+  it("without TELNYX_API_KEY every operation fails at once, not retryable", async () => {
+    const bare = makeCarrierRuntime({})
+    try {
+      const result = await carrierOp(bare, (c) => c.hangup(callControl("v3:x")))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ provider: "telnyx", retryable: false })
+    } finally {
+      await bare.dispose()
+    }
+  })
+})

@@ -1,0 +1,31 @@
+import { Effect, Layer, Logger, ManagedRuntime } from "effect"
+import { AppConfig } from "../../src/config/AppConfig.js"
+import { Metrics } from "../../src/observability/Metrics.js"
+import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/telephony/Carrier.js"
+import { CarriersLive } from "../../src/telephony/CarriersLive.js"
+import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"
+import { testConfigLayer } from "../support/testApp.js"
+
+/** The carrier adapters and the `Carriers` port over them, configured with `env`, logs silenced. */
+export const makeCarrierRuntime = (env: Record<string, string>) =>
+  ManagedRuntime.make(
+    CarriersLive.pipe(
+      Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default)),
+      Layer.provideMerge(Metrics.Default),
+      Layer.provideMerge(AppConfig.Default),
+      Layer.provide(Logger.remove(Logger.defaultLogger)),
+      Layer.provide(testConfigLayer(env))
+    )
+  )
+export type CarrierRuntime = ReturnType<typeof makeCarrierRuntime>
+
+/** Runs one port operation; the result is an Either so tests can assert on the CarrierError. */
+export const carrierOp = (
+  runtime: CarrierRuntime,
+  op: (carriers: CarrierShape) => Effect.Effect<void, CarrierError>
+) => runtime.runPromise(Effect.either(Effect.flatMap(Carriers, op)))
+
+export const metricsText = (runtime: CarrierRuntime) => runtime.runPromise(Effect.flatMap(Metrics, (m) => Effect.promise(() => m.registry.metrics())))
+
+export type { CallRef }
