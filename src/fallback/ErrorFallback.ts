@@ -1,0 +1,191 @@
+import { Clock, Effect, Layer, Option } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
+import { Environments } from "../environments/Environments.js"
+import type { HardError } from "../session/HardError.js"
+import { Rescue, type RescueOutcome } from "../session/Rescue.js"
+import type { SessionInfo } from "../session/SessionInfo.js"
+import { Carriers, type CarrierError } from "../telephony/Carrier.js"
+import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
+import { signatureHeaders } from "../webhooks/Signing.js"
+import { FallbackMetrics } from "./FallbackMetrics.js"
+import {
+  classifyFallbackAnswer,
+  type FallbackWebhookBody,
+  fallbackUrl,
+  MAX_FALLBACK_BODY_BYTES
+} from "./FallbackWebhook.js"
+
+export type FallbackOutcome =
+  /** Type disabled: the call was ended. */
+  | "hung_up"
+  /** Type phone: the call was moved to the fallback number. */
+  | "transferred"
+  /** Type webhook: its <Response> document took the call over. */
+  | "markup_applied"
+  /** Type webhook: a 2xx that was not telephony markup; the call was ended. */
+  | "unexpected_response"
+  /** Type webhook: non-2xx, timeout, refused address or connection failure; the call was ended. */
+  | "webhook_failed"
+  /** The carrier refused the transfer or the markup; the call was ended. */
+  | "carrier_failed"
+
+/** What a session records of its fallback (issue 6 item 1). */
+export interface FallbackRecord {
+  readonly trigger: string
+  readonly errorMessage: string
+  readonly type: "disabled" | "phone" | "webhook"
+  readonly outcome: FallbackOutcome
+  readonly startedAt: string
+  /** When the carrier request that decided the call's fate was sent. */
+  readonly carrierRequestAt: string | null
+  readonly finishedAt: string
+  readonly webhookStatus: number | null
+  readonly detail: string | null
+}
+
+interface Decision {
+  readonly outcome: FallbackOutcome
+  readonly webhookStatus?: number
+  readonly detail?: string
+}
+const decision = (d: Decision) => d
+
+/** The stream id, where the session carries one (Twilio streamSid / Telnyx stream_id). */
+const streamSidOf = (session: SessionInfo): string =>
+  "streamSid" in session && typeof session.streamSid === "string" ? session.streamSid : ""
+
+export const fallbackWebhookBody = (session: SessionInfo, error: HardError): FallbackWebhookBody => ({
+  CallSid: session.call.callId,
+  ErrorMessage: error.message,
+  AccountSid: session.call.accountSid ?? "",
+  From: session.from ?? "",
+  To: session.to ?? "",
+  Direction: session.direction,
+  CallStatus: "in-progress",
+  StreamSid: streamSidOf(session),
+  SessionId: session.sessionId,
+  AgentId: session.agentId,
+  EnvironmentId: session.environmentId,
+  Provider: session.provider
+})
+
+/** The agent's own number, shown to the fallback destination: To on inbound calls, From on outbound. */
+const agentNumberOf = (session: SessionInfo) => (session.direction === "inbound" ? session.to : session.from) ?? undefined
+
+/**
+ * The error fallback (spec 2.2, 3, 4.6, 4.7, 7): the `Rescue` a session calls, at most once, when its
+ * breaker trips or it hits a hard error. It always leaves the call in a defined state: taken over
+ * (transfer or markup) or ended. It never fails.
+ */
+export const ErrorFallbackLive = Layer.effect(
+  Rescue,
+  Effect.gen(function* () {
+    const carriers = yield* Carriers
+    const environments = yield* Environments
+    const http = yield* SafeHttpClient
+    const config = yield* AppConfig
+    const metrics = yield* FallbackMetrics
+
+    const nowIso = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
+
+    const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> =>
+      Effect.gen(function* () {
+        const startedMs = yield* Clock.currentTimeMillis
+        const startedAt = new Date(startedMs).toISOString()
+        let carrierRequestAt: string | null = null
+        /** Marks the moment a carrier request decides the call, for the trigger-to-carrier metric. */
+        const carrierRequest = <A>(request: Effect.Effect<A, CarrierError>) =>
+          Effect.gen(function* () {
+            const at = yield* Clock.currentTimeMillis
+            carrierRequestAt ??= new Date(at).toISOString()
+            metrics.observeCarrierDelay(error.kind, (at - startedMs) / 1000)
+            return yield* request
+          })
+        const hangup = carrierRequest(carriers.hangup(session.call)).pipe(
+          Effect.tapError((e) => Effect.logWarning("hanging up the call failed", { error: e.message })),
+          Effect.either
+        )
+
+        const environment = yield* environments.resolve(session.agentId, session.environmentId).pipe(Effect.option)
+        const type = Option.match(environment, { onNone: () => "disabled" as const, onSome: (env) => env.stored.errorFallbackType })
+        const value = Option.flatMap(environment, (env) => Option.fromNullable(env.stored.errorFallbackValue))
+
+        const decide = Effect.gen(function* () {
+          if (type === "phone" && Option.isSome(value)) {
+            const moved = yield* carrierRequest(carriers.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
+            if (moved._tag === "Right") return decision({ outcome: "transferred" })
+            yield* hangup
+            return decision({ outcome: "carrier_failed", detail: moved.left.message })
+          }
+          if (type === "webhook" && Option.isSome(value) && Option.isSome(environment)) {
+            const body = JSON.stringify(fallbackWebhookBody(session, error))
+            const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+            const secret = Option.getOrUndefined(environment.value.errorFallbackWebhookSecret)
+            const answer = yield* http
+              .post(fallbackUrl(value.value, error.message), {
+                headers: { "content-type": "application/json", ...signatureHeaders(secret, timestamp, body) },
+                body,
+                timeout: config.fallbackWebhookTimeout,
+                maxResponseBytes: MAX_FALLBACK_BODY_BYTES
+              })
+              .pipe(Effect.either)
+            if (answer._tag === "Left") {
+              yield* Effect.logWarning("error fallback webhook failed", { reason: answer.left.kind, detail: answer.left.detail })
+              yield* hangup
+              return decision({ outcome: "webhook_failed", detail: answer.left.detail })
+            }
+            const status = answer.right.status
+            const read = classifyFallbackAnswer({ status, body: answer.right.body.toString("utf8"), truncated: answer.right.truncated })
+            switch (read._tag) {
+              case "Markup": {
+                const applied = yield* carrierRequest(carriers.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
+                if (applied._tag === "Right") return decision({ outcome: "markup_applied", webhookStatus: status })
+                yield* hangup
+                return decision({ outcome: "carrier_failed", webhookStatus: status, detail: applied.left.message })
+              }
+              case "Unexpected":
+                yield* Effect.logWarning("error fallback webhook answered with something other than TwiML; ending the call", {
+                  reason: read.reason,
+                  status
+                })
+                yield* hangup
+                return decision({ outcome: "unexpected_response", webhookStatus: status, detail: read.reason })
+              case "Failed":
+                yield* Effect.logWarning("error fallback webhook failed", { reason: read.reason })
+                yield* hangup
+                return decision({ outcome: "webhook_failed", webhookStatus: status, detail: read.reason })
+            }
+          }
+          const ended = yield* hangup
+          return decision(ended._tag === "Right" ? { outcome: "hung_up" } : { outcome: "carrier_failed", detail: ended.left.message })
+        })
+
+        const decided = yield* decide
+        const record: FallbackRecord = {
+          trigger: error.kind,
+          errorMessage: error.message,
+          type,
+          outcome: decided.outcome,
+          startedAt,
+          carrierRequestAt,
+          finishedAt: yield* nowIso,
+          webhookStatus: decided.webhookStatus ?? null,
+          detail: decided.detail ?? null
+        }
+        metrics.countFallback(error.kind, type, decided.outcome)
+        yield* Effect.logInfo("error fallback ran", { trigger: error.kind, type, outcome: decided.outcome })
+        return { fallback: record }
+      }).pipe(
+        Effect.annotateLogs({ sessionId: session.sessionId, agentId: session.agentId, environmentId: session.environmentId }),
+        // A rescue never fails: a defect here still ends the call.
+        Effect.catchAllCause((cause) =>
+          Effect.logError("error fallback crashed; ending the call", cause).pipe(
+            Effect.zipRight(Effect.ignore(carriers.hangup(session.call))),
+            Effect.as({})
+          )
+        )
+      )
+
+    return Rescue.of({ rescue })
+  })
+)
