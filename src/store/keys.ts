@@ -10,5 +10,13 @@ export const envTag = (agentId: string, environmentId: string) => `{${agentId}:$
 export const keys = {
   environment: (agentId: string, environmentId: string) => `${KEY_PREFIX}env:${envTag(agentId, environmentId)}`,
   agentEnvironments: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:environments`,
-  apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`
+  apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`,
+  /**
+   * The webhook outbox. Every key of one queue shares the hash tag `{queue}` (not the environment's
+   * tag): the claim script moves deliveries of all environments between the queue's sorted sets.
+   */
+  outboxQueue: (queue: string, part: "due" | "leases" | "pending-since" | "seq") => `${KEY_PREFIX}outbox:{${queue}}:${part}`,
+  outboxDeliveryPrefix: (queue: string) => `${KEY_PREFIX}outbox:{${queue}}:delivery:`,
+  outboxEnvironment: (queue: string, agentId: string, environmentId: string, part: "deliveries" | "pending") =>
+    `${KEY_PREFIX}outbox:{${queue}}:env:${agentId}:${environmentId}:${part}`
 } as const
