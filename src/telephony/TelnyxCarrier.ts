@@ -227,7 +227,7 @@ export class TelnyxCarrier extends Effect.Service<TelnyxCarrier>()("callgate/Tel
           callControlId,
           {
             stream_url: stream.url,
-            stream_track: "both_tracks",
+            stream_track: "inbound_track",
             stream_bidirectional_mode: "rtp",
             stream_bidirectional_codec: "PCMU",
             // Sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
@@ -245,7 +245,7 @@ export class TelnyxCarrier extends Effect.Service<TelnyxCarrier>()("callgate/Tel
           callControlId,
           {
             stream_url: stream.url,
-            stream_track: "both_tracks",
+            stream_track: "inbound_track",
             stream_bidirectional_mode: "rtp",
             stream_bidirectional_codec: "PCMU",
             stream_auth_token: stream.token,

@@ -78,7 +78,7 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
       expect(telnyx.commands("v3:cc-7", "answer").map((r) => r.json)).toEqual([
         {
           stream_url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig",
-          stream_track: "both_tracks",
+          stream_track: "inbound_track",
           stream_bidirectional_mode: "rtp",
           stream_bidirectional_codec: "PCMU",
           stream_auth_token: "tok.sig",

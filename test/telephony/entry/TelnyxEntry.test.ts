@@ -110,7 +110,7 @@ describe("Telnyx entry endpoints", () => {
       const token = json.stream_auth_token!
       expect(json).toEqual({
         stream_url: `wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}`,
-        stream_track: "both_tracks",
+        stream_track: "inbound_track",
         stream_bidirectional_mode: "rtp",
         stream_bidirectional_codec: "PCMU",
         stream_auth_token: token,
