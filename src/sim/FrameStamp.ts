@@ -1,0 +1,75 @@
+/**
+ * Stamps carried inside the audio itself, so the benchmark can measure relay delay end to end
+ * without trusting the relay: the sender writes (call id, sequence number, send time) into the
+ * first bytes of a 160-byte mu-law frame; the receiver reads them back and subtracts.
+ *
+ * Times are `process.hrtime` microseconds: CLOCK_MONOTONIC, which every process on one machine
+ * shares, so a stamp written by a carrier process can be compared by an agent process.
+ *
+ * Each stamp nibble is stored as the mu-law byte 0xF0 | nibble, the sixteen quietest positive
+ * codes (linear 0..120 of 32767): a stamped silent frame stays silent (RMS under 60) for an energy
+ * detector and for WebRTC VAD, so stamping does not make the turn detector hear speech.
+ */
+export const STAMP_BYTES = 32
+
+const MAGIC = 0xca11
+const NIBBLE_BASE = 0xf0
+
+export interface FrameStamp {
+  callId: number
+  seq: number
+  sentUs: number
+}
+
+/** Microseconds of the shared monotonic clock. */
+export const nowUs = (): number => Number(process.hrtime.bigint() / 1000n)
+
+const writeNibbles = (frame: Uint8Array, offset: number, value: number, nibbles: number) => {
+  let rest = value
+  for (let i = nibbles - 1; i >= 0; i--) {
+    frame[offset + i] = NIBBLE_BASE | rest % 16
+    rest = Math.floor(rest / 16)
+  }
+}
+
+const readNibbles = (frame: Uint8Array, offset: number, nibbles: number): number => {
+  let value = 0
+  for (let i = 0; i < nibbles; i++) {
+    const byte = frame[offset + i]!
+    if ((byte & 0xf0) !== NIBBLE_BASE) return -1
+    value = value * 16 + (byte & 0x0f)
+  }
+  return value
+}
+
+/**
+ * Writes a stamp into `frame` at `offset` (the frame must have STAMP_BYTES from there). `callId`
+ * and `seq` are unsigned 32-bit; `sentUs` is kept to 48 bits (8.9 years of uptime).
+ */
+export const writeStamp = (frame: Uint8Array, callId: number, seq: number, sentUs: number = nowUs(), offset = 0): void => {
+  writeNibbles(frame, offset, MAGIC, 4)
+  writeNibbles(frame, offset + 4, callId >>> 0, 8)
+  writeNibbles(frame, offset + 12, seq >>> 0, 8)
+  writeNibbles(frame, offset + 20, sentUs % 2 ** 48, 12)
+}
+
+/**
+ * Reads a stamp into `into` (reused by hot loops: no allocation) and returns true, or returns
+ * false when the frame carries no stamp.
+ */
+export const readStampInto = (frame: Uint8Array, into: FrameStamp, offset = 0): boolean => {
+  if (frame.length < offset + STAMP_BYTES || readNibbles(frame, offset, 4) !== MAGIC) return false
+  const callId = readNibbles(frame, offset + 4, 8)
+  const seq = readNibbles(frame, offset + 12, 8)
+  const sentUs = readNibbles(frame, offset + 20, 12)
+  if (callId < 0 || seq < 0 || sentUs < 0) return false
+  into.callId = callId
+  into.seq = seq
+  into.sentUs = sentUs
+  return true
+}
+
+export const readStamp = (frame: Uint8Array, offset = 0): FrameStamp | undefined => {
+  const stamp: FrameStamp = { callId: 0, seq: 0, sentUs: 0 }
+  return readStampInto(frame, stamp, offset) ? stamp : undefined
+}

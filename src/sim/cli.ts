@@ -1,0 +1,186 @@
+#!/usr/bin/env node
+/**
+ * callgate-sim: places one simulated phone call on a running callgate, as Twilio or Telnyx would,
+ * and prints what happened. See docs/simulator.md.
+ */
+import { performance } from "node:perf_hooks"
+import { parseArgs } from "node:util"
+import { loadAudio } from "./AudioSource.js"
+import { durationMs, FRAME_BYTES } from "./Mulaw.js"
+import { type SimCall, SimError, redactUrl } from "./SimCall.js"
+import { placeTelnyxTexmlCall } from "./TelnyxCall.js"
+import { placeTwilioCall } from "./TwilioCall.js"
+
+const USAGE = `Usage: callgate-sim --agent ID --environment ID [options]
+
+Places one simulated inbound call on a running callgate and prints what happened.
+
+Options:
+  --gateway URL          callgate's base URL (default http://127.0.0.1:8080)
+  --provider NAME        twilio (voice webhook + Media Streams) or telnyx (TeXML); default twilio
+  --agent ID             agent id (required)
+  --environment ID       environment id (required)
+  --audio SPEC           what the caller says each turn: speech[:ms], silence[:ms], noise[:ms],
+                         a .wav file (mu-law 8 kHz, or 16-bit PCM 8/16 kHz mono) or a raw .ulaw file;
+                         default speech
+  --turns N              caller turns, each waiting for the agent to answer (default 2)
+  --dtmf DIGITS          keypad digits sent after the turns
+  --duration SECONDS     hang up after this long whatever happens (default 120)
+  --answer-timeout SEC   how long each turn waits for the agent to answer (default 10)
+  --pause MS             silence between turns (default 500)
+  --from E164, --to E164 caller and called numbers
+  --auth-token TOKEN     Twilio auth token, when the gateway checks X-Twilio-Signature
+                         (default: the TWILIO_AUTH_TOKEN environment variable)
+  --public-url URL       the gateway's PUBLIC_URL, for signatures (default: --gateway)
+  --stream-via WHERE     twiml: connect to the stream URL the answer gives (default);
+                         gateway: the same path and query on the --gateway host
+  --verbose              print every frame received from the gateway
+  --help                 this text
+
+Exit status: 0 after a normal hangup (by the simulator or the gateway), 1 when the call failed,
+2 for bad usage.`
+
+const fail = (message: string, code = 2): never => {
+  process.stderr.write(`callgate-sim: ${message}\n`)
+  process.exit(code)
+}
+
+const parse = () => {
+  try {
+    return parseArgs({
+      options: {
+        gateway: { type: "string", default: "http://127.0.0.1:8080" },
+        provider: { type: "string", default: "twilio" },
+        agent: { type: "string" },
+        environment: { type: "string" },
+        audio: { type: "string", default: "speech" },
+        turns: { type: "string", default: "2" },
+        dtmf: { type: "string" },
+        duration: { type: "string", default: "120" },
+        "answer-timeout": { type: "string", default: "10" },
+        pause: { type: "string", default: "500" },
+        from: { type: "string" },
+        to: { type: "string" },
+        "auth-token": { type: "string" },
+        "public-url": { type: "string" },
+        "stream-via": { type: "string", default: "twiml" },
+        verbose: { type: "boolean", default: false },
+        help: { type: "boolean", default: false }
+      },
+      strict: true
+    }).values
+  } catch (error) {
+    return fail(`${(error as Error).message}\n\n${USAGE}`)
+  }
+}
+
+const number = (name: string, text: string, min: number): number => {
+  const value = Number(text)
+  if (!Number.isFinite(value) || value < min) fail(`--${name} must be a number >= ${min}, got "${text}"`)
+  return value
+}
+
+const main = async () => {
+  const args = parse()
+  if (args.help) {
+    process.stdout.write(`${USAGE}\n`)
+    return 0
+  }
+  if (!args.agent || !args.environment) return fail(`--agent and --environment are required\n\n${USAGE}`)
+  if (args.provider !== "twilio" && args.provider !== "telnyx") return fail(`--provider must be twilio or telnyx, got "${args.provider}"`)
+  if (args["stream-via"] !== "twiml" && args["stream-via"] !== "gateway") return fail(`--stream-via must be twiml or gateway`)
+  if (args.dtmf !== undefined && !/^[0-9*#A-D]+$/.test(args.dtmf)) return fail(`--dtmf takes the keys 0-9 * # A-D, got "${args.dtmf}"`)
+  const turns = number("turns", args.turns, 0)
+  const durationSeconds = number("duration", args.duration, 1)
+  const answerTimeoutMs = number("answer-timeout", args["answer-timeout"], 0) * 1000
+  const pauseMs = number("pause", args.pause, 0)
+  let audio: Buffer
+  try {
+    audio = loadAudio(args.audio)
+  } catch (error) {
+    return fail((error as Error).message)
+  }
+
+  const startedAt = performance.now()
+  const log = (message: string) => process.stdout.write(`[${((performance.now() - startedAt) / 1000).toFixed(3).padStart(7)}s] ${message}\n`)
+
+  log(`placing a ${args.provider} call on ${args.gateway} (agent ${args.agent}, environment ${args.environment})`)
+  let call: SimCall
+  try {
+    const common = {
+      gatewayUrl: args.gateway,
+      agentId: args.agent,
+      environmentId: args.environment,
+      ...(args.from ? { from: args.from } : {}),
+      ...(args.to ? { to: args.to } : {})
+    }
+    call =
+      args.provider === "twilio"
+        ? await placeTwilioCall({
+            ...common,
+            authToken: args["auth-token"] ?? process.env.TWILIO_AUTH_TOKEN,
+            publicUrl: args["public-url"],
+            streamVia: args["stream-via"] === "gateway" ? "gateway" : "twiml"
+          })
+        : await placeTelnyxTexmlCall({ ...common, streamVia: args["stream-via"] === "gateway" ? "gateway" : "texml" })
+  } catch (error) {
+    log(error instanceof SimError ? error.message : `the call failed: ${(error as Error).message}`)
+    return 1
+  }
+  const entry = call.entry!
+  log(`webhook answered HTTP ${entry.status}: stream ${redactUrl(entry.stream.url)}, parameters ${Object.keys(entry.stream.parameters).join(", ") || "(none)"}`)
+  log(`stream open (${call.provider} ${call.streamId}): sent connected and start; media flows every 20 ms`)
+
+  call.on("mark", ({ name }) => log(`gateway sent mark "${name}"`))
+  call.on("markEchoed", ({ name, cleared }) => log(`echoed mark "${name}"${cleared ? " (cleared)" : " (played)"}`))
+  call.on("clear", ({ droppedMs }) => log(`gateway sent clear: dropped ${Math.round(droppedMs)} ms of queued agent audio`))
+  call.on("protocolError", (message) => log(`PROTOCOL: ${message}`))
+  if (args.verbose) {
+    call.on("agentMedia", ({ payload, voiced }) => log(`agent media: ${payload.length} bytes${voiced ? ", voiced" : ""}`))
+  }
+  const cap = setTimeout(() => {
+    log(`--duration ${durationSeconds}s reached: hanging up`)
+    void call.hangup("duration reached")
+  }, durationSeconds * 1000)
+
+  const latencies: Array<number> = []
+  for (let turn = 1; turn <= turns && call.isOpen; turn++) {
+    if (turn > 1) await call.pause(pauseMs)
+    log(`turn ${turn}: caller speaks (${durationMs(audio)} ms)`)
+    const result = await call.turn(audio, { answerTimeoutMs })
+    if (result.answer.answered) {
+      latencies.push(result.answer.latencyMs)
+      log(
+        `turn ${turn}: sent ${result.framesSent} frames; agent answered after ${Math.round(result.answer.latencyMs)} ms ` +
+          `and sent ${result.agentMessages} media frames (${Math.round(result.agentBytes / FRAME_BYTES) * 20} ms of audio)`
+      )
+    } else {
+      log(`turn ${turn}: sent ${result.framesSent} frames; ${result.answer.reason === "closed" ? "the call ended" : `no answer within ${answerTimeoutMs / 1000}s`}`)
+    }
+  }
+  if (args.dtmf && call.isOpen) {
+    log(`sending DTMF ${args.dtmf}`)
+    await call.sendDtmf(args.dtmf)
+    const answer = await call.waitForAgentAnswer({ timeoutMs: answerTimeoutMs })
+    log(answer.answered ? `agent answered the digits after ${Math.round(answer.latencyMs)} ms` : `no answer to the digits`)
+    if (answer.answered) await call.waitForAgentQuiet()
+  }
+  if (call.isOpen) log("caller hangs up: sending stop")
+  const closed = await call.hangup()
+  clearTimeout(cap)
+  log(`stream closed by the ${closed.by}: code ${closed.code}${closed.reason ? ` (${closed.reason})` : ""}`)
+  const s = call.stats
+  log(
+    `summary: sent ${s.framesSent} media frames (${s.voicedFramesSent} voiced), ${s.dtmfSent} DTMF; received ${s.agentMessages} media frames ` +
+      `(${s.agentVoicedMessages} voiced), ${s.marksReceived} marks (${s.marksEchoed} echoed), ${s.clears} clears; ` +
+      `response latency ${latencies.length > 0 ? latencies.map((ms) => `${Math.round(ms)} ms`).join(", ") : "n/a"}` +
+      (s.protocolErrors > 0 ? `; ${s.protocolErrors} PROTOCOL ERRORS` : "")
+  )
+  const normal = closed.by === "simulator" ? closed.code === 1000 : closed.code === 1000 || closed.code === 1005
+  return normal ? 0 : 1
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error) => fail(`unexpected failure: ${(error as Error).stack ?? error}`, 1)
+)
