@@ -17,6 +17,12 @@ import { CarriersLive } from "./telephony/CarriersLive.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
 import { TelnyxCarrier } from "./telephony/TelnyxCarrier.js"
 import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
+import { Deliveries, OutboxLive } from "./webhooks/Deliveries.js"
+import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
+import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
+import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
+import { RedisOutboxStoreLive } from "./webhooks/RedisOutboxStore.js"
+import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
 
 /**
  * The one place layers are assembled. REDIS_URL picks the stores: Redis when set (shared by every
@@ -25,14 +31,21 @@ import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
 const StoresLive = Layer.unwrapEffect(
   Effect.map(AppConfig, (config) =>
     Option.isSome(config.redisUrl)
-      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive).pipe(Layer.provide(RedisConnectionLive))
-      : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive)
+      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive).pipe(Layer.provide(RedisConnectionLive))
+      : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive)
   )
 )
 
 const LoggerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel)))
 
-const DomainLive = Layer.mergeAll(Environments.Default, ApiKeys.Default).pipe(
+/** Event webhooks: the outbox (the `Outbox` port, delivery log) and the SSRF-safe client both webhook kinds use. */
+const WebhooksLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(
+  Layer.provideMerge(Deliveries.Default),
+  Layer.provideMerge(DeliveryMetrics.Default)
+)
+
+const DomainLive = WebhooksLive.pipe(
+  Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default)),
   Layer.provideMerge(SecretBox.Default),
   Layer.provideMerge(StoresLive)
 )
@@ -42,7 +55,7 @@ const TelephonyLive = CarriersLive.pipe(
   Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, CarrierCallEvents.Default))
 )
 
-export const MainLive = HttpServerLive.pipe(
+export const MainLive = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive).pipe(
   Layer.provide(HttpApp.Default),
   Layer.provide(DomainLive),
   Layer.provide(TelephonyLive),

@@ -53,7 +53,9 @@ const domainErrors: Record<string, (error: any) => ApiError> = {
   InvalidEnvironment: (e) => ApiError.of("VALIDATION_FAILED", `${e.details[0].field} ${e.details[0].message}`, e.details),
   StoreError: () => ApiError.of("UNAVAILABLE", "The store is unavailable; retry later."),
   NotFound: (e) => ApiError.of("NOT_FOUND", e.message),
-  Conflict: (e) => ApiError.of("CONFLICT", e.message)
+  Conflict: (e) => ApiError.of("CONFLICT", e.message),
+  DeliveryNotFound: (e) => ApiError.of("NOT_FOUND", `Webhook delivery ${e.deliveryId} was not found.`),
+  DeliveryNotRetryable: (e) => ApiError.of("CONFLICT", `Webhook delivery ${e.deliveryId} cannot be retried: ${e.why}.`)
 }
 
 export const registerDomainError = (tag: string, toApiError: (error: any) => ApiError) => {

@@ -7,13 +7,15 @@ import { ApiKeys } from "../apikeys/ApiKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
+import { Deliveries } from "../webhooks/Deliveries.js"
 import { registerTelephonyEntryRoutes, type TelephonyEntryServices } from "../telephony/entry/registerTelephonyEntry.js"
 import { ApiError } from "./ApiError.js"
 import { type ApiRoute, authenticationHook, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
+import { deliveryRoutes } from "./routes/deliveryRoutes.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices
+export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -26,7 +28,7 @@ declare module "fastify" {
 }
 
 /** Every /v1 JSON route, in the order the OpenAPI document lists them. */
-export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...apiKeyRoutes]
+export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...deliveryRoutes, ...apiKeyRoutes]
 
 /** JSON.parse, refusing `__proto__` keys (as fastify's own parser does) so no later merge can be poisoned. */
 const parseJson = (text: string): unknown =>

@@ -18,6 +18,13 @@ import { CarriersLive } from "../../src/telephony/CarriersLive.js"
 import { SessionTokens } from "../../src/telephony/SessionTokens.js"
 import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
 import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"
+import { Deliveries, OutboxLive } from "../../src/webhooks/Deliveries.js"
+import { DeliveryMetrics } from "../../src/webhooks/DeliveryMetrics.js"
+import { MemoryOutboxStoreLive } from "../../src/webhooks/MemoryOutboxStore.js"
+import type { Outbox } from "../../src/webhooks/Outbox.js"
+import type { OutboxStore } from "../../src/webhooks/OutboxStore.js"
+import { redisOutboxStoreLayer } from "../../src/webhooks/RedisOutboxStore.js"
+import { SafeHttpClient } from "../../src/webhooks/SafeHttpClient.js"
 import { Logger } from "effect"
 
 export const ADMIN_KEY = "test-admin-key-0123456789"
@@ -35,8 +42,10 @@ export const uniqueId = (prefix: string) => `${prefix}_${process.pid}_${Date.now
 
 export const storesLayer = (kind: StoreKind) =>
   kind === "redis"
-    ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive).pipe(Layer.provideMerge(RedisConnectionLive))
-    : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive)
+    ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, redisOutboxStoreLayer(uniqueId("outbox"))).pipe(
+        Layer.provideMerge(RedisConnectionLive)
+      )
+    : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive)
 
 export const configFor = (kind: StoreKind, env: Record<string, string> = {}) =>
   kind === "redis" ? { REDIS_URL: inject("redisUrl"), SECRETS_KEY: TEST_SECRETS_KEY, ...env } : env
@@ -46,9 +55,16 @@ export const telephonyLayer = CarriersLive.pipe(
   Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, CarrierCallEvents.Default))
 )
 
+/** The webhook outbox (no delivery worker: tests that deliver add `deliveryWorkerLayer`). */
+export const webhooksLayer = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(
+  Layer.provideMerge(Deliveries.Default),
+  Layer.provideMerge(DeliveryMetrics.Default)
+)
+
 /** The domain services over the chosen store, with logs silenced. */
 export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =>
   telephonyLayer.pipe(
+    Layer.provideMerge(webhooksLayer),
     Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default, Metrics.Default)),
     Layer.provideMerge(SecretBox.Default),
     Layer.provideMerge(storesLayer(kind)),
@@ -70,7 +86,12 @@ export interface TestApp {
     | TwilioCarrier
     | TelnyxCarrier
     | SessionTokens
-    | CarrierCallEvents,
+    | CarrierCallEvents
+    | Deliveries
+    | DeliveryMetrics
+    | Outbox
+    | OutboxStore
+    | SafeHttpClient,
     unknown
   >
   readonly close: () => Promise<void>

@@ -1,0 +1,319 @@
+import { Effect, Either, Option } from "effect"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Environments } from "../../src/environments/Environments.js"
+import { Metrics } from "../../src/observability/Metrics.js"
+import { EnvironmentStore } from "../../src/store/EnvironmentStore.js"
+import { verifySignature } from "../../src/webhooks/index.js"
+import { freePort } from "../support/redisServer.js"
+import type { StoreKind } from "../support/testApp.js"
+import { eventually, type ReceivedRequest, type Receiver, type Reply, startReceiver } from "./httpsReceiver.js"
+import { makeWebhookRuntime } from "./webhookRuntime.js"
+
+const header = (request: ReceivedRequest, name: string) => request.headers[name.toLowerCase()] as string | undefined
+
+const verifies = (request: ReceivedRequest, secret: string) =>
+  verifySignature({
+    secret,
+    signature: request.headers["x-service-signature"],
+    timestamp: request.headers["x-service-timestamp"],
+    rawBody: request.body
+  })
+
+describe.each<StoreKind>(["memory", "redis"])("DeliveryWorker (%s outbox)", (kind) => {
+  let t: ReturnType<typeof makeWebhookRuntime>
+  let receiver: Receiver
+  let elsewhere: Receiver
+  /** Per-path replies, so each test owns its receiver behaviour. */
+  const replies = new Map<string, (request: ReceivedRequest, index: number) => Reply | Promise<Reply>>()
+
+  beforeAll(async () => {
+    t = makeWebhookRuntime(kind)
+    elsewhere = await startReceiver()
+    receiver = await startReceiver((request, index) => {
+      const path = request.path.split("?")[0]!
+      const reply = replies.get(path)
+      if (reply) return reply(request, index)
+      const status = /^\/status\/(\d{3})$/.exec(path)
+      if (status) {
+        const code = Number(status[1])
+        return code >= 300 && code < 400 ? { status: code, headers: { location: elsewhere.url("/moved") } } : { status: code }
+      }
+      if (path === "/slow") return { status: 200, delayMs: 1500 }
+      return { status: 200 }
+    })
+  })
+  afterAll(async () => {
+    await t.close()
+    await receiver.close()
+    await elsewhere.close()
+  })
+
+  const forPath = (path: string) => receiver.requests.filter((r) => r.path === path)
+
+  const deliverTo = async (url: string) => {
+    const ids = await t.createEnvironment(url)
+    const event = t.sessionEnded(ids)
+    await t.enqueue(event)
+    const [delivery] = await t.settled(ids)
+    return { ids, event, delivery: delivery! }
+  }
+
+  it.each([200, 204, 301, 302])("a %i answer delivers at once, without following redirects", async (status) => {
+    const { delivery, event, ids } = await deliverTo(receiver.url(`/status/${status}`))
+    expect(delivery.state).toBe("delivered")
+    expect(delivery.attempts).toHaveLength(1)
+    expect(delivery.attempts[0]).toMatchObject({ attempt: 1, statusCode: status, error: null, outcome: "delivered" })
+    expect(delivery.payload).toEqual(event)
+    expect(forPath(`/status/${status}`).filter((r) => header(r, "x-service-delivery-id") === delivery.id)).toHaveLength(1)
+    expect(elsewhere.requests).toHaveLength(0)
+    const request = forPath(`/status/${status}`).find((r) => header(r, "x-service-delivery-id") === delivery.id)!
+    expect(JSON.parse(request.body.toString())).toEqual(event)
+    expect(ids.secret).toBeDefined()
+    expect(verifies(request, ids.secret!)).toBe(true)
+  })
+
+  it.each([400, 404, 410])("a %i answer fails the delivery for good, with no retry", async (status) => {
+    const { delivery } = await deliverTo(receiver.url(`/status/${status}`))
+    expect(delivery.state).toBe("failed")
+    expect(delivery.reason).toBe(`HTTP ${status}`)
+    expect(delivery.attempts).toHaveLength(1)
+    expect(delivery.attempts[0]).toMatchObject({ statusCode: status, outcome: "failed" })
+    // Nothing comes later: the retry delays (about 100 ms) pass without another attempt.
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    expect(forPath(`/status/${status}`).filter((r) => header(r, "x-service-delivery-id") === delivery.id)).toHaveLength(1)
+  })
+
+  it.each([500, 503])("a %i answer is retried on the schedule, then the delivery is exhausted", async (status) => {
+    const { delivery, ids } = await deliverTo(receiver.url(`/status/${status}`))
+    expect(delivery.state).toBe("exhausted")
+    expect(delivery.attempts.map((a) => [a.attempt, a.statusCode, a.outcome])).toEqual([
+      [1, status, "retry"],
+      [2, status, "retry"],
+      [3, status, "exhausted"]
+    ])
+    expect(delivery.reason).toContain(`HTTP ${status}`)
+    const requests = forPath(`/status/${status}`).filter((r) => header(r, "x-service-delivery-id") === delivery.id)
+    expect(requests.map((r) => header(r, "x-service-attempt"))).toEqual(["1", "2", "3"])
+    // The schedule is 100 ms +-20% between attempts (measured from the end of the previous one).
+    for (let i = 1; i < requests.length; i++) {
+      expect(requests[i]!.receivedAt - requests[i - 1]!.receivedAt).toBeGreaterThanOrEqual(75)
+    }
+    for (const request of requests) expect(verifies(request, ids.secret!)).toBe(true)
+  })
+
+  it("a receiver slower than WEBHOOK_TIMEOUT is a timeout, retried, then exhausted", async () => {
+    const { delivery } = await deliverTo(receiver.url("/slow"))
+    expect(delivery.state).toBe("exhausted")
+    expect(delivery.attempts).toHaveLength(3)
+    for (const attempt of delivery.attempts) {
+      expect(attempt.statusCode).toBeNull()
+      expect(attempt.error).toContain("no response within")
+      expect(attempt.durationMs).toBeGreaterThanOrEqual(350)
+      expect(attempt.durationMs).toBeLessThan(1400)
+    }
+  })
+
+  it("a refused connection is retried, then exhausted", async () => {
+    const port = await freePort()
+    const { delivery } = await deliverTo(`https://127.0.0.1:${port}/hook`)
+    expect(delivery.state).toBe("exhausted")
+    expect(delivery.attempts.map((a) => a.outcome)).toEqual(["retry", "retry", "exhausted"])
+    for (const attempt of delivery.attempts) expect(attempt.error).toContain("ECONNREFUSED")
+  })
+
+  it("a server error followed by success ends delivered, with the same delivery id on both attempts", async () => {
+    replies.set("/flaky", (_request, index) => ({ status: forPath("/flaky").length === 1 ? 502 : 200, body: String(index) }))
+    const { delivery } = await deliverTo(receiver.url("/flaky"))
+    expect(delivery.state).toBe("delivered")
+    expect(delivery.attempts.map((a) => a.statusCode)).toEqual([502, 200])
+    expect(new Set(forPath("/flaky").map((r) => header(r, "x-service-delivery-id")))).toEqual(new Set([delivery.id]))
+  })
+
+  it("every attempt is signed with the secret current when it is sent: a regenerated secret applies to the retry", async () => {
+    let ids!: Awaited<ReturnType<typeof t.createEnvironment>>
+    let regenerated: string | undefined
+    replies.set("/rotate", async () => {
+      if (regenerated === undefined) {
+        // Between the first and the second attempt, the customer regenerates the secret.
+        regenerated = await t.run(Effect.flatMap(Environments, (envs) => envs.regenerateWebhookSecret(ids.agentId, ids.environmentId)))
+        return { status: 500 }
+      }
+      return { status: 200 }
+    })
+    ids = await t.createEnvironment(receiver.url("/rotate"))
+    await t.enqueue(t.sessionEnded(ids))
+    const [delivery] = await t.settled(ids)
+    expect(delivery!.state).toBe("delivered")
+    const [first, second] = forPath("/rotate")
+    expect(regenerated).toBeDefined()
+    expect(regenerated).not.toBe(ids.secret)
+    expect(verifies(first!, ids.secret!)).toBe(true)
+    expect(verifies(first!, regenerated!)).toBe(false)
+    expect(verifies(second!, regenerated!)).toBe(true)
+    expect(verifies(second!, ids.secret!)).toBe(false)
+    // Each attempt carries its own send-time timestamp.
+    expect(Math.abs(Number(header(second!, "x-service-timestamp")) - Date.now() / 1000)).toBeLessThan(30)
+  })
+
+  it("sends unsigned (no signature headers) when the environment's secret was cleared, and says so in the headers it sends", async () => {
+    const ids = await t.createEnvironment(receiver.url("/unsigned"))
+    await t.run(Effect.flatMap(Environments, (envs) => envs.update(ids.agentId, ids.environmentId, { webhookSecret: null })))
+    await t.enqueue(t.sessionEnded(ids))
+    await t.settled(ids)
+    const [request] = forPath("/unsigned")
+    expect(request!.headers["x-service-signature"]).toBeUndefined()
+    expect(request!.headers["x-service-timestamp"]).toBeUndefined()
+    expect(header(request!, "x-service-attempt")).toBe("1")
+    expect(header(request!, "content-type")).toBe("application/json")
+  })
+
+  it("queues nothing for an environment without a webhook, or one that does not exist", async () => {
+    const ids = await t.createEnvironment(null)
+    await t.enqueue(t.sessionEnded(ids))
+    await t.enqueue(t.sessionEnded({ agentId: ids.agentId, environmentId: "env_missing" }))
+    expect(await t.list(ids)).toEqual([])
+  })
+
+  it("an environment whose webhook disappeared without notice is cancelled at send time", async () => {
+    let ids!: Awaited<ReturnType<typeof t.createEnvironment>>
+    replies.set("/vanish", async () => {
+      // Another instance removed the URL: this process hears nothing, the next attempt finds out.
+      await t.run(
+        Effect.flatMap(EnvironmentStore, (store) =>
+          store.update(ids.agentId, ids.environmentId, (env) => Either.right({ ...env, webhookUrl: null, webhookSecretSealed: null }))
+        )
+      )
+      return { status: 500 }
+    })
+    ids = await t.createEnvironment(receiver.url("/vanish"))
+    await t.enqueue(t.sessionEnded(ids))
+    const [delivery] = await t.settled(ids)
+    expect(delivery!.state).toBe("cancelled")
+    expect(delivery!.reason).toBe("webhook removed")
+    expect(delivery!.attempts).toHaveLength(1)
+  })
+
+  it("records its work on the metrics registry", async () => {
+    const text = await t.run(Effect.flatMap(Metrics, ({ registry }) => Effect.promise(() => registry.metrics())))
+    expect(text).toMatch(/callgate_webhook_deliveries_total\{outcome="delivered"\} [1-9]/)
+    expect(text).toMatch(/callgate_webhook_deliveries_total\{outcome="failed"\} [1-9]/)
+    expect(text).toMatch(/callgate_webhook_deliveries_total\{outcome="exhausted"\} [1-9]/)
+    expect(text).toMatch(/callgate_webhook_attempt_duration_seconds_count\{result="success"\} [1-9]/)
+    expect(text).toMatch(/callgate_webhook_attempt_duration_seconds_count\{result="timeout"\} [1-9]/)
+    expect(text).toMatch(/callgate_webhook_attempt_duration_seconds_count\{result="connection_error"\} [1-9]/)
+    expect(text).toMatch(/callgate_webhook_outbox_depth \d+/)
+    expect(text).toMatch(/callgate_webhook_outbox_oldest_pending_age_seconds \d+/)
+  })
+})
+
+describe.each<StoreKind>(["memory", "redis"])("removing a webhook cancels its pending deliveries (%s outbox)", (kind) => {
+  let t: ReturnType<typeof makeWebhookRuntime>
+  let receiver: Receiver
+  let hold: Array<() => void> = []
+
+  beforeAll(async () => {
+    // Retries an hour apart keep failed deliveries pending for the length of a test.
+    t = makeWebhookRuntime(kind, { WEBHOOK_RETRY_SCHEDULE: "1h", WEBHOOK_TIMEOUT: "2s" })
+    receiver = await startReceiver((request) => {
+      if (request.path === "/hold") return new Promise<Reply>((resolve) => hold.push(() => resolve({ status: 503 })))
+      return { status: 500 }
+    })
+  })
+  afterAll(async () => {
+    for (const release of hold) release()
+    await t.close()
+    await receiver.close()
+  })
+
+  const pendingRetry = async () => {
+    const ids = await t.createEnvironment(receiver.url("/fail"))
+    await t.enqueue(t.sessionEnded(ids))
+    await eventually(async () => ((await t.list(ids))[0]?.attempts.length === 1 ? true : undefined))
+    const [delivery] = await t.list(ids)
+    expect(delivery!.state).toBe("pending")
+    expect(Date.parse(delivery!.nextAttemptAt!) - Date.now()).toBeGreaterThan(40 * 60_000)
+    return ids
+  }
+
+  it("setting webhookUrl to null cancels with the reason 'webhook removed'", async () => {
+    const ids = await pendingRetry()
+    await t.run(Effect.flatMap(Environments, (envs) => envs.update(ids.agentId, ids.environmentId, { webhookUrl: null, webhookSecret: null })))
+    const [delivery] = await t.settled(ids)
+    expect([delivery!.state, delivery!.reason, delivery!.nextAttemptAt]).toEqual(["cancelled", "webhook removed", null])
+  })
+
+  it("deleting the environment cancels with the reason 'environment deleted'", async () => {
+    const ids = await pendingRetry()
+    await t.run(Effect.flatMap(Environments, (envs) => envs.remove(ids.agentId, ids.environmentId)))
+    // The environment is gone from /v1, so read the outbox directly.
+    const { OutboxStore } = await import("../../src/webhooks/OutboxStore.js")
+    const delivery = await eventually(async () => {
+      const page = await t.run(Effect.flatMap(OutboxStore, (store) => store.list(ids.agentId, ids.environmentId, { limit: 1 })))
+      const found = page.deliveries[0]
+      return found?.state === "cancelled" ? found : undefined
+    })
+    expect(delivery.reason).toBe("environment deleted")
+  })
+
+  it("an attempt in flight when the webhook is removed is not retried afterwards", async () => {
+    const ids = await t.createEnvironment(receiver.url("/hold"))
+    await t.enqueue(t.sessionEnded(ids))
+    await eventually(() => (hold.length > 0 ? true : undefined))
+    await t.run(Effect.flatMap(Environments, (envs) => envs.update(ids.agentId, ids.environmentId, { webhookUrl: null })))
+    for (const release of hold.splice(0)) release()
+    const [delivery] = await t.settled(ids)
+    expect(delivery!.state).toBe("cancelled")
+    expect(delivery!.reason).toBe("webhook removed")
+    expect(delivery!.attempts.map((a) => a.statusCode)).toEqual([503])
+  })
+
+  it("leaves other environments' deliveries alone", async () => {
+    const kept = await pendingRetry()
+    const removed = await pendingRetry()
+    await t.run(Effect.flatMap(Environments, (envs) => envs.update(removed.agentId, removed.environmentId, { webhookUrl: null })))
+    await t.settled(removed)
+    const [delivery] = await t.list(kept)
+    expect(delivery!.state).toBe("pending")
+    expect(Option.isSome(Option.fromNullable(delivery!.nextAttemptAt))).toBe(true)
+  })
+})
+
+describe("concurrency bounds", () => {
+  let t: ReturnType<typeof makeWebhookRuntime>
+  let a: Receiver
+  let b: Receiver
+  let active = 0
+  let maxActive = 0
+
+  beforeAll(async () => {
+    t = makeWebhookRuntime("redis", { WEBHOOK_CONCURRENCY: "4", WEBHOOK_CONCURRENCY_PER_HOST: "3", WEBHOOK_TIMEOUT: "5s" })
+    const slow = async (): Promise<Reply> => {
+      active++
+      maxActive = Math.max(maxActive, active)
+      await new Promise((resolve) => setTimeout(resolve, 150))
+      active--
+      return { status: 200 }
+    }
+    a = await startReceiver(slow)
+    b = await startReceiver(slow)
+  })
+  afterAll(async () => {
+    await t.close()
+    await a.close()
+    await b.close()
+  })
+
+  it("holds WEBHOOK_CONCURRENCY overall and WEBHOOK_CONCURRENCY_PER_HOST per destination host", async () => {
+    const envA = await t.createEnvironment(a.url())
+    const envB = await t.createEnvironment(b.url())
+    await Promise.all([
+      ...Array.from({ length: 10 }, () => t.enqueue(t.sessionEnded(envA))),
+      ...Array.from({ length: 10 }, () => t.enqueue(t.sessionEnded(envB)))
+    ])
+    const [deliveredA, deliveredB] = await Promise.all([t.settled(envA, 10, 20_000), t.settled(envB, 10, 20_000)])
+    expect([...deliveredA, ...deliveredB].every((d) => d.state === "delivered")).toBe(true)
+    expect(a.maxInFlight()).toBe(3)
+    expect(b.maxInFlight()).toBeLessThanOrEqual(3)
+    expect(maxActive).toBe(4)
+  })
+})
