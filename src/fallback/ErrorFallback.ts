@@ -141,6 +141,10 @@ export const ErrorFallbackLive = Layer.effect(
                 const applied = yield* carrierRequest(carriers.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
                 if (applied._tag === "Right") return decision({ outcome: "markup_applied", webhookStatus: status })
                 yield* hangup
+                // Markup a Call Control call cannot carry out (verbs with no command) is an unexpected answer.
+                if (applied.left.unexpected === true) {
+                  return decision({ outcome: "unexpected_response", webhookStatus: status, detail: applied.left.detail })
+                }
                 return decision({ outcome: "carrier_failed", webhookStatus: status, detail: applied.left.message })
               }
               case "Unexpected":

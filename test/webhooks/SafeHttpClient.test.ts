@@ -1,9 +1,9 @@
-import { Effect, Either, Exit, Scope } from "effect"
+import { type Duration, Effect, Either, Exit, Scope } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AddressRefusal, classifyAddress, classifyHostname } from "../../src/webhooks/AddressPolicy.js"
 import { makeSafeHttpClient, type ResolvedAddress, type SafeHttpOptions } from "../../src/webhooks/SafeHttpClient.js"
 import { freePort } from "../support/redisServer.js"
-import { type Receiver, startReceiver, TEST_CA } from "./httpsReceiver.js"
+import { type Receiver, type Reply, startReceiver, TEST_CA } from "./httpsReceiver.js"
 
 /** One sample (or more) for every refused range, with the refusal expected. */
 const refused: ReadonlyArray<readonly [string, AddressRefusal]> = [
@@ -95,7 +95,7 @@ describe("SafeHttpClient", () => {
   beforeAll(async () => {
     scope = Effect.runSync(Scope.make())
     redirectTarget = await startReceiver()
-    receiver = await startReceiver((request) => {
+    receiver = await startReceiver((request): Reply => {
       switch (request.path) {
         case "/slow":
           return { status: 200, delayMs: 2000 }
@@ -120,7 +120,7 @@ describe("SafeHttpClient", () => {
     await redirectTarget.close()
   })
 
-  const post = (client: typeof strict, url: string, timeout = "2 seconds", maxResponseBytes?: number) =>
+  const post = (client: typeof strict, url: string, timeout: Duration.DurationInput = "2 seconds", maxResponseBytes?: number) =>
     Effect.runPromise(
       Effect.either(
         client.post(url, { body: '{"a":1}', headers: { "content-type": "application/json", "x-test": "yes" }, timeout, ...(maxResponseBytes ? { maxResponseBytes } : {}) })
