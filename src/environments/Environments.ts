@@ -234,7 +234,8 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
     const clone = Effect.fn("Environments.clone")(function* (agentId: string, environmentId: string, name?: string) {
       const source = yield* getStored(agentId, environmentId)
       const now = new Date().toISOString()
-      const fresh = blank(agentId, name ?? `${source.name} (copy)`, now)
+      // The default name stays within the 200 characters a name may have.
+      const fresh = blank(agentId, name ?? `${source.name.slice(0, 193)} (copy)`, now)
       const copy: { -readonly [K in keyof StoredEnvironment]: StoredEnvironment[K] } = {
         ...source,
         id: fresh.id,

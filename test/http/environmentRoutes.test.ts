@@ -364,6 +364,15 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
       expect(answer.json.data).not.toHaveProperty("webhookSecret")
     })
 
+    it("keeps the default name within the 200 characters a name may have", async () => {
+      const agentId = uniqueId("agent")
+      const source = await createEnvironment(t.app, agentId, { name: "n".repeat(200) })
+      const clone = (await call(t.app, "POST", `${environmentUrl(agentId, source.id)}/clone`)).json.data
+      expect(clone.name).toBe(`${"n".repeat(193)} (copy)`)
+      const renamed = await call(t.app, "PATCH", environmentUrl(agentId, clone.id), { body: { name: clone.name } })
+      expect(renamed.status).toBe(200)
+    })
+
     it("answers 404 for an unknown source", async () => {
       expectError(await call(t.app, "POST", `${environmentUrl(uniqueId("agent"), uniqueId("env"))}/clone`), 404, "NOT_FOUND")
     })
