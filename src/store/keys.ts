@@ -18,5 +18,9 @@ export const keys = {
   outboxQueue: (queue: string, part: "due" | "leases" | "pending-since" | "seq") => `${KEY_PREFIX}outbox:{${queue}}:${part}`,
   outboxDeliveryPrefix: (queue: string) => `${KEY_PREFIX}outbox:{${queue}}:delivery:`,
   outboxEnvironment: (queue: string, agentId: string, environmentId: string, part: "deliveries" | "pending") =>
-    `${KEY_PREFIX}outbox:{${queue}}:env:${agentId}:${environmentId}:${part}`
+    `${KEY_PREFIX}outbox:{${queue}}:env:${agentId}:${environmentId}:${part}`,
+  /** Sessions: every key of one agent's sessions shares the tag {agentId}, so one MULTI writes them. */
+  session: (agentId: string, sessionId: string) => `${KEY_PREFIX}session:{${agentId}}:${sessionId}`,
+  agentSessions: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:sessions`,
+  environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`
 } as const

@@ -1,0 +1,70 @@
+import { Duration, Effect, Layer, Option } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
+import type { Session } from "./SessionSchema.js"
+import { cursorOf, newestFirst, SessionStore } from "./SessionStore.js"
+
+const PRUNE_EVERY_MS = 60_000
+
+/**
+ * The embedded store: one process, nothing survives a restart. Each operation runs synchronously
+ * on the event loop, so a read-modify-write cannot interleave with another. Sessions older than
+ * the retention are pruned at most once a minute, on insert.
+ */
+export const makeMemorySessionStore = (retention: Duration.Duration, now: () => number = Date.now) =>
+  Effect.sync(() => {
+    const byAgent = new Map<string, Map<string, Session>>()
+    let lastPrune = now()
+
+    const prune = () => {
+      const at = now()
+      if (at - lastPrune < PRUNE_EVERY_MS) return
+      lastPrune = at
+      const oldest = at - Duration.toMillis(retention)
+      for (const [agentId, sessions] of byAgent) {
+        for (const [id, session] of sessions) if (Date.parse(session.createdAt) < oldest) sessions.delete(id)
+        if (sessions.size === 0) byAgent.delete(agentId)
+      }
+    }
+
+    return SessionStore.of({
+      insert: (session) =>
+        Effect.sync(() => {
+          prune()
+          let sessions = byAgent.get(session.agentId)
+          if (sessions === undefined) byAgent.set(session.agentId, (sessions = new Map()))
+          sessions.set(session.id, session)
+        }),
+      get: (agentId, sessionId) => Effect.sync(() => Option.fromNullable(byAgent.get(agentId)?.get(sessionId))),
+      update: (agentId, sessionId, change) =>
+        Effect.sync(() => {
+          const sessions = byAgent.get(agentId)
+          const current = sessions?.get(sessionId)
+          if (sessions === undefined || current === undefined) return Option.none()
+          const next = change(current)
+          sessions.set(sessionId, next)
+          return Option.some(next)
+        }),
+      list: (agentId, options) =>
+        Effect.sync(() => {
+          const matching = [...(byAgent.get(agentId)?.values() ?? [])]
+            .filter(
+              (session) =>
+                (options.environmentId === undefined || session.environmentId === options.environmentId) &&
+                (options.status === undefined || session.status === options.status) &&
+                (options.after === undefined || newestFirst(options.after, cursorOf(session)) < 0)
+            )
+            .sort((a, b) => newestFirst(cursorOf(a), cursorOf(b)))
+          const items = matching.slice(0, options.limit)
+          const last = items[items.length - 1]
+          return {
+            items,
+            next: matching.length > options.limit && last !== undefined ? Option.some(cursorOf(last)) : Option.none()
+          }
+        })
+    })
+  })
+
+export const MemorySessionStoreLive = Layer.effect(
+  SessionStore,
+  Effect.flatMap(AppConfig, (config) => makeMemorySessionStore(config.sessionRetention))
+)

@@ -1,0 +1,58 @@
+import { Schema } from "effect"
+import { ResourceId } from "../environments/EnvironmentSchema.js"
+
+/**
+ * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
+ * `fallback` by the error fallback; both stay opaque here.
+ */
+export const SessionStatus = Schema.Literal("active", "completed", "failed", "timeout").annotations({
+  message: () => "must be one of active, completed, failed, timeout"
+})
+export type SessionStatus = typeof SessionStatus.Type
+
+export const Session = Schema.Struct({
+  id: Schema.String,
+  agentId: Schema.String,
+  environmentId: Schema.String,
+  provider: Schema.Literal("twilio", "telnyx"),
+  callId: Schema.String.annotations({ description: "The carrier's call id: Twilio CallSid, Telnyx call_control_id or TeXML CallSid" }),
+  from: Schema.NullOr(Schema.String),
+  to: Schema.NullOr(Schema.String),
+  direction: Schema.Literal("inbound", "outbound"),
+  createdAt: Schema.String.annotations({ description: "ISO 8601: when the media stream started" }),
+  endedAt: Schema.NullOr(Schema.String),
+  status: SessionStatus,
+  endReason: Schema.NullOr(
+    Schema.String.annotations({
+      description:
+        "caller_hangup, agent_hangup, agent_transfer, max_duration, or the hard error kind (no_idle_agent, agent_disconnected, ...)"
+    })
+  ),
+  turns: Schema.Array(Schema.Unknown).annotations({ description: "Caller turns and agent response latencies" }),
+  fallback: Schema.NullOr(Schema.Unknown).annotations({ description: "What the error fallback did, when it ran" })
+}).annotations({ identifier: "Session" })
+export type Session = typeof Session.Type
+
+export const SessionParams = Schema.Struct({ agentId: ResourceId, sessionId: ResourceId })
+
+const Limit = Schema.NumberFromString.pipe(
+  Schema.int({ message: () => "must be an integer from 1 to 100" }),
+  Schema.between(1, 100, { message: () => "must be an integer from 1 to 100" })
+)
+
+export const SessionListQuery = Schema.Struct({
+  environmentId: Schema.optional(ResourceId),
+  status: Schema.optional(SessionStatus),
+  limit: Schema.optional(Limit).annotations({ description: "1 to 100, default 20" }),
+  cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(200))).annotations({
+    description: "nextCursor from the previous page"
+  })
+})
+export type SessionListQuery = typeof SessionListQuery.Type
+
+export const SessionPageView = Schema.Struct({
+  sessions: Schema.Array(Session),
+  nextCursor: Schema.NullOr(Schema.String).annotations({ description: "Pass as cursor for the next (older) page; null on the last page" })
+}).annotations({ identifier: "SessionPage" })
+
+export const DEFAULT_PAGE_SIZE = 20
