@@ -1,0 +1,160 @@
+import { generateKeyPairSync, verify } from "node:crypto"
+import { afterEach, beforeEach, describe, expect, it } from "vitest"
+import { readUlawFile } from "../../src/sim/AudioSource.js"
+import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
+import type { SimCall } from "../../src/sim/SimCall.js"
+import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../src/sim/TelnyxCall.js"
+import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
+
+const appointment = readUlawFile("test/fixtures/audio/caller-appointment.ulaw")
+const payloadOf = (frame: any) => Buffer.from(frame.media.payload, "base64")
+
+describe("simulated Telnyx call", () => {
+  let gateway: FakeGateway
+  const calls: Array<SimCall> = []
+  const track = (call: SimCall) => (calls.push(call), call)
+
+  beforeEach(async () => {
+    gateway = await startFakeGateway()
+  })
+  afterEach(async () => {
+    await Promise.all(calls.splice(0).map((call) => call.hangup()))
+    await gateway.close()
+  })
+
+  it("posts the TeXML webhook and streams in Telnyx's dialect to the URL it names", async () => {
+    const call = track(
+      await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "agent_1", environmentId: "env_1", from: "+15551230001", to: "+15551230002" })
+    )
+    const hook = gateway.webhooks[0]!
+    expect(hook.path).toBe("/telephony/telnyx/texml")
+    expect(hook.query.get("agentId")).toBe("agent_1")
+    expect(hook.form).toMatchObject({ From: "+15551230001", To: "+15551230002", Direction: "inbound" })
+    expect(hook.form.CallSid).toMatch(/^v3:/)
+    expect(hook.form.AccountSid).toBeTruthy()
+    expect(call.entry?.stream.attributes).toMatchObject({ bidirectionalMode: "rtp", bidirectionalCodec: "PCMU" })
+
+    const stream = await gateway.stream()
+    expect(stream.request.url).toBe("/telephony/telnyx/stream?token=abc.def")
+    const start = await stream.nth("start")
+    expect(stream.messages[0]).toEqual({ event: "connected", version: "1.0.0" })
+    expect(start).toEqual({
+      event: "start",
+      sequence_number: "1",
+      stream_id: call.streamId,
+      start: {
+        user_id: expect.any(String),
+        call_control_id: hook.form.CallSid,
+        call_session_id: hook.form.CallSessionId,
+        from: "+15551230001",
+        to: "+15551230002",
+        tags: [],
+        client_state: null,
+        custom_parameters: {},
+        media_format: { encoding: "PCMU", sample_rate: 8000, channels: 1 }
+      }
+    })
+    const media = await stream.nth("media", 3)
+    expect(media).toEqual({
+      event: "media",
+      sequence_number: "4",
+      media: { track: "inbound", chunk: "3", timestamp: "40", payload: expect.any(String) },
+      stream_id: call.streamId
+    })
+    expect(payloadOf(media)).toHaveLength(FRAME_BYTES)
+  })
+
+  it("sends DTMF, marks back, stop and error frames in snake_case with stream_id", async () => {
+    const call = track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", encoding: "audio/x-mulaw" }))
+    const stream = await gateway.stream()
+    const start = await stream.nth("start")
+    expect(start.start.media_format.encoding).toBe("audio/x-mulaw")
+    await call.sendDtmf("5")
+    stream.sendMedia(appointment.subarray(0, 2 * FRAME_BYTES), {}) // Telnyx frames need no stream_id
+    stream.sendMark("m1", {})
+    const echo = await stream.nth("mark")
+    expect(echo).toEqual({ event: "mark", sequence_number: expect.any(String), mark: { name: "m1" }, stream_id: call.streamId })
+    call.sendStreamError(100003, "malformed_frame", "bad frame")
+    await call.hangup()
+    await stream.until(() => stream.closed)
+    const dtmf = stream.events("dtmf")[0]
+    expect(dtmf).toMatchObject({ event: "dtmf", stream_id: call.streamId, dtmf: { digit: "5" } })
+    expect(new Date(dtmf.occurred_at).getTime()).not.toBeNaN()
+    expect(stream.events("error")[0]).toMatchObject({
+      event: "error",
+      stream_id: call.streamId,
+      payload: { code: 100003, title: "malformed_frame", detail: "bad frame" }
+    })
+    expect(stream.messages.at(-1)).toEqual({
+      event: "stop",
+      sequence_number: expect.any(String),
+      stop: { user_id: start.start.user_id, call_control_id: start.start.call_control_id },
+      stream_id: call.streamId
+    })
+    expect(call.stats.protocolErrors).toBe(0)
+  })
+
+  it("shuffles media chunks within a window when asked; their numbers put them back in order", async () => {
+    const call = track(
+      await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", continuousMedia: false, shuffleWindow: 6, shuffleSeed: 3 })
+    )
+    const stream = await gateway.stream()
+    const audio = appointment.subarray(0, 24 * FRAME_BYTES)
+    await call.play(audio)
+    await stream.until(() => stream.events("media").length === 24)
+    const media = stream.events("media")
+    const chunks = media.map((frame) => Number(frame.media.chunk))
+    expect(chunks).not.toEqual([...chunks].sort((a, b) => a - b))
+    expect([...chunks].sort((a, b) => a - b)).toEqual(Array.from({ length: 24 }, (_, i) => i + 1))
+    // Frames only move within their window of six.
+    chunks.forEach((chunk, position) => expect(Math.floor((chunk - 1) / 6)).toBe(Math.floor(position / 6)))
+    const ordered = [...media].sort((a, b) => Number(a.media.chunk) - Number(b.media.chunk))
+    expect(Buffer.concat(ordered.map(payloadOf)).equals(audio)).toBe(true)
+    // Each frame keeps the sequence number and timestamp it was created with.
+    for (const frame of media) {
+      expect(Number(frame.sequence_number)).toBe(Number(frame.media.chunk) + 1)
+      expect(Number(frame.media.timestamp) % 20).toBe(0)
+    }
+  })
+
+  it("signs the webhook with Ed25519 over timestamp|body when given a key", async () => {
+    const { publicKey, privateKey } = generateKeyPairSync("ed25519")
+    track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", signingKey: privateKey }))
+    const hook = gateway.webhooks[0]!
+    const timestamp = String(hook.headers["telnyx-timestamp"])
+    expect(Math.abs(Number(timestamp) - Date.now() / 1000)).toBeLessThan(10)
+    const signature = Buffer.from(String(hook.headers["telnyx-signature-ed25519"]), "base64")
+    expect(verify(null, Buffer.from(`${timestamp}|${hook.rawBody}`), publicKey, signature)).toBe(true)
+    expect(verify(null, Buffer.from(`${timestamp}|${hook.rawBody}x`), publicKey, signature)).toBe(false)
+  })
+
+  it("connects straight to a stream URL with a stream auth token (Call Control)", async () => {
+    const call = track(
+      await connectTelnyxStream({
+        url: `${gateway.url.replace("http", "ws")}/telephony/telnyx/stream`,
+        streamAuthToken: "secret-token",
+        callControlId: "v3:abc",
+        customParameters: { x: "1" }
+      })
+    )
+    const stream = await gateway.stream()
+    const start = await stream.nth("start")
+    expect(stream.request.headers["x-telnyx-streaming-auth-token"]).toBe("secret-token")
+    expect(stream.messages[0]).toEqual({ event: "connected", version: "1.0.0", connected: { "x-telnyx-streaming-auth-token": "secret-token" } })
+    expect(start.start).toMatchObject({ call_control_id: "v3:abc", custom_parameters: { x: "1" } })
+    expect(start.stream_id).toBe(call.streamId)
+  })
+
+  it("flags a frame that names another stream", async () => {
+    const call = track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e" }))
+    const stream = await gateway.stream()
+    await stream.nth("start")
+    const problems: Array<string> = []
+    call.on("protocolError", (message) => problems.push(message))
+    stream.sendMedia(appointment.subarray(0, FRAME_BYTES), { stream_id: "someone-else" })
+    stream.sendClear({})
+    await call.pause(100)
+    expect(problems).toEqual([expect.stringContaining("someone-else")])
+    expect(call.stats.clears).toBe(1)
+  })
+})

@@ -1,0 +1,276 @@
+import { afterEach, describe, expect, it } from "vitest"
+import { WebSocket } from "ws"
+import { type AnsweringAgentOptions, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
+import { startSilentAgent } from "../../examples/agents/silent-agent.js"
+import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
+import { twilioDialect } from "../../src/sim/CarrierDialect.js"
+import { readStamp } from "../../src/sim/FrameStamp.js"
+import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
+import { type FakeGateway, type FakeStream, startFakeGateway } from "./fakeGateway.js"
+
+const audio = (name: string) => readUlawFile(`test/fixtures/audio/${name}.ulaw`)
+const callerTurn = audio("caller-appointment")
+const reply = audio("agent-greeting").subarray(20 * FRAME_BYTES, 26 * FRAME_BYTES) // six voiced frames
+const KEY = "agent-key-0123456789"
+
+/** callgate's half of one agent socket, in the agent dialect (Twilio Media Streams). */
+const callgateSide = (stream: FakeStream, sessionId = "ses_1") => {
+  const dialect = twilioDialect({
+    streamSid: `MZ${sessionId}`,
+    accountSid: "AC0",
+    callSid: "CA0",
+    customParameters: { sessionId, agentId: "agent_1", environmentId: "env_1", from: "+15550001", to: "+15550002", direction: "inbound", provider: "twilio" }
+  })
+  let seq = 1
+  let chunk = 1
+  const send = (text: string) => stream.socket.readyState === WebSocket.OPEN && stream.socket.send(text)
+  return {
+    streamSid: dialect.streamId,
+    start: () => (send(dialect.connected()), send(dialect.start(seq++))),
+    /** Sends audio as fast as the socket takes it: the agents count frames, not wall time. */
+    say: (audioToSend: Buffer) => {
+      for (const frame of framesOf(audioToSend)) send(dialect.media(seq++, chunk, (chunk++ - 1) * 20, frame.toString("base64")))
+    },
+    dtmf: (digit: string) => send(dialect.dtmf(seq++, digit)),
+    markPlayed: (name: string) => send(dialect.mark(seq++, name)),
+    stop: () => (send(dialect.stop(seq++)), stream.socket.close(1000, "call ended"))
+  }
+}
+
+const agentMedia = (stream: FakeStream) => stream.events("media").map((m) => Buffer.from(m.media.payload, "base64"))
+
+describe("example agents", () => {
+  let gateway: FakeGateway
+  const cleanup: Array<() => Promise<void>> = []
+  afterEach(async () => {
+    for (const step of cleanup.splice(0).reverse()) await step()
+  })
+
+  /** A fake /connect endpoint that checks the bearer key. */
+  const connectEndpoint = async () => {
+    gateway = await startFakeGateway({
+      refuseUpgrade: (request) =>
+        !request.url?.startsWith("/v1/agents/agent_1/environments/env_1/connect") ? 404 : request.headers.authorization !== `Bearer ${KEY}` ? 401 : undefined
+    })
+    cleanup.push(() => gateway.close())
+    return gateway
+  }
+
+  const answering = async (options: Partial<AnsweringAgentOptions> = {}) => {
+    await connectEndpoint()
+    const agent = await startAnsweringAgent({
+      gatewayUrl: gateway.url,
+      agentId: "agent_1",
+      environmentId: "env_1",
+      apiKey: KEY,
+      reply,
+      responseLatencyMs: 20,
+      ...options
+    })
+    cleanup.push(() => agent.close())
+    await agent.ready()
+    return agent
+  }
+
+  it("keeps `capacity` sockets open with its key and answers a caller turn with audio, then a mark", async () => {
+    const agent = await answering({ capacity: 2 })
+    expect(gateway.streams).toHaveLength(2)
+    const stream = gateway.streams[0]!
+    expect(stream.request.url).toBe("/v1/agents/agent_1/environments/env_1/connect")
+    const calls: Array<string> = []
+    agent.on("call", (call) => calls.push(call.customParameters.sessionId!))
+    const callgate = callgateSide(stream)
+    callgate.start()
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    const mark = await stream.nth("mark")
+    expect(mark).toEqual({ event: "mark", streamSid: callgate.streamSid, mark: { name: "reply-1" } })
+    expect(Buffer.concat(agentMedia(stream)).equals(reply)).toBe(true)
+    expect(stream.events("media").every((m) => m.streamSid === callgate.streamSid)).toBe(true)
+    // The mark follows the last reply frame.
+    expect(stream.messages.at(-1)).toBe(mark)
+    expect(calls).toEqual(["ses_1"])
+    expect(agent.stats).toMatchObject({ calls: 1, turns: 1, replies: 1 })
+    // The other socket stayed idle.
+    expect(gateway.streams[1]!.messages).toHaveLength(0)
+  })
+
+  it("answers speech over line noise, but never pure silence or line noise alone", async () => {
+    const agent = await answering()
+    const stream = gateway.streams[0]!
+    const callgate = callgateSide(stream)
+    callgate.start()
+    callgate.say(Buffer.concat([silence(3000), audio("line-noise"), audio("line-noise"), silence(1000)]))
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    expect(stream.messages).toHaveLength(0)
+    expect(agent.stats.turns).toBe(0)
+    callgate.say(Buffer.concat([audio("caller-appointment-noisy"), audio("line-noise")]))
+    await stream.nth("mark")
+    expect(agent.stats.turns).toBe(1)
+  })
+
+  it("reopens its socket after each call", async () => {
+    const agent = await answering()
+    const first = callgateSide(gateway.streams[0]!)
+    first.start()
+    first.say(Buffer.concat([callerTurn, silence(1000)]))
+    await gateway.streams[0]!.nth("mark")
+    first.markPlayed("reply-1")
+    const ended = new Promise((resolve) => agent.once("callEnded", resolve))
+    first.stop()
+    expect(await ended).toMatchObject({ code: 1000, turns: 1, replies: 1 })
+    const second = await gateway.stream(1)
+    expect(second.request.headers.authorization).toBe(`Bearer ${KEY}`)
+    const callgate = callgateSide(second, "ses_2")
+    callgate.start()
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    await second.nth("mark")
+    expect(agent.stats).toMatchObject({ calls: 2, replies: 2, callsEnded: 1 })
+  })
+
+  it("stalls after K turns: answers two, then hears the third and stays silent", async () => {
+    const agent = await answering({ stallAfterTurns: 2 })
+    const stream = gateway.streams[0]!
+    const callgate = callgateSide(stream)
+    const stalled: Array<number> = []
+    agent.on("stalled", ({ turn }) => stalled.push(turn))
+    callgate.start()
+    for (const n of [1, 2]) {
+      callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+      await stream.nth("mark", n)
+    }
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(stalled).toEqual([3])
+    expect(stream.events("mark").map((m) => m.mark.name)).toEqual(["reply-1", "reply-2"])
+    expect(agent.stats).toMatchObject({ turns: 3, replies: 2, stalls: 1 })
+  })
+
+  it("sends hangup once its K-th reply has played", async () => {
+    await answering({ hangupAfterTurns: 1 })
+    const stream = gateway.streams[0]!
+    const callgate = callgateSide(stream)
+    callgate.start()
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    await stream.nth("mark")
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(stream.events("hangup")).toHaveLength(0) // not before the reply has played
+    callgate.markPlayed("reply-1")
+    expect(await stream.nth("hangup")).toEqual({ event: "hangup" })
+  })
+
+  it("sends transfer or error when told to", async () => {
+    await answering({ transferAfterTurns: 1, transferTo: "+15557654321" })
+    const callgate = callgateSide(gateway.streams[0]!)
+    callgate.start()
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    await gateway.streams[0]!.nth("mark")
+    callgate.markPlayed("reply-1")
+    expect(await gateway.streams[0]!.nth("transfer")).toEqual({ event: "transfer", transfer: { to: "+15557654321" } })
+
+    const failing = await startAnsweringAgent({ url: `${gateway.url.replace("http", "ws")}/v1/agents/agent_1/environments/env_1/connect`, apiKey: KEY, errorAfterTurns: 0, errorMessage: "model down" })
+    cleanup.push(() => failing.close())
+    const socket = await gateway.stream(1)
+    await failing.ready()
+    callgateSide(socket, "ses_9").start()
+    expect(await socket.nth("error")).toEqual({ event: "error", error: { message: "model down" } })
+  })
+
+  it("takes a DTMF digit as the end of a turn", async () => {
+    await answering()
+    const stream = gateway.streams[0]!
+    const callgate = callgateSide(stream)
+    callgate.start()
+    callgate.dtmf("7")
+    await stream.nth("mark")
+    expect(Buffer.concat(agentMedia(stream)).equals(reply)).toBe(true)
+  })
+
+  it("streams its reply at 20 ms per frame, stamped when asked", async () => {
+    await answering({ stampFrames: true })
+    const stream = gateway.streams[0]!
+    const callgate = callgateSide(stream)
+    callgate.start()
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    const first = await stream.nth("media")
+    const firstAt = performance.now()
+    await stream.nth("mark")
+    expect(performance.now() - firstAt).toBeGreaterThanOrEqual(5 * 20 - 2)
+    const stamps = agentMedia(stream).map((frame) => readStamp(frame))
+    expect(stamps.map((stamp) => stamp?.seq)).toEqual([1, 2, 3, 4, 5, 6])
+    expect(new Set(stamps.map((stamp) => stamp?.callId)).size).toBe(1)
+    expect(first.streamSid).toBe(callgate.streamSid)
+  })
+
+  it("retries when /connect refuses its key", async () => {
+    await connectEndpoint()
+    const agent = await startAnsweringAgent({ gatewayUrl: gateway.url, agentId: "agent_1", environmentId: "env_1", apiKey: "wrong-key", reconnectDelayMs: 20 })
+    cleanup.push(() => agent.close())
+    const errors: Array<string> = []
+    agent.on("connectError", (message) => errors.push(message))
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect(errors.length).toBeGreaterThanOrEqual(2)
+    expect(errors[0]).toContain("401")
+    expect(gateway.streams).toHaveLength(0)
+  })
+
+  it("serves dial-out calls on its own WebSocket server", async () => {
+    const agent = await startAnsweringAgent({ dialOut: { port: 0 }, reply, responseLatencyMs: 10 })
+    cleanup.push(() => agent.close())
+    expect(agent.server?.url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+\/$/)
+    const socket = new WebSocket(agent.server!.url)
+    const messages: Array<any> = []
+    socket.on("message", (data) => messages.push(JSON.parse(data.toString())))
+    await new Promise((resolve) => socket.once("open", resolve))
+    const dialect = twilioDialect({ streamSid: "MZout", accountSid: "AC", callSid: "CA", customParameters: { sessionId: "ses_out" } })
+    socket.send(dialect.connected())
+    socket.send(dialect.start(1))
+    framesOf(Buffer.concat([callerTurn, silence(1000)])).forEach((frame, i) => socket.send(dialect.media(i + 2, i + 1, i * 20, frame.toString("base64"))))
+    await new Promise<void>((resolve) => {
+      const check = () => (messages.some((m) => m.event === "mark") ? resolve() : setTimeout(check, 10))
+      check()
+    })
+    expect(messages.filter((m) => m.event === "media")).toHaveLength(6)
+    expect(messages.at(-1)).toEqual({ event: "mark", streamSid: "MZout", mark: { name: "reply-1" } })
+    socket.close()
+  })
+})
+
+describe("silent agent", () => {
+  const cleanup: Array<() => Promise<void>> = []
+  afterEach(async () => {
+    for (const step of cleanup.splice(0).reverse()) await step()
+  })
+
+  const setup = async (stream: "none" | "silence" | "noise") => {
+    const gateway = await startFakeGateway()
+    cleanup.push(() => gateway.close())
+    const agent = await startSilentAgent({ url: `${gateway.url.replace("http", "ws")}/connect`, apiKey: KEY, stream })
+    cleanup.push(() => agent.close())
+    await agent.ready()
+    const socket = gateway.streams[0]!
+    const callgate = callgateSide(socket)
+    callgate.start()
+    callgate.say(Buffer.concat([callerTurn, silence(1000)]))
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    return { agent, socket }
+  }
+
+  it("takes the call and never answers", async () => {
+    const { agent, socket } = await setup("none")
+    expect(agent.stats.calls).toBe(1)
+    expect(socket.messages).toHaveLength(0)
+    expect(socket.request.headers.authorization).toBe(`Bearer ${KEY}`)
+  })
+
+  it("can stream comfort noise or silence, which is never voiced", async () => {
+    for (const kind of ["noise", "silence"] as const) {
+      const { socket } = await setup(kind)
+      const frames = agentMedia(socket)
+      expect(frames.length).toBeGreaterThanOrEqual(15)
+      expect(frames.length).toBeLessThanOrEqual(30)
+      expect(frames.some((frame) => isVoicedFrame(frame))).toBe(false)
+      expect(socket.events("mark")).toHaveLength(0)
+      if (kind === "noise") expect(frames.some((frame) => frame.some((byte) => byte !== 0xff))).toBe(true)
+    }
+  })
+})
