@@ -233,7 +233,7 @@ export const openApiDocument = (routes: ReadonlyArray<ApiRoute<any>>, info: { ti
       }
     }
   }
-  return {
+  return withoutPlaceholderIds({
     openapi: "3.1.0",
     info,
     paths,
@@ -241,5 +241,20 @@ export const openApiDocument = (routes: ReadonlyArray<ApiRoute<any>>, info: { ti
       schemas: definitions,
       securitySchemes: { bearer: { type: "http", scheme: "bearer" } }
     }
-  }
+  })
+}
+
+/**
+ * Effect's JSONSchema marks `Schema.Unknown`, `Schema.Any` and `Schema.Object` with placeholder
+ * ids (`"$id": "/schemas/unknown"`); used twice, the same `$id` makes the document invalid
+ * OpenAPI 3.1 (JSON Schema 2020-12 ids must be unique). They identify nothing, so they go.
+ */
+const withoutPlaceholderIds = <A>(value: A): A => {
+  if (Array.isArray(value)) return value.map(withoutPlaceholderIds) as A
+  if (value === null || typeof value !== "object") return value
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([key, inner]) => !(key === "$id" && typeof inner === "string" && inner.startsWith("/schemas/")))
+      .map(([key, inner]) => [key, withoutPlaceholderIds(inner)])
+  ) as A
 }

@@ -1,5 +1,7 @@
 import { Validator } from "@seriousme/openapi-schema-validator"
+import { Effect, Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { apiRoute, openApiDocument } from "../../src/http/ApiRoute.js"
 import { apiRoutes } from "../../src/http/HttpApp.js"
 import { makeTestApp, type StoreKind, type TestApp } from "../support/testApp.js"
 import { call } from "./client.js"
@@ -94,5 +96,26 @@ describe.each<StoreKind>(["memory", "redis"])("GET /v1/openapi.json (%s store)",
       expect.arrayContaining(["id", "agentId", "webhookUrl", "webhookSecret", "webhookSecretLast4", "errorFallbackWebhookSecret"])
     )
     expect(environment.required).not.toContain("webhookSecret")
+  })
+})
+
+describe("openApiDocument", () => {
+  it("stays valid when schemas use Unknown, Any or Object more than once", async () => {
+    const loose = Schema.Struct({ a: Schema.Array(Schema.Unknown), b: Schema.Unknown, c: Schema.Any, d: Schema.Object, e: Schema.Object })
+    const route = (path: string) =>
+      apiRoute({
+        method: "POST",
+        path,
+        summary: "loose",
+        tag: "test",
+        auth: "admin",
+        body: loose,
+        response: loose,
+        handler: () => Effect.void
+      })
+    const document = openApiDocument([route("/v1/one"), route("/v1/two")], { title: "t", version: "1" })
+    expect(JSON.stringify(document)).not.toContain('"$id"')
+    const result = await new Validator().validate(structuredClone(document))
+    expect(result.errors ?? []).toEqual([])
   })
 })
