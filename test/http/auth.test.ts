@@ -103,6 +103,13 @@ describe.each<StoreKind>(["memory", "redis"])("authentication and authorization 
     })
   })
 
+  it("HEAD, which fastify adds for every GET route, is authenticated too", async () => {
+    expect((await call(t.app, "HEAD", environmentsUrl(ownAgent), { key: null })).status).toBe(401)
+    expect((await call(t.app, "HEAD", environmentsUrl(otherAgent), { key: scopedKey })).status).toBe(403)
+    expect((await call(t.app, "HEAD", environmentsUrl(ownAgent), { key: scopedKey })).status).toBe(200)
+    expect((await call(t.app, "HEAD", "/v1/openapi.json", { key: null })).status).toBe(401)
+  })
+
   it("authenticates before reading the body: no key with a bad or oversized body is still 401", async () => {
     const url = environmentsUrl(ownAgent)
     expectError(await call(t.app, "POST", url, { key: null, payload: "{", contentType: "application/json" }), 401, "UNAUTHORIZED")
