@@ -7,6 +7,10 @@ import { Deliveries } from "../../src/webhooks/Deliveries.js"
 import type { DeliveryView } from "../../src/webhooks/Delivery.js"
 import { deliveryWorkerLayer, type DeliveryWorkerOptions } from "../../src/webhooks/DeliveryWorker.js"
 import { Outbox } from "../../src/webhooks/Outbox.js"
+import { redisOutboxStoreLayer } from "../../src/webhooks/RedisOutboxStore.js"
+import { RedisApiKeyStoreLive } from "../../src/store/RedisApiKeyStore.js"
+import { RedisConnectionLive } from "../../src/store/RedisConnection.js"
+import { RedisEnvironmentStoreLive } from "../../src/store/RedisEnvironmentStore.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
 import { configFor, type StoreKind, storesLayer, testConfigLayer, uniqueId, webhooksLayer } from "../support/testApp.js"
 import { CA_FILE, eventually } from "./httpsReceiver.js"
@@ -19,16 +23,26 @@ export const testWebhookSettings = {
   WEBHOOK_RETRY_SCHEDULE: "100ms,100ms"
 }
 
-/** Environments, the outbox over the chosen store, and (unless `worker: false`) a delivery worker. */
+const defaultWorker: DeliveryWorkerOptions = { pollInterval: "100 millis", leaseMargin: "1 second" }
+
+/**
+ * Environments, the outbox over the chosen store, and (unless `worker: false`) a delivery worker.
+ * Redis outboxes get their own queue (`queue`, or a fresh one) in the shared Redis.
+ */
 export const webhookLayer = (
   kind: StoreKind,
   env: Record<string, string> = {},
-  worker: DeliveryWorkerOptions | false = { pollInterval: "100 millis", leaseMargin: "1 second" }
+  worker: DeliveryWorkerOptions | false = defaultWorker,
+  queue: string = uniqueId("outbox")
 ) => {
+  const stores =
+    kind === "redis"
+      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, redisOutboxStoreLayer(queue)).pipe(Layer.provideMerge(RedisConnectionLive))
+      : storesLayer(kind)
   const base = webhooksLayer.pipe(
     Layer.provideMerge(Layer.mergeAll(Environments.Default, Metrics.Default)),
     Layer.provideMerge(SecretBox.Default),
-    Layer.provideMerge(storesLayer(kind)),
+    Layer.provideMerge(stores),
     Layer.provideMerge(AppConfig.Default)
   )
   const withWorker = worker === false ? base : deliveryWorkerLayer(worker).pipe(Layer.provideMerge(base))
@@ -38,8 +52,13 @@ export const webhookLayer = (
   )
 }
 
-export const makeWebhookRuntime = (kind: StoreKind, env: Record<string, string> = {}, worker?: DeliveryWorkerOptions | false) => {
-  const runtime = ManagedRuntime.make(webhookLayer(kind, env, worker))
+export const makeWebhookRuntime = (
+  kind: StoreKind,
+  env: Record<string, string> = {},
+  worker?: DeliveryWorkerOptions | false,
+  queue?: string
+) => {
+  const runtime = ManagedRuntime.make(webhookLayer(kind, env, worker, queue))
   const run = <A, E>(effect: Effect.Effect<A, E, Layer.Layer.Success<ReturnType<typeof webhookLayer>>>) => runtime.runPromise(effect)
 
   /** A new environment whose webhook points at `url`; returns its ids and the generated secret. */
@@ -71,7 +90,7 @@ export const makeWebhookRuntime = (kind: StoreKind, env: Record<string, string> 
   /** Waits until the environment has `count` deliveries and none is pending. */
   const settled = (ids: { agentId: string; environmentId: string }, count = 1, timeoutMs = 10_000): Promise<ReadonlyArray<DeliveryView>> =>
     eventually(async () => {
-      const found = await list(ids)
+      const found = await list(ids, Math.max(100, count))
       return found.length >= count && found.every((d) => d.state !== "pending") ? found : undefined
     }, timeoutMs)
 
