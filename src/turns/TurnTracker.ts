@@ -1,0 +1,280 @@
+import type { TurnObserver } from "./TurnObserver.js"
+import type { VoiceClassifier } from "./VoiceActivity.js"
+
+/**
+ * Finds the caller's turns and the agent's answers in the two audio directions of one call.
+ * Plain synchronous code on the media path: every method takes the frame's time (`atMs`, the
+ * relay's monotonic clock), keeps a few numbers, and calls back when something happened. No
+ * timers, no Effect, no allocation per frame; the response deadline is the watchdog's business.
+ *
+ * Rules (DESIGN.md section 5, issue 5):
+ * - Caller speech is voiced audio lasting at least `minSpeechMs` without a break (shorter voiced
+ *   bursts, such as the VAD's reaction to a noise onset, are not speech). Once the caller speaks,
+ *   gaps up to `FLICKER_GAP_MS` inside the speech need no fresh confirmation.
+ * - The caller's turn ends after `turnEndSilenceMs` without caller speech. It ended at the last
+ *   voiced caller frame, with the VAD's hangover (up to ~100 ms of trailing "voiced" frames that
+ *   are already background) trimmed off by level, so latency counts from the real end of speech.
+ * - A DTMF digit is caller input: with the caller silent, it ends a turn at once, at the digit.
+ * - The agent begins responding at the first frame of voiced agent audio lasting at least
+ *   `agentMinSpeechMs` after the caller's turn ended. Silence and comfort noise never count; an
+ *   agent that starts speaking during the end-of-turn silence ends the caller's turn there.
+ * - Caller speech before the agent answered supersedes the pending turn (`onCallerResumed`).
+ */
+
+export type TurnInput = "speech" | "dtmf"
+
+export interface EndedTurn {
+  /** 1-based, in order of the call. */
+  readonly index: number
+  readonly input: TurnInput
+  /** The last voiced caller frame (or the digit): where the response timer starts. */
+  readonly endedAtMs: number
+  /** When the end was recognised (after the end-of-turn silence). */
+  readonly detectedAtMs: number
+}
+
+export interface AnsweredTurn extends EndedTurn {
+  /** The first voiced frame of the agent's answer. */
+  readonly respondedAtMs: number
+  readonly latencyMs: number
+}
+
+export interface TurnTrackerOptions {
+  readonly caller: VoiceClassifier
+  readonly agent: VoiceClassifier
+  readonly minSpeechMs: number
+  readonly agentMinSpeechMs: number
+  readonly turnEndSilenceMs: number
+  readonly onTurnEnded?: (turn: EndedTurn) => void
+  /** The caller spoke (or pressed a key) again before the agent answered the pending turn. */
+  readonly onCallerResumed?: (pending: EndedTurn, atMs: number) => void
+  readonly onAgentResponded?: (turn: AnsweredTurn) => void
+  /** A callback threw; the tracker carries on. */
+  readonly onCallbackError?: (error: unknown) => void
+}
+
+/** Inside caller speech, the VAD may drop a frame or a few; such gaps are not the end of speech. */
+const FLICKER_GAP_MS = 100
+/**
+ * The VAD's hangover is at most 100 ms of audio (5 frames of 20 ms); the level trim never removes
+ * more trailing voiced audio than that. Counted in audio, not in arrival time, so frames that
+ * arrive late or bunched are trimmed the same.
+ */
+const MAX_HANGOVER_MS = 100
+/** Recent voiced caller frames kept for the trim (enough for 100 ms of 10 ms frames, and more). */
+const VOICED_HISTORY = 16
+/** A frame is audibly speech when its power is this many times the line's noise floor... */
+const SPEECH_OVER_FLOOR = 2.5
+/** ...and above about -60 dBFS (mean square of 16-bit samples). */
+const MIN_SPEECH_POWER = 1000
+/**
+ * The noise floor follows unvoiced frames down quickly and up slowly, so a loud frame the VAD
+ * calls unvoiced (a breath, the VAD's start-up) does not lift it.
+ */
+const FLOOR_FALL = 0.5
+const FLOOR_RISE = 0.02
+/** mu-law 8 kHz: bytes per millisecond. */
+const BYTES_PER_MS = 8
+
+export class TurnTracker implements TurnObserver {
+  private closed = false
+  private turnCount = 0
+  private pending: EndedTurn | undefined
+
+  // Caller direction.
+  private speaking = false
+  private input: TurnInput = "speech"
+  private runMs = 0
+  private runConfirmed = false
+  private runLastLoudAt = -1
+  private lastFrameVoiced = false
+  private lastVoicedAt = -Infinity
+  private lastSpeechAt = -Infinity
+  private noiseFloor = -1
+  /** Ring of the latest voiced caller frames: arrival time and audio duration. */
+  private readonly voicedTimes = new Float64Array(VOICED_HISTORY)
+  private readonly voicedDurations = new Float64Array(VOICED_HISTORY)
+  private voicedNewest = -1
+  private voicedCount = 0
+
+  // Agent direction.
+  private agentRunMs = 0
+  private agentRunStart = 0
+
+  constructor(private readonly options: TurnTrackerOptions) {}
+
+  /** The turn waiting for the agent's answer, if any. */
+  get pendingTurn(): EndedTurn | undefined {
+    return this.pending
+  }
+
+  /** The caller is mid-turn (spoke, and the end-of-turn silence has not passed yet). */
+  get callerSpeaking(): boolean {
+    return this.speaking
+  }
+
+  /** The agent is producing voiced audio that is not yet long enough to count as an answer. */
+  get agentStarting(): boolean {
+    return this.agentRunMs > 0 && this.agentRunMs < this.options.agentMinSpeechMs
+  }
+
+  /** When the pending turn's answer is due, given a timeout; undefined when nothing is pending. */
+  responseDeadlineMs(timeoutMs: number): number | undefined {
+    return this.pending === undefined ? undefined : this.pending.endedAtMs + timeoutMs
+  }
+
+  callerAudio(frame: Uint8Array, atMs: number): void {
+    if (this.closed) return
+    const voiced = this.options.caller.isVoiced(frame)
+    const power = this.options.caller.lastPower
+    if (voiced) {
+      if (this.runMs === 0) {
+        this.runConfirmed = this.speaking && atMs - this.lastVoicedAt <= FLICKER_GAP_MS
+        this.runLastLoudAt = -1
+      }
+      const frameMs = frame.length / BYTES_PER_MS
+      this.runMs += frameMs
+      this.rememberVoiced(atMs, frameMs)
+      if (this.isLoud(power)) this.runLastLoudAt = atMs
+      if (!this.runConfirmed && this.runMs >= this.options.minSpeechMs) {
+        this.runConfirmed = true
+        if (!this.speaking) this.startSpeaking(atMs)
+      }
+      if (this.runConfirmed) {
+        this.lastVoicedAt = atMs
+        if (this.runLastLoudAt > this.lastSpeechAt) this.lastSpeechAt = this.runLastLoudAt
+      }
+    } else {
+      this.runMs = 0
+      this.runConfirmed = false
+      const floor = this.noiseFloor
+      this.noiseFloor = floor < 0 ? power : floor + (power - floor) * (power < floor ? FLOOR_FALL : FLOOR_RISE)
+    }
+    this.lastFrameVoiced = voiced
+    this.checkTurnEnd(atMs)
+  }
+
+  callerDtmf(_digit: string, atMs: number): void {
+    if (this.closed) return
+    if (this.speaking) {
+      // Keys pressed while talking belong to the turn in progress.
+      this.input = "dtmf"
+      this.lastVoicedAt = Math.max(this.lastVoicedAt, atMs)
+      this.lastSpeechAt = Math.max(this.lastSpeechAt, atMs)
+      return
+    }
+    this.supersedePending(atMs)
+    this.endTurn("dtmf", atMs, atMs)
+  }
+
+  agentAudio(frame: Uint8Array, atMs: number): void {
+    if (this.closed) return
+    if (!this.options.agent.isVoiced(frame)) {
+      this.agentRunMs = 0
+      return
+    }
+    if (this.agentRunMs === 0) this.agentRunStart = atMs
+    this.agentRunMs += frame.length / BYTES_PER_MS
+    if (this.agentRunMs < this.options.agentMinSpeechMs) return
+    // The agent is speaking. It answers a pending turn, or takes the floor from a caller who has
+    // fallen silent before the end-of-turn silence passed.
+    if (this.pending === undefined && this.speaking && !this.lastFrameVoiced && this.runMs === 0) {
+      const endedAt = this.turnEndTime()
+      if (atMs > endedAt) this.endTurn(this.input, endedAt, atMs)
+    }
+    if (this.pending !== undefined) this.respond(Math.max(this.agentRunStart, this.pending.endedAtMs))
+  }
+
+  /** For carriers that stop sending frames during silence: lets the end-of-turn silence pass. */
+  tick(atMs: number): void {
+    if (!this.closed) this.checkTurnEnd(atMs)
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.pending = undefined
+    this.options.caller.close()
+    this.options.agent.close()
+  }
+
+  private isLoud(power: number): boolean {
+    return power >= MIN_SPEECH_POWER && (this.noiseFloor < 0 || power >= this.noiseFloor * SPEECH_OVER_FLOOR)
+  }
+
+  private rememberVoiced(atMs: number, frameMs: number): void {
+    this.voicedNewest = (this.voicedNewest + 1) % VOICED_HISTORY
+    this.voicedTimes[this.voicedNewest] = atMs
+    this.voicedDurations[this.voicedNewest] = frameMs
+    if (this.voicedCount < VOICED_HISTORY) this.voicedCount++
+  }
+
+  /**
+   * The last voiced caller frame, hangover trimmed: the last loud voiced frame, unless more than
+   * 100 ms of quiet voiced audio followed it (then that is quiet speech, and only 100 ms goes).
+   */
+  private turnEndTime(): number {
+    let trimmedMs = 0
+    for (let seen = 0, i = this.voicedNewest; seen < this.voicedCount; seen++, i = (i + VOICED_HISTORY - 1) % VOICED_HISTORY) {
+      const at = this.voicedTimes[i]!
+      // Newer voiced frames were a burst too short to count as speech.
+      if (at > this.lastVoicedAt) continue
+      if (at <= this.lastSpeechAt) return this.lastSpeechAt
+      trimmedMs += this.voicedDurations[i]!
+      if (trimmedMs > MAX_HANGOVER_MS) return at
+    }
+    return Math.max(this.lastSpeechAt, this.lastVoicedAt - MAX_HANGOVER_MS)
+  }
+
+  private startSpeaking(atMs: number): void {
+    this.supersedePending(atMs)
+    this.speaking = true
+    this.input = "speech"
+    this.lastVoicedAt = atMs
+    this.lastSpeechAt = this.runLastLoudAt >= 0 ? this.runLastLoudAt : atMs
+  }
+
+  private supersedePending(atMs: number): void {
+    const pending = this.pending
+    if (pending === undefined) return
+    this.pending = undefined
+    this.notify(() => this.options.onCallerResumed?.(pending, atMs))
+  }
+
+  private checkTurnEnd(atMs: number): void {
+    // A voiced run still waiting for confirmation may yet be speech: decide once it is settled.
+    if (!this.speaking || (this.runMs > 0 && !this.runConfirmed)) return
+    if (atMs - this.lastVoicedAt >= this.options.turnEndSilenceMs) this.endTurn(this.input, this.turnEndTime(), atMs)
+  }
+
+  private endTurn(input: TurnInput, endedAtMs: number, detectedAtMs: number): void {
+    this.speaking = false
+    const turn: EndedTurn = { index: ++this.turnCount, input, endedAtMs, detectedAtMs }
+    this.pending = turn
+    this.notify(() => this.options.onTurnEnded?.(turn))
+    // An agent already speaking when the turn ends answers it right away.
+    if (this.pending === turn && this.agentRunMs >= this.options.agentMinSpeechMs) {
+      this.respond(Math.max(this.agentRunStart, endedAtMs))
+    }
+  }
+
+  private respond(respondedAtMs: number): void {
+    const pending = this.pending!
+    this.pending = undefined
+    const answered: AnsweredTurn = { ...pending, respondedAtMs, latencyMs: respondedAtMs - pending.endedAtMs }
+    this.notify(() => this.options.onAgentResponded?.(answered))
+  }
+
+  /** Callbacks run on the media path: one that throws must not break the tracker or the call. */
+  private notify(callback: () => void): void {
+    try {
+      callback()
+    } catch (error) {
+      try {
+        this.options.onCallbackError?.(error)
+      } catch {
+        // Nothing sensible is left to do.
+      }
+    }
+  }
+}

@@ -1,0 +1,145 @@
+import createFvad, { type FvadModule } from "@echogarden/fvad-wasm"
+import { Effect } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
+
+/**
+ * Voice activity detection on the calls' own audio: G.711 mu-law, 8 kHz, usually 160 bytes per
+ * 20 ms frame. The detector is WebRTC's VAD (libfvad compiled to WebAssembly), a Gaussian-mixture
+ * speech/noise classifier over six frequency bands: unlike an energy threshold it tells speech from
+ * steady line noise, hiss and comfort noise.
+ *
+ * The WebAssembly module is loaded once per process (asynchronously, while the service is built);
+ * each call then owns small synchronous detectors (one per direction, since the VAD adapts to the
+ * noise of its stream) that do no allocation per frame.
+ */
+
+/** G.711 mu-law byte to linear 16-bit PCM (ITU-T G.711, as in every telephony stack). */
+export const MU_LAW_TO_PCM: Int16Array = (() => {
+  const table = new Int16Array(256)
+  for (let byte = 0; byte < 256; byte++) {
+    const u = ~byte & 0xff
+    const magnitude = ((((u & 0x0f) << 3) + 0x84) << ((u >> 4) & 0x07)) - 0x84
+    table[byte] = u & 0x80 ? -magnitude : magnitude
+  }
+  return table
+})()
+
+const SAMPLE_RATE = 8000
+/** libfvad takes 10, 20 or 30 ms frames; odd-sized input is cut into 20 ms pieces. */
+const PIECE_SAMPLES = 160
+const MAX_DIRECT_SAMPLES = 240
+
+/** What the turn tracker needs from a detector; tests substitute scripted ones. */
+export interface VoiceClassifier {
+  /** Whether this frame is speech. Synchronous, allocation-free; `frame` is not kept. */
+  isVoiced(frame: Uint8Array): boolean
+  /** Mean square of the last frame's PCM samples (0 for digital silence), for trimming the VAD's hangover. */
+  readonly lastPower: number
+  /** Frees the detector. Idempotent; afterwards every frame is unvoiced. */
+  close(): void
+}
+
+let loading: Promise<FvadModule> | undefined
+
+/** The WebAssembly module, loaded on first use and shared by every detector of the process. */
+export const loadFvad: Effect.Effect<FvadModule> = Effect.tryPromise({
+  try: () => (loading ??= createFvad()),
+  catch: (cause) => new Error(`could not load the voice activity detector (WebAssembly): ${String(cause)}`)
+}).pipe(
+  Effect.tapError(() => Effect.sync(() => (loading = undefined))),
+  Effect.orDie
+)
+
+export class VoiceDetector implements VoiceClassifier {
+  private instance: number
+  private readonly samples: number
+  /** Samples of an odd-sized frame waiting in `samples` for the rest of their 20 ms piece. */
+  private carried = 0
+  private voiced = false
+  lastPower = 0
+
+  /** `mode`: WebRTC aggressiveness, 0 (keeps most audio as speech) to 3 (most eager to call it noise). */
+  constructor(
+    private readonly fvad: FvadModule,
+    mode: number
+  ) {
+    const instance = fvad._fvad_new()
+    if (instance === 0) throw new Error("voice activity detector: out of memory")
+    if (fvad._fvad_set_mode(instance, mode) !== 0 || fvad._fvad_set_sample_rate(instance, SAMPLE_RATE) !== 0) {
+      fvad._fvad_free(instance)
+      throw new Error(`voice activity detector: invalid mode ${mode} (expected 0 to 3)`)
+    }
+    this.instance = instance
+    this.samples = fvad._malloc(MAX_DIRECT_SAMPLES * 2)
+  }
+
+  isVoiced(frame: Uint8Array): boolean {
+    if (this.instance === 0 || frame.length === 0) return false
+    const length = frame.length
+    // The heap view is replaced when WebAssembly memory grows, so it is read per frame, never kept.
+    const heap = this.fvad.HEAP16
+    const base = this.samples >> 1
+    let power = 0
+    if (this.carried === 0 && (length === 160 || length === 80 || length === 240)) {
+      for (let i = 0; i < length; i++) {
+        const sample = MU_LAW_TO_PCM[frame[i]!]!
+        heap[base + i] = sample
+        power += sample * sample
+      }
+      this.lastPower = power / length
+      this.voiced = this.fvad._fvad_process(this.instance, this.samples, length) === 1
+      return this.voiced
+    }
+    // Any other size: 20 ms pieces, the remainder carried into the next frame. Voiced when any
+    // piece completed in this frame is; a frame completing none repeats the last verdict.
+    let anyPiece = false
+    let anyVoiced = false
+    for (let i = 0; i < length; i++) {
+      const sample = MU_LAW_TO_PCM[frame[i]!]!
+      heap[base + this.carried++] = sample
+      power += sample * sample
+      if (this.carried === PIECE_SAMPLES) {
+        this.carried = 0
+        anyPiece = true
+        if (this.fvad._fvad_process(this.instance, this.samples, PIECE_SAMPLES) === 1) anyVoiced = true
+      }
+    }
+    this.lastPower = power / length
+    if (anyPiece) this.voiced = anyVoiced
+    return this.voiced
+  }
+
+  close(): void {
+    if (this.instance === 0) return
+    this.fvad._fvad_free(this.instance)
+    this.fvad._free(this.samples)
+    this.instance = 0
+    this.voiced = false
+  }
+}
+
+/** Turn detection parameters (config/defaults.ts documents each). */
+export interface TurnSettings {
+  readonly vadMode: number
+  readonly minSpeechMs: number
+  readonly agentMinSpeechMs: number
+  readonly turnEndSilenceMs: number
+}
+
+export class VoiceActivity extends Effect.Service<VoiceActivity>()("callgate/VoiceActivity", {
+  effect: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const fvad = yield* loadFvad
+    const settings: TurnSettings = {
+      vadMode: config.vadMode,
+      minSpeechMs: config.vadMinSpeechMs,
+      agentMinSpeechMs: config.vadAgentMinSpeechMs,
+      turnEndSilenceMs: config.turnEndSilenceMs
+    }
+    return {
+      settings,
+      /** A detector for one direction of one call; the caller closes it when the call ends. */
+      detector: (mode: number = settings.vadMode): VoiceDetector => new VoiceDetector(fvad, mode)
+    } as const
+  })
+}) {}

@@ -1,0 +1,179 @@
+import { readFileSync } from "node:fs"
+import type { FvadModule } from "@echogarden/fvad-wasm"
+import { fileURLToPath } from "node:url"
+import { Effect, Layer } from "effect"
+import { beforeAll, describe, expect, it } from "vitest"
+import { defaults } from "../../config/defaults.js"
+import { AppConfig } from "../../src/config/AppConfig.js"
+import { type AnsweredTurn, type EndedTurn, TurnTracker } from "../../src/turns/TurnTracker.js"
+import { loadFvad, MU_LAW_TO_PCM, VoiceActivity, VoiceDetector } from "../../src/turns/VoiceActivity.js"
+import { testConfigLayer } from "../support/testApp.js"
+
+const audio = (name: string) => new Uint8Array(readFileSync(fileURLToPath(new URL(`../fixtures/audio/${name}.ulaw`, import.meta.url))))
+const FRAME = 160
+const FRAME_MS = 20
+const silence = (ms: number) => new Uint8Array((ms / FRAME_MS) * FRAME).fill(0xff)
+const concat = (...parts: Array<Uint8Array>) => {
+  const out = new Uint8Array(parts.reduce((n, part) => n + part.length, 0))
+  let offset = 0
+  for (const part of parts) {
+    out.set(part, offset)
+    offset += part.length
+  }
+  return out
+}
+
+let fvad: FvadModule
+beforeAll(async () => {
+  fvad = await Effect.runPromise(loadFvad)
+})
+
+const detector = () => new VoiceDetector(fvad, defaults.VAD_MODE)
+
+/** Runs caller (and optionally agent) audio through a tracker with real detectors at the defaults. */
+const track = (callerAudio: Uint8Array, agentAudio?: Uint8Array) => {
+  const ended: Array<EndedTurn> = []
+  const answered: Array<AnsweredTurn> = []
+  const tracker = new TurnTracker({
+    caller: detector(),
+    agent: detector(),
+    minSpeechMs: defaults.VAD_MIN_SPEECH_MS,
+    agentMinSpeechMs: defaults.VAD_AGENT_MIN_SPEECH_MS,
+    turnEndSilenceMs: defaults.TURN_END_SILENCE_MS,
+    onTurnEnded: (turn) => ended.push(turn),
+    onAgentResponded: (turn) => answered.push(turn)
+  })
+  const quiet = new Uint8Array(FRAME).fill(0xff)
+  const frames = Math.max(callerAudio.length, agentAudio?.length ?? 0) / FRAME
+  for (let i = 0; i < frames; i++) {
+    const at = i * FRAME_MS
+    tracker.callerAudio(i * FRAME + FRAME <= callerAudio.length ? callerAudio.subarray(i * FRAME, i * FRAME + FRAME) : quiet, at)
+    const agentFrame = agentAudio && i * FRAME + FRAME <= agentAudio.length ? agentAudio.subarray(i * FRAME, i * FRAME + FRAME) : quiet
+    tracker.agentAudio(agentFrame, at)
+  }
+  tracker.close()
+  return { ended, answered }
+}
+
+/** Where speech really is in a clean clip, by level alone (frames above -60 dBFS; its silence is below -75): the reference. */
+const speechSpan = (clip: Uint8Array) => {
+  const loud: Array<number> = []
+  for (let i = 0; i + FRAME <= clip.length; i += FRAME) {
+    let power = 0
+    for (let j = 0; j < FRAME; j++) power += MU_LAW_TO_PCM[clip[i + j]!]! ** 2
+    if (power / FRAME > 1000) loud.push(i / FRAME)
+  }
+  return { first: loud[0]! * FRAME_MS, last: loud[loud.length - 1]! * FRAME_MS }
+}
+
+describe("VoiceActivity", () => {
+  it("decodes G.711 mu-law", () => {
+    expect(MU_LAW_TO_PCM[0xff]).toBe(0)
+    expect(MU_LAW_TO_PCM[0x7f]).toBe(0)
+    expect(MU_LAW_TO_PCM[0x00]).toBe(-32124)
+    expect(MU_LAW_TO_PCM[0x80]).toBe(32124)
+    expect(MU_LAW_TO_PCM[0xf0]).toBe(120)
+  })
+
+  it.each(["caller-appointment", "caller-account", "agent-greeting"])("%s is one voiced caller turn", (name) => {
+    const { ended } = track(concat(silence(1000), audio(name), silence(2000)))
+    expect(ended).toHaveLength(1)
+  })
+
+  it("noisy speech is still detected", () => {
+    const { ended } = track(concat(audio("line-noise"), audio("caller-appointment-noisy"), audio("line-noise")))
+    expect(ended.length).toBeGreaterThanOrEqual(1)
+  })
+
+  it("line noise is not speech", () => {
+    expect(track(concat(audio("line-noise"), audio("line-noise"), audio("line-noise"))).ended).toEqual([])
+    expect(track(concat(silence(1000), audio("line-noise"), silence(1000))).ended).toEqual([])
+  })
+
+  it("digital silence is never voiced", () => {
+    const vad = detector()
+    const frame = new Uint8Array(FRAME).fill(0xff)
+    for (let i = 0; i < 250; i++) expect(vad.isVoiced(frame)).toBe(false)
+    expect(vad.lastPower).toBe(0)
+    vad.close()
+    expect(track(silence(5000)).ended).toEqual([])
+  })
+
+  it("agent line noise and silence after a caller turn are not a response", () => {
+    const caller = concat(silence(500), audio("caller-appointment"))
+    const agent = concat(silence(caller.length / 8 + 1500), audio("line-noise"), silence(500), audio("line-noise"))
+    const { answered, ended } = track(concat(caller, silence(8000)), agent)
+    expect(ended).toHaveLength(1)
+    expect(answered).toEqual([])
+  })
+
+  it.each([
+    ["caller-appointment", "caller-appointment", "silence"],
+    ["caller-account", "caller-account", "silence"],
+    ["caller-appointment-noisy", "caller-appointment", "line noise"]
+  ])("measures the latency after %s within one frame (reference %s, background %s)", (clip, reference, background) => {
+    const noise = audio("line-noise")
+    const quiet = (ms: number) =>
+      background === "silence" ? silence(ms) : concat(...Array.from({ length: Math.ceil(ms / 3000) }, () => noise)).subarray(0, (ms / FRAME_MS) * FRAME)
+    const caller = concat(quiet(1000), audio(clip))
+    const callerEnd = 1000 + speechSpan(audio(reference)).last
+    const greeting = audio("agent-greeting")
+    for (const gapMs of [200, 900, 2500]) {
+      // The agent starts speaking gapMs after the caller's last loud frame.
+      const lead = callerEnd + gapMs - speechSpan(greeting).first
+      const agent = concat(silence(lead), greeting)
+      const { answered } = track(concat(caller, quiet(10_000)), agent)
+      expect(answered).toHaveLength(1)
+      expect(Math.abs(answered[0]!.latencyMs - gapMs)).toBeLessThanOrEqual(FRAME_MS)
+    }
+  })
+
+  it("frames of any size are cut into 20 ms pieces", () => {
+    const speech = concat(silence(1000), audio("caller-appointment"))
+    const whole = detector()
+    const pieces = detector()
+    let voicedWhole = 0
+    let voicedPieces = 0
+    for (let i = 0; i + FRAME <= speech.length; i += FRAME) if (whole.isVoiced(speech.subarray(i, i + FRAME))) voicedWhole++
+    for (let i = 0; i + 100 <= speech.length; i += 100) if (pieces.isVoiced(speech.subarray(i, i + 100))) voicedPieces++
+    expect(voicedWhole).toBeGreaterThan(100)
+    // Five of every eight 100-byte frames complete a piece; the others repeat the last verdict.
+    expect(voicedPieces / (speech.length / 100)).toBeCloseTo(voicedWhole / (speech.length / FRAME), 1)
+    whole.close()
+    pieces.close()
+  })
+
+  it("close is idempotent and a closed detector hears nothing", () => {
+    const vad = detector()
+    const speech = audio("caller-appointment")
+    vad.close()
+    vad.close()
+    expect(vad.isVoiced(speech.subarray(8000, 8160))).toBe(false)
+  })
+
+  it("rejects an invalid aggressiveness", () => {
+    expect(() => new VoiceDetector(fvad, 7)).toThrow(/invalid mode 7/)
+  })
+
+  it("the service reads its settings from the configuration", async () => {
+    const settings = await Effect.runPromise(
+      Effect.map(VoiceActivity, (vad) => vad.settings).pipe(
+        Effect.provide(
+          VoiceActivity.Default.pipe(
+            Layer.provide(AppConfig.Default),
+            Layer.provide(testConfigLayer({ VAD_MODE: "2", VAD_MIN_SPEECH_MS: "120", TURN_END_SILENCE_MS: "600" }))
+          )
+        )
+      )
+    )
+    expect(settings).toEqual({ vadMode: 2, minSpeechMs: 120, agentMinSpeechMs: defaults.VAD_AGENT_MIN_SPEECH_MS, turnEndSilenceMs: 600 })
+  })
+
+  it("refuses a VAD_MODE outside 0 to 3 at start", async () => {
+    const exit = await Effect.runPromiseExit(
+      Effect.provide(AppConfig, AppConfig.Default.pipe(Layer.provide(testConfigLayer({ VAD_MODE: "4" }))))
+    )
+    expect(exit._tag).toBe("Failure")
+    expect(JSON.stringify(exit)).toContain("VAD_MODE")
+  })
+})
