@@ -11,6 +11,10 @@ export const keys = {
   environment: (agentId: string, environmentId: string) => `${KEY_PREFIX}env:${envTag(agentId, environmentId)}`,
   agentEnvironments: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:environments`,
   apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`,
+  /** Sorted set of the environment's no-response occurrences: member session id, score Redis time (ms). */
+  breakerOccurrences: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:occurrences`,
+  /** Pub/sub channel (not a key) on which every instance hears every breaker trip. */
+  breakerTripsChannel: `${KEY_PREFIX}breaker:trips`,
   /**
    * The webhook outbox. Every key of one queue shares the hash tag `{queue}` (not the environment's
    * tag): the claim script moves deliveries of all environments between the queue's sorted sets.

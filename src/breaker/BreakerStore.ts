@@ -1,0 +1,51 @@
+import { Context, type Effect, Schema, type Scope } from "effect"
+import type { StoreError } from "../store/StoreError.js"
+
+/**
+ * A breaker trip as every instance hears it: the environment whose occurrence count reached its
+ * threshold, and the session whose occurrence did it. `origin` names the publishing instance so
+ * it can ignore its own echo (it has already acted locally).
+ */
+export const BreakerTrip = Schema.Struct({
+  agentId: Schema.String,
+  environmentId: Schema.String,
+  sessionId: Schema.String,
+  count: Schema.Number,
+  threshold: Schema.Number,
+  origin: Schema.String
+}).annotations({ identifier: "BreakerTrip" })
+export type BreakerTrip = typeof BreakerTrip.Type
+
+/**
+ * The no-response occurrence window of each (agent, environment), shared by every session and
+ * every instance, and the channel trips are broadcast on. Two adapters (in-memory, Redis) pass one
+ * contract suite (test/breaker/BreakerStore.contract.ts).
+ *
+ * The window keeps one entry per session, stamped with the store's own clock when recorded: a
+ * session counts at most once, and recording it again refreshes its time. An entry is counted
+ * while its age is at most the window; older ones are dropped.
+ */
+export interface BreakerStoreShape {
+  /** Records (or refreshes) the session's occurrence, drops expired ones, and returns how many remain. */
+  readonly recordOccurrence: (
+    agentId: string,
+    environmentId: string,
+    sessionId: string,
+    windowSeconds: number
+  ) => Effect.Effect<number, StoreError>
+  /** Occurrences within the window, without recording one. */
+  readonly count: (agentId: string, environmentId: string, windowSeconds: number) => Effect.Effect<number, StoreError>
+  /** Forgets every occurrence of the environment (a successful agent response). */
+  readonly clear: (agentId: string, environmentId: string) => Effect.Effect<void, StoreError>
+  /** Tells every subscribed instance, this one included, about a trip. */
+  readonly publishTrip: (trip: BreakerTrip) => Effect.Effect<void, StoreError>
+  /**
+   * Calls `handler` with every trip published from now until the scope closes; succeeds once the
+   * subscription is active. `handler` runs synchronously and must not throw.
+   */
+  readonly subscribeTrips: (handler: (trip: BreakerTrip) => void) => Effect.Effect<void, StoreError, Scope.Scope>
+  /** Fails when the store cannot be reached. */
+  readonly ping: Effect.Effect<void, StoreError>
+}
+
+export class BreakerStore extends Context.Tag("callgate/BreakerStore")<BreakerStore, BreakerStoreShape>() {}

@@ -1,0 +1,53 @@
+import { Clock, Effect, Layer } from "effect"
+import { type BreakerTrip, BreakerStore } from "./BreakerStore.js"
+
+const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
+
+/**
+ * The embedded breaker store: windows in a Map, trips delivered to this process's subscribers.
+ * Time is the Effect Clock, so tests drive it with TestClock. Also the breaker's local fallback
+ * window while Redis is unreachable.
+ */
+export const makeMemoryBreakerStore = Effect.sync(() => {
+  /** Per environment: session id -> when its occurrence was (last) recorded, ms. */
+  const windows = new Map<string, Map<string, number>>()
+  const subscribers = new Set<(trip: BreakerTrip) => void>()
+
+  /** Drops entries older than the window; forgets the environment when nothing is left. */
+  const trim = (key: string, now: number, windowSeconds: number) => {
+    const window = windows.get(key)
+    if (window === undefined) return 0
+    const oldest = now - windowSeconds * 1000
+    for (const [sessionId, at] of window) if (at < oldest) window.delete(sessionId)
+    if (window.size === 0) windows.delete(key)
+    return window.size
+  }
+
+  return BreakerStore.of({
+    recordOccurrence: (agentId, environmentId, sessionId, windowSeconds) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const key = keyOf(agentId, environmentId)
+        let window = windows.get(key)
+        if (window === undefined) windows.set(key, (window = new Map()))
+        // Delete first so a refreshed session moves to the end (iteration order = age order).
+        window.delete(sessionId)
+        window.set(sessionId, now)
+        return trim(key, now, windowSeconds)
+      }),
+    count: (agentId, environmentId, windowSeconds) =>
+      Effect.map(Clock.currentTimeMillis, (now) => trim(keyOf(agentId, environmentId), now, windowSeconds)),
+    clear: (agentId, environmentId) => Effect.sync(() => void windows.delete(keyOf(agentId, environmentId))),
+    publishTrip: (trip) =>
+      Effect.sync(() => {
+        for (const handler of [...subscribers]) handler(trip)
+      }),
+    subscribeTrips: (handler) =>
+      Effect.acquireRelease(
+        Effect.sync(() => void subscribers.add(handler)),
+        () => Effect.sync(() => void subscribers.delete(handler))
+      ),
+    ping: Effect.void
+  })
+})
+
+export const MemoryBreakerStoreLive = Layer.effect(BreakerStore, makeMemoryBreakerStore)

@@ -1,0 +1,88 @@
+import { createHash } from "node:crypto"
+import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
+import type { Redis } from "ioredis"
+import { keys } from "../store/keys.js"
+import { RedisConnection, redisCall } from "../store/RedisConnection.js"
+import { BreakerStore, BreakerTrip } from "./BreakerStore.js"
+
+/**
+ * Record, trim, count and expire in one step, on Redis's clock (`TIME`), so instances with skewed
+ * clocks agree on every occurrence's age. One sorted set per environment; ZADD of an existing
+ * member only moves its score, so a session counts once and a later expiry refreshes it. Entries
+ * whose age exceeds the window (score < now - window) are removed; age exactly the window stays.
+ * The key expires a second after the window, when every entry would have aged out anyway.
+ */
+const RECORD_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - window))
+local count = redis.call('ZCARD', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], window + 1000)
+return count
+`
+
+const COUNT_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[1])))
+return redis.call('ZCARD', KEYS[1])
+`
+
+const sha1 = (text: string) => createHash("sha1").update(text).digest("hex")
+
+/** EVALSHA, falling back to EVAL (which caches the script) the first time a server lacks it. */
+const runScript = async (client: Redis, script: string, sha: string, key: string, ...args: Array<string>): Promise<number> => {
+  try {
+    return (await client.evalsha(sha, 1, key, ...args)) as number
+  } catch (error) {
+    if (error instanceof Error && error.message.startsWith("NOSCRIPT")) return (await client.eval(script, 1, key, ...args)) as number
+    throw error
+  }
+}
+
+const decodeTrip = Schema.decodeUnknownOption(Schema.parseJson(BreakerTrip))
+
+export const makeRedisBreakerStore = Effect.gen(function* () {
+  const { client, duplicate } = yield* RedisConnection
+  const recordSha = sha1(RECORD_SCRIPT)
+  const countSha = sha1(COUNT_SCRIPT)
+  const windowMs = (seconds: number) => String(Math.round(seconds * 1000))
+
+  return BreakerStore.of({
+    recordOccurrence: (agentId, environmentId, sessionId, windowSeconds) =>
+      redisCall("breaker.recordOccurrence", () =>
+        runScript(client, RECORD_SCRIPT, recordSha, keys.breakerOccurrences(agentId, environmentId), sessionId, windowMs(windowSeconds))
+      ),
+    count: (agentId, environmentId, windowSeconds) =>
+      redisCall("breaker.count", () =>
+        runScript(client, COUNT_SCRIPT, countSha, keys.breakerOccurrences(agentId, environmentId), windowMs(windowSeconds))
+      ),
+    clear: (agentId, environmentId) =>
+      redisCall("breaker.clear", () => client.del(keys.breakerOccurrences(agentId, environmentId))).pipe(Effect.asVoid),
+    publishTrip: (trip) =>
+      redisCall("breaker.publishTrip", () => client.publish(keys.breakerTripsChannel, JSON.stringify(trip))).pipe(Effect.asVoid),
+    subscribeTrips: (handler) =>
+      Effect.gen(function* () {
+        // SUBSCRIBE takes a connection over, so trips get their own; a failed attempt closes it
+        // at once rather than leaving it open in the caller's scope.
+        const attempt = yield* Effect.flatMap(Effect.scope, (scope) => Scope.fork(scope, ExecutionStrategy.sequential))
+        yield* Effect.gen(function* () {
+          const subscriber = yield* duplicate
+          subscriber.on("message", (channel: string, message: string) => {
+            if (channel !== keys.breakerTripsChannel) return
+            const trip = decodeTrip(message)
+            if (trip._tag === "Some") handler(trip.value)
+          })
+          yield* redisCall("breaker.subscribeTrips", () => subscriber.subscribe(keys.breakerTripsChannel))
+        }).pipe(
+          Scope.extend(attempt),
+          Effect.onError((cause) => Scope.close(attempt, Exit.failCause(cause)))
+        )
+      }),
+    ping: redisCall("breaker.ping", () => client.ping()).pipe(Effect.asVoid)
+  })
+})
+
+export const RedisBreakerStoreLive = Layer.effect(BreakerStore, makeRedisBreakerStore)

@@ -1,0 +1,144 @@
+import { Deferred, Effect, type Layer, type Scope } from "effect"
+import { describe, expect, it } from "vitest"
+import { type BreakerTrip, BreakerStore } from "../../src/breaker/BreakerStore.js"
+import { uniqueId } from "../support/testApp.js"
+
+/**
+ * What every BreakerStore adapter must do, on the real clock (Redis keeps its own time, so this
+ * suite cannot use TestClock; the exact window edges are tested on TestClock in Breaker.test.ts).
+ */
+export const breakerStoreContract = (name: string, layer: () => Layer.Layer<BreakerStore, unknown>) =>
+  describe(`BreakerStore contract (${name})`, () => {
+    const run = <A, E>(effect: Effect.Effect<A, E, BreakerStore>) => Effect.runPromise(Effect.provide(effect, layer()))
+    const runScoped = <A, E>(effect: Effect.Effect<A, E, BreakerStore | Scope.Scope>) =>
+      Effect.runPromise(Effect.provide(Effect.scoped(effect), layer()))
+    const env = () => ({ agentId: uniqueId("agent"), environmentId: uniqueId("env") })
+
+    it("counts one occurrence per session, across sessions", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          expect(yield* store.count(agentId, environmentId, 300)).toBe(0)
+          expect(yield* store.recordOccurrence(agentId, environmentId, "s1", 300)).toBe(1)
+          expect(yield* store.recordOccurrence(agentId, environmentId, "s1", 300)).toBe(1)
+          expect(yield* store.recordOccurrence(agentId, environmentId, "s2", 300)).toBe(2)
+          expect(yield* store.recordOccurrence(agentId, environmentId, "s1", 300)).toBe(2)
+          expect(yield* store.count(agentId, environmentId, 300)).toBe(2)
+        })
+      ))
+
+    it("keeps environments apart", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const a = env()
+          const b = { agentId: a.agentId, environmentId: uniqueId("env") }
+          yield* store.recordOccurrence(a.agentId, a.environmentId, "s1", 300)
+          yield* store.recordOccurrence(a.agentId, a.environmentId, "s2", 300)
+          expect(yield* store.recordOccurrence(b.agentId, b.environmentId, "s1", 300)).toBe(1)
+          yield* store.clear(b.agentId, b.environmentId)
+          expect(yield* store.count(a.agentId, a.environmentId, 300)).toBe(2)
+          expect(yield* store.count(b.agentId, b.environmentId, 300)).toBe(0)
+        })
+      ))
+
+    it("clear forgets every occurrence of the environment", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          yield* store.recordOccurrence(agentId, environmentId, "s1", 300)
+          yield* store.recordOccurrence(agentId, environmentId, "s2", 300)
+          yield* store.clear(agentId, environmentId)
+          expect(yield* store.count(agentId, environmentId, 300)).toBe(0)
+          expect(yield* store.recordOccurrence(agentId, environmentId, "s3", 300)).toBe(1)
+        })
+      ))
+
+    it("drops occurrences older than the window", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          yield* store.recordOccurrence(agentId, environmentId, "old", 0.3)
+          yield* Effect.sleep("150 millis")
+          expect(yield* store.recordOccurrence(agentId, environmentId, "newer", 0.3)).toBe(2)
+          yield* Effect.sleep("250 millis")
+          // "old" is 400 ms old, "newer" 250 ms.
+          expect(yield* store.count(agentId, environmentId, 0.3)).toBe(1)
+          expect(yield* store.recordOccurrence(agentId, environmentId, "newest", 0.3)).toBe(2)
+        })
+      ))
+
+    it("recording a session again refreshes its time", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          yield* store.recordOccurrence(agentId, environmentId, "s1", 0.4)
+          yield* Effect.sleep("250 millis")
+          yield* store.recordOccurrence(agentId, environmentId, "s1", 0.4)
+          yield* Effect.sleep("250 millis")
+          // 500 ms after the first record, 250 ms after the refresh.
+          expect(yield* store.count(agentId, environmentId, 0.4)).toBe(1)
+          yield* Effect.sleep("250 millis")
+          expect(yield* store.count(agentId, environmentId, 0.4)).toBe(0)
+        })
+      ))
+
+    it("delivers published trips to every subscriber", () =>
+      runScoped(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          const trip: BreakerTrip = { agentId, environmentId, sessionId: "s7", count: 3, threshold: 3, origin: "instance-a" }
+          const first = yield* Deferred.make<BreakerTrip>()
+          const second = yield* Deferred.make<BreakerTrip>()
+          const mine = (deferred: Deferred.Deferred<BreakerTrip>) => (heard: BreakerTrip) => {
+            if (heard.agentId === agentId && heard.environmentId === environmentId) Deferred.unsafeDone(deferred, Effect.succeed(heard))
+          }
+          yield* store.subscribeTrips(mine(first))
+          yield* store.subscribeTrips(mine(second))
+          yield* store.publishTrip(trip)
+          const heard = yield* Effect.all([Deferred.await(first), Deferred.await(second)]).pipe(Effect.timeout("2 seconds"))
+          expect(heard).toEqual([trip, trip])
+        })
+      ))
+
+    it("stops delivering when the subscriber's scope closes", () =>
+      runScoped(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          const heard: Array<BreakerTrip> = []
+          const probe = yield* Deferred.make<void>()
+          yield* store.subscribeTrips((trip) => {
+            if (trip.environmentId === environmentId && trip.sessionId === "probe") Deferred.unsafeDone(probe, Effect.void)
+          })
+          yield* Effect.scoped(store.subscribeTrips((trip) => void (trip.environmentId === environmentId && heard.push(trip))))
+          yield* store.publishTrip({ agentId, environmentId, sessionId: "after-close", count: 1, threshold: 1, origin: "x" })
+          yield* store.publishTrip({ agentId, environmentId, sessionId: "probe", count: 1, threshold: 1, origin: "x" })
+          yield* Deferred.await(probe).pipe(Effect.timeout("2 seconds"))
+          expect(heard).toEqual([])
+        })
+      ))
+
+    it("answers ping", () => run(Effect.flatMap(BreakerStore, (store) => store.ping)))
+
+    it("serves many concurrent sessions with an exact count", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          const sessions = Array.from({ length: 200 }, (_, i) => `s${i}`)
+          // Every session records three times, all at once: 200 distinct sessions remain.
+          const counts = yield* Effect.forEach([...sessions, ...sessions, ...sessions], (s) => store.recordOccurrence(agentId, environmentId, s, 300), {
+            concurrency: "unbounded"
+          })
+          expect(Math.max(...counts)).toBe(200)
+          expect(new Set(counts).size).toBeGreaterThan(1)
+          expect(yield* store.count(agentId, environmentId, 300)).toBe(200)
+        })
+      ))
+  })

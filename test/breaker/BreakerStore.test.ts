@@ -1,0 +1,59 @@
+import { Effect, Layer } from "effect"
+import { Redis } from "ioredis"
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
+import { BreakerStore } from "../../src/breaker/BreakerStore.js"
+import { MemoryBreakerStoreLive } from "../../src/breaker/MemoryBreakerStore.js"
+import { RedisBreakerStoreLive } from "../../src/breaker/RedisBreakerStore.js"
+import { keys } from "../../src/store/keys.js"
+import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
+import { uniqueId } from "../support/testApp.js"
+import { breakerStoreContract } from "./BreakerStore.contract.js"
+
+const redisLayer = () =>
+  RedisBreakerStoreLive.pipe(Layer.provide(Layer.scoped(RedisConnection, makeRedisConnection(inject("redisUrl")))))
+
+breakerStoreContract("memory", () => MemoryBreakerStoreLive)
+breakerStoreContract("redis", redisLayer)
+
+describe("RedisBreakerStore layout", () => {
+  let redis: Redis
+  beforeAll(() => {
+    redis = new Redis(inject("redisUrl"))
+  })
+  afterAll(() => redis.quit())
+
+  const record = (agentId: string, environmentId: string, sessionId: string, windowSeconds: number) =>
+    Effect.runPromise(
+      Effect.flatMap(BreakerStore, (store) => store.recordOccurrence(agentId, environmentId, sessionId, windowSeconds)).pipe(
+        Effect.provide(redisLayer())
+      )
+    )
+
+  it("keeps one sorted set per environment under the hash-tagged key, scored with Redis time, expiring after the window", async () => {
+    const agentId = uniqueId("agent")
+    const environmentId = uniqueId("env")
+    await record(agentId, environmentId, "session-1", 60)
+    const key = `callgate:breaker:{${agentId}:${environmentId}}:occurrences`
+    expect(keys.breakerOccurrences(agentId, environmentId)).toBe(key)
+    const [seconds, micros] = await redis.time()
+    const redisNow = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+    const members = await redis.zrange(key, 0, -1, "WITHSCORES")
+    expect(members[0]).toBe("session-1")
+    expect(redisNow - Number(members[1])).toBeGreaterThanOrEqual(0)
+    expect(redisNow - Number(members[1])).toBeLessThan(1000)
+    const ttl = await redis.pttl(key)
+    expect(ttl).toBeGreaterThan(60_000)
+    expect(ttl).toBeLessThanOrEqual(61_000)
+  })
+
+  it("counts on Redis's clock: an entry stamped in the past by another instance ages by Redis time", async () => {
+    const agentId = uniqueId("agent")
+    const environmentId = uniqueId("env")
+    const key = keys.breakerOccurrences(agentId, environmentId)
+    const [seconds] = await redis.time()
+    // Another instance recorded these 61 s and 59 s ago (by Redis time): only the second counts.
+    await redis.zadd(key, Number(seconds) * 1000 - 61_000, "stale", Number(seconds) * 1000 - 59_000, "recent")
+    expect(await record(agentId, environmentId, "mine", 60)).toBe(2)
+    expect(await redis.zrange(key, 0, -1)).toEqual(["recent", "mine"])
+  })
+})
