@@ -1,5 +1,9 @@
 import { Cause, ConfigError, Effect, Exit, Fiber, Layer, Option } from "effect"
 import { ApiKeys } from "./apikeys/ApiKeys.js"
+import { Breaker } from "./breaker/Breaker.js"
+import { BreakerMetrics } from "./breaker/BreakerMetrics.js"
+import { MemoryBreakerStoreLive } from "./breaker/MemoryBreakerStore.js"
+import { RedisBreakerStoreLive } from "./breaker/RedisBreakerStore.js"
 import { AppConfig, describeConfigError } from "./config/AppConfig.js"
 import { Environments } from "./environments/Environments.js"
 import { HttpApp } from "./http/HttpApp.js"
@@ -22,6 +26,8 @@ import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
 import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
 import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
 import { RedisOutboxStoreLive } from "./webhooks/RedisOutboxStore.js"
+import { TurnTiming } from "./turns/TurnTiming.js"
+import { VoiceActivity } from "./turns/VoiceActivity.js"
 import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
 
 /**
@@ -34,6 +40,19 @@ const StoresLive = Layer.unwrapEffect(
       ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive).pipe(Layer.provide(RedisConnectionLive))
       : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive)
   )
+)
+
+/** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */
+const BreakerStoreLive = Layer.unwrapEffect(
+  Effect.map(AppConfig, (config) =>
+    Option.isSome(config.redisUrl) ? RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)) : MemoryBreakerStoreLive
+  )
+)
+
+/** Turn timing per call (voice activity detection, turn tracker, response watchdog) and the breaker behind it. */
+const TurnsLive = TurnTiming.Default.pipe(
+  Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
+  Layer.provideMerge(Layer.mergeAll(BreakerMetrics.Default, BreakerStoreLive))
 )
 
 const LoggerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel)))
@@ -57,6 +76,7 @@ const TelephonyLive = CarriersLive.pipe(
 
 export const MainLive = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive).pipe(
   Layer.provide(HttpApp.Default),
+  Layer.provide(TurnsLive),
   Layer.provide(DomainLive),
   Layer.provide(TelephonyLive),
   Layer.provide(Metrics.Default),

@@ -1,0 +1,45 @@
+import { Effect } from "effect"
+import { Counter, Gauge, Histogram } from "prom-client"
+import { Metrics } from "../observability/Metrics.js"
+
+/**
+ * Turn timing and breaker instruments, registered on the process registry so `/metrics` serves
+ * them. Labels are agent and environment ids (bounded by configuration, not by traffic).
+ */
+export class BreakerMetrics extends Effect.Service<BreakerMetrics>()("callgate/BreakerMetrics", {
+  effect: Effect.map(Metrics, ({ registry }) => {
+    const responseLatency = new Histogram({
+      name: "callgate_agent_response_latency_seconds",
+      help: "Time from the caller's last voiced frame (or DTMF digit) to the agent's first voiced frame, per answered turn",
+      labelNames: ["agent", "environment"] as const,
+      buckets: [0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30],
+      registers: [registry]
+    })
+    const occurrences = new Counter({
+      name: "callgate_breaker_occurrences_total",
+      help: "No-response timeout occurrences recorded (each expiry of a session's response timer)",
+      labelNames: ["agent", "environment"] as const,
+      registers: [registry]
+    })
+    const trips = new Counter({
+      name: "callgate_breaker_trips_total",
+      help: "Times an environment's occurrence count reached its threshold on this instance",
+      labelNames: ["agent", "environment"] as const,
+      registers: [registry]
+    })
+    const storeDegraded = new Gauge({
+      name: "callgate_breaker_store_degraded",
+      help: "1 while the breaker counts on this instance's local window because Redis is unreachable or slow",
+      registers: [registry]
+    })
+    storeDegraded.set(0)
+    return {
+      /** Called once per answered turn (not per frame). */
+      observeResponseLatency: (agentId: string, environmentId: string, latencyMs: number) =>
+        responseLatency.observe({ agent: agentId, environment: environmentId }, latencyMs / 1000),
+      occurrences,
+      trips,
+      storeDegraded
+    } as const
+  })
+}) {}

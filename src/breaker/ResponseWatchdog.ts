@@ -1,0 +1,220 @@
+import { Effect, Queue, type Scope } from "effect"
+import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
+import type { BreakerTrip } from "./BreakerStore.js"
+
+/**
+ * The per-session response timer of spec 6.2, on the Effect Clock (so TestClock drives it):
+ *
+ * - A caller turn ends: the agent has `errorFallbackTimeout` seconds from the caller's last voiced
+ *   frame to begin answering. Timeout 0: nothing is timed (the trigger is off).
+ * - The deadline passes and the agent is still silent: one occurrence is recorded for the
+ *   environment, keyed by this session, and the timer re-arms; each later expiry refreshes the
+ *   session's occurrence (it never counts twice). Below the threshold the call keeps waiting.
+ * - The count reaches the threshold: `onTrip` runs for this session, once.
+ * - A trip of the environment (from any session, on any instance) rescues this session too when
+ *   its agent is past its first deadline for the current turn.
+ * - A voiced answer stops the timer and clears the environment's occurrences; new caller speech
+ *   stops it until that turn ends.
+ *
+ * Settings are read before every evaluation (arming, and each expiry), so /v1 changes apply to the
+ * next one; if they cannot be read, the last ones read are used.
+ *
+ * The methods below are synchronous and cheap: the turn tracker calls them on the media path.
+ * Store calls happen on the watchdog's own fiber, never on the media path.
+ */
+
+export interface Rescue {
+  /** `threshold`: this session's occurrence reached the threshold; `environment`: another session's did, and this one was stalled too. */
+  readonly reason: "threshold" | "environment"
+  readonly count: number
+  readonly threshold: number
+  /** The session whose occurrence tripped the breaker. */
+  readonly trippedBy: string
+}
+
+export interface OccurrenceRecorded {
+  /** When the deadline was due and when the occurrence was recorded, Clock ms. */
+  readonly deadlineMs: number
+  readonly recordedAtMs: number
+  readonly count: number
+}
+
+export interface WatchdogOptions {
+  readonly session: SessionRef
+  /** The environment's current settings; read before every evaluation. */
+  readonly settings: Effect.Effect<BreakerSettings, unknown>
+  /**
+   * Runs at most once, when the breaker trips for this session. It runs detached from the
+   * watchdog (its own fiber, not interrupted when the session's scope closes), so it may end the
+   * session; its failures are logged.
+   */
+  readonly onTrip: (rescue: Rescue) => Effect.Effect<void, unknown>
+  /**
+   * True while the agent is producing voiced audio not yet long enough to count as an answer; an
+   * expiring deadline then waits (a frame at a time) for the verdict instead of counting.
+   */
+  readonly agentStarting?: () => boolean
+  /** Observes each recorded occurrence (tests, benchmarks). */
+  readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
+}
+
+export interface ResponseWatchdog {
+  /** The caller's turn ended at `endedAtMs`, recognised at `detectedAtMs` (same clock, any origin: only the difference is used). */
+  turnEnded(endedAtMs: number, detectedAtMs: number): void
+  /** The caller spoke again before the agent answered. */
+  callerResumed(): void
+  /** The agent began a voiced answer. */
+  agentResponded(): void
+  /** Occurrences recorded since the last turn ended. */
+  readonly occurrences: number
+  readonly rescued: boolean
+}
+
+/** An expiring deadline waits for the verdict on agent audio that has just started, a frame at a time... */
+const VERDICT_POLL_MS = 20
+/** ...but not for ever (an agent stream that stops mid-frame-run never settles). */
+const MAX_VERDICT_POLLS = 25
+
+export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<ResponseWatchdog, never, Breaker | Scope.Scope> =>
+  Effect.gen(function* () {
+    const breaker = yield* Breaker
+    const clock = yield* Effect.clock
+    const { agentId, environmentId, sessionId } = options.session
+    const wakeups = yield* Queue.sliding<true>(1)
+    const wake = () => void Queue.unsafeOffer(wakeups, true)
+
+    const state = {
+      awaiting: false,
+      /** Bumped by every event, so an evaluation can tell that the turn it was timing is over. */
+      generation: 0,
+      armedGeneration: -1,
+      turnEndAt: 0,
+      deadline: Infinity,
+      firstDeadline: Infinity,
+      clearPending: false,
+      environmentTrip: undefined as BreakerTrip | undefined,
+      rescued: false,
+      occurrences: 0,
+      verdictPolls: 0
+    }
+
+    let settings: BreakerSettings = { timeoutSeconds: 0, threshold: 1, windowSeconds: 60 }
+    const loadSettings = options.settings.pipe(
+      Effect.tap((fresh) => Effect.sync(() => (settings = fresh))),
+      Effect.catchAllCause(() => Effect.sync(() => settings))
+    )
+
+    const rescue = (details: Rescue) =>
+      Effect.suspend(() => {
+        state.rescued = true
+        state.awaiting = false
+        return Effect.forkDaemon(
+          options.onTrip(details).pipe(
+            Effect.catchAllCause((cause) => Effect.logError("breaker rescue action failed", { agentId, environmentId, sessionId }, cause))
+          )
+        )
+      })
+
+    const expire = Effect.gen(function* () {
+      if (state.verdictPolls < MAX_VERDICT_POLLS && options.agentStarting?.() === true) {
+        state.verdictPolls++
+        return yield* Effect.sleep(VERDICT_POLL_MS)
+      }
+      state.verdictPolls = 0
+      const generation = state.generation
+      const fresh = yield* loadSettings
+      if (generation !== state.generation || !state.awaiting) return
+      if (fresh.timeoutSeconds <= 0) {
+        state.deadline = Infinity
+        return
+      }
+      const deadline = state.deadline
+      const outcome = yield* breaker.recordTimeout(options.session, fresh)
+      state.occurrences++
+      options.onOccurrence?.({ deadlineMs: deadline, recordedAtMs: clock.unsafeCurrentTimeMillis(), count: outcome.count })
+      // An answer that arrived while the occurrence was being recorded wins for this session.
+      if (generation !== state.generation || !state.awaiting) return
+      if (outcome.tripped) {
+        return yield* rescue({ reason: "threshold", count: outcome.count, threshold: fresh.threshold, trippedBy: sessionId })
+      }
+      state.deadline = deadline + fresh.timeoutSeconds * 1000
+    })
+
+    const step = Effect.gen(function* () {
+      if (state.clearPending) {
+        state.clearPending = false
+        yield* breaker.recordResponse(agentId, environmentId)
+      }
+      const trip = state.environmentTrip
+      if (trip !== undefined) {
+        state.environmentTrip = undefined
+        if (state.awaiting && clock.unsafeCurrentTimeMillis() >= state.firstDeadline) {
+          return yield* rescue({ reason: "environment", count: trip.count, threshold: trip.threshold, trippedBy: trip.sessionId })
+        }
+      }
+      if (!state.awaiting) return yield* Queue.take(wakeups)
+      if (state.armedGeneration !== state.generation) {
+        const generation = state.generation
+        const fresh = yield* loadSettings
+        if (generation !== state.generation) return
+        state.armedGeneration = generation
+        state.deadline = fresh.timeoutSeconds > 0 ? state.turnEndAt + fresh.timeoutSeconds * 1000 : Infinity
+        state.firstDeadline = state.deadline
+      }
+      if (state.deadline === Infinity) return yield* Queue.take(wakeups)
+      const wait = state.deadline - clock.unsafeCurrentTimeMillis()
+      if (wait > 0) {
+        const expired = yield* Effect.race(Effect.as(Effect.sleep(wait), true), Effect.as(Queue.take(wakeups), false))
+        if (!expired) return
+      }
+      yield* expire
+    })
+
+    yield* Effect.repeat(step, { while: () => !state.rescued }).pipe(
+      Effect.catchAllCause((cause) => Effect.logError("response watchdog stopped", { agentId, environmentId, sessionId }, cause)),
+      Effect.forkScoped
+    )
+
+    yield* breaker.subscribeTrips(agentId, environmentId, (trip) => {
+      if (state.rescued || !state.awaiting || clock.unsafeCurrentTimeMillis() < state.firstDeadline) return
+      state.environmentTrip = trip
+      wake()
+    })
+
+    const nextGeneration = () => {
+      state.generation++
+      state.firstDeadline = Infinity
+      state.deadline = Infinity
+      state.verdictPolls = 0
+    }
+
+    return {
+      turnEnded: (endedAtMs: number, detectedAtMs: number) => {
+        if (state.rescued) return
+        nextGeneration()
+        state.awaiting = true
+        state.occurrences = 0
+        state.turnEndAt = clock.unsafeCurrentTimeMillis() - Math.max(0, detectedAtMs - endedAtMs)
+        wake()
+      },
+      callerResumed: () => {
+        if (state.rescued || !state.awaiting) return
+        nextGeneration()
+        state.awaiting = false
+        wake()
+      },
+      agentResponded: () => {
+        if (state.rescued) return
+        nextGeneration()
+        state.awaiting = false
+        state.clearPending = true
+        wake()
+      },
+      get occurrences() {
+        return state.occurrences
+      },
+      get rescued() {
+        return state.rescued
+      }
+    } satisfies ResponseWatchdog
+  })

@@ -1,0 +1,149 @@
+import { Effect, Exit, Runtime, Scope } from "effect"
+import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
+import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
+import { type OccurrenceRecorded, type Rescue, startResponseWatchdog } from "../breaker/ResponseWatchdog.js"
+import type { TurnObserver } from "./TurnObserver.js"
+import type { TurnRecord } from "./TurnRecord.js"
+import { TurnTracker } from "./TurnTracker.js"
+import { VoiceActivity } from "./VoiceActivity.js"
+
+export interface WatchCallOptions {
+  readonly agentId: string
+  readonly environmentId: string
+  readonly sessionId: string
+  /** Runs once when the no-response breaker trips for this call (see ResponseWatchdog.onTrip). */
+  readonly onTrip: (rescue: Rescue) => Effect.Effect<void, unknown>
+  /** The environment's breaker settings; defaults to reading the environment afresh each evaluation. */
+  readonly settings?: Effect.Effect<BreakerSettings, unknown>
+  readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
+}
+
+export interface WatchedCall {
+  /** Feed every frame, digit and the end of the call here (the relay's TurnObserver hook). */
+  readonly observer: TurnObserver
+  /** The call's turns so far, oldest first (at most the last 500). */
+  readonly turns: () => ReadonlyArray<TurnRecord>
+}
+
+const MAX_TURNS = 500
+
+/** The relay stamps frames with performance.now(); records carry wall-clock ISO times. */
+const isoAt = (atMs: number) => new Date(performance.timeOrigin + atMs).toISOString()
+
+/**
+ * Turn timing for one call: two voice detectors, the turn tracker on the media path, and the
+ * response watchdog behind it, wired together; latencies go to the session's turn list and to
+ * `callgate_agent_response_latency_seconds`. Everything is released when the scope closes.
+ */
+export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTiming", {
+  effect: Effect.gen(function* () {
+    const vad = yield* VoiceActivity
+    const breaker = yield* Breaker
+    const metrics = yield* BreakerMetrics
+
+    const watchCall = (options: WatchCallOptions): Effect.Effect<WatchedCall, never, Scope.Scope> =>
+      Effect.gen(function* () {
+        const { agentId, environmentId, sessionId } = options
+        const runtime = yield* Effect.runtime<never>()
+        const records: Array<TurnRecord> = []
+        let tracker: TurnTracker | undefined
+
+        const watchdog = yield* startResponseWatchdog({
+          session: { agentId, environmentId, sessionId },
+          settings: options.settings ?? breaker.settingsFor(agentId, environmentId),
+          onTrip: options.onTrip,
+          agentStarting: () => tracker?.agentStarting === true,
+          ...(options.onOccurrence ? { onOccurrence: options.onOccurrence } : {})
+        }).pipe(Effect.provideService(Breaker, breaker))
+
+        const update = (index: number, change: (record: TurnRecord) => TurnRecord) => {
+          for (let i = records.length - 1; i >= 0; i--) {
+            if (records[i]!.index === index) {
+              records[i] = change(records[i]!)
+              return
+            }
+          }
+        }
+
+        const caller = vad.detector()
+        const agent = yield* Effect.sync(() => vad.detector()).pipe(Effect.tapDefect(() => Effect.sync(() => caller.close())))
+        tracker = new TurnTracker({
+          caller,
+          agent,
+          minSpeechMs: vad.settings.minSpeechMs,
+          agentMinSpeechMs: vad.settings.agentMinSpeechMs,
+          turnEndSilenceMs: vad.settings.turnEndSilenceMs,
+          onTurnEnded: (turn) => {
+            records.push({
+              index: turn.index,
+              input: turn.input,
+              callerEndedAt: isoAt(turn.endedAtMs),
+              agentRespondedAt: null,
+              latencyMs: null,
+              timeoutOccurrences: 0
+            })
+            if (records.length > MAX_TURNS) records.shift()
+            watchdog.turnEnded(turn.endedAtMs, turn.detectedAtMs)
+          },
+          onCallerResumed: (turn) => {
+            const occurrences = watchdog.occurrences
+            update(turn.index, (record) => ({ ...record, timeoutOccurrences: occurrences }))
+            watchdog.callerResumed()
+          },
+          onAgentResponded: (turn) => {
+            const occurrences = watchdog.occurrences
+            update(turn.index, (record) => ({
+              ...record,
+              agentRespondedAt: isoAt(turn.respondedAtMs),
+              latencyMs: Math.round(turn.latencyMs),
+              timeoutOccurrences: occurrences
+            }))
+            metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
+            watchdog.agentResponded()
+          },
+          onCallbackError: (error) =>
+            Runtime.runFork(runtime)(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))
+        })
+        const observer = tracker
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            const pending = observer.pendingTurn
+            if (pending !== undefined) {
+              const occurrences = watchdog.occurrences
+              update(pending.index, (record) => ({ ...record, timeoutOccurrences: occurrences }))
+            }
+            observer.close()
+          })
+        )
+        return { observer, turns: () => records } satisfies WatchedCall
+      })
+
+    /**
+     * The same, for callers without a scope (the TurnObservers seam): the call's timing stops and
+     * its detectors are freed when `observer.close()` is called.
+     */
+    const observe = (options: WatchCallOptions): Effect.Effect<WatchedCall> =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.make()
+        const call = yield* watchCall(options).pipe(
+          Scope.extend(scope),
+          Effect.onError((cause) => Scope.close(scope, Exit.failCause(cause)))
+        )
+        const tracker = call.observer
+        let closed = false
+        const observer: TurnObserver = {
+          callerAudio: (frame, atMs) => tracker.callerAudio(frame, atMs),
+          callerDtmf: (digit, atMs) => tracker.callerDtmf(digit, atMs),
+          agentAudio: (frame, atMs) => tracker.agentAudio(frame, atMs),
+          close: () => {
+            if (closed) return
+            closed = true
+            Effect.runFork(Scope.close(scope, Exit.void))
+          }
+        }
+        return { observer, turns: call.turns } satisfies WatchedCall
+      })
+
+    return { watchCall, observe, settings: vad.settings } as const
+  })
+}) {}

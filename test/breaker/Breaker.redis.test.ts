@@ -1,0 +1,142 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { Redis } from "ioredis"
+import { inject } from "vitest"
+import { Breaker, type BreakerSettings } from "../../src/breaker/Breaker.js"
+import { RedisBreakerStoreLive } from "../../src/breaker/RedisBreakerStore.js"
+import type { Rescue } from "../../src/breaker/ResponseWatchdog.js"
+import { keys } from "../../src/store/keys.js"
+import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
+import { startRedisServer } from "../support/redisServer.js"
+import { breakerLayer, captureLogs, newEnvironment, sessionOf, watch } from "./breakerTestLayer.js"
+
+/** Real Redis, real time: the shared window across instances, and life without Redis. */
+
+const redisStore = (url: string) => RedisBreakerStoreLive.pipe(Layer.provide(Layer.scoped(RedisConnection, makeRedisConnection(url))))
+
+const settings: BreakerSettings = { timeoutSeconds: 5, threshold: 5, windowSeconds: 300 }
+
+const zcard = (url: string, env: { agentId: string; environmentId: string }) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => new Redis(url)),
+    (redis) => Effect.promise(() => redis.zcard(keys.breakerOccurrences(env.agentId, env.environmentId))),
+    (redis) => Effect.promise(() => redis.quit())
+  )
+
+const waitUntil = (check: Effect.Effect<boolean>, timeoutMs: number) =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + timeoutMs
+    while (!(yield* check)) {
+      if (Date.now() > deadline) return false
+      yield* Effect.sleep("50 millis")
+    }
+    return true
+  })
+
+describe("Breaker on Redis", () => {
+  it.scopedLive("falls back to a local window when Redis goes down, warns once, and returns when it is back", () =>
+    Effect.gen(function* () {
+      const server = yield* Effect.acquireRelease(
+        Effect.promise(() => startRedisServer()),
+        (s) => Effect.promise(() => s.stop())
+      )
+      const logs: Array<{ level: string; message: string }> = []
+      const context = yield* Layer.build(
+        breakerLayer(redisStore(server.url), { BREAKER_STORE_TIMEOUT: "200ms" }, captureLogs(logs))
+      )
+      const breaker = yield* Effect.provide(Breaker, context)
+      const env = newEnvironment()
+      const breakerLogs = (level: string) =>
+        logs.filter((line) => line.level === level && line.message.startsWith("breaker")).map((line) => line.message)
+
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s1"), settings)).count).toBe(1)
+      expect(yield* zcard(server.url, env)).toBe(1)
+
+      yield* Effect.promise(() => server.stop())
+      const started = Date.now()
+      const down = yield* breaker.recordTimeout(sessionOf(env, "s2"), settings)
+      expect(Date.now() - started).toBeLessThan(1000)
+      expect(down).toEqual({ count: 1, tripped: false })
+      expect(yield* breaker.isDegraded).toBe(true)
+      // While degraded, nothing waits for Redis.
+      const next = Date.now()
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s3"), settings)).count).toBe(2)
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s4"), settings)).count).toBe(3)
+      expect(Date.now() - next).toBeLessThan(50)
+      yield* breaker.recordResponse(env.agentId, env.environmentId)
+      expect(yield* breaker.count(env.agentId, env.environmentId, 300)).toBe(0)
+      expect(breakerLogs("WARN")).toEqual([
+        "breaker store unreachable or slow: counting occurrences on this instance until it is back"
+      ])
+
+      const restarted = yield* Effect.acquireRelease(
+        Effect.promise(() => startRedisServer(server.port)),
+        (s) => Effect.promise(() => s.stop())
+      )
+      expect(yield* waitUntil(Effect.map(breaker.isDegraded, (d) => !d), 5000)).toBe(true)
+      expect(breakerLogs("INFO")).toEqual([
+        "breaker store reachable again: counting in the shared window"
+      ])
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s5"), settings)).count).toBe(1)
+      expect(yield* zcard(restarted.url, env)).toBe(1)
+      expect(breakerLogs("WARN")).toHaveLength(1)
+    }), 30_000)
+
+  it.scopedLive("falls back when Redis is slow rather than waiting for it", () =>
+    Effect.gen(function* () {
+      const server = yield* Effect.acquireRelease(
+        Effect.promise(() => startRedisServer()),
+        (s) => Effect.promise(() => s.stop())
+      )
+      const context = yield* Layer.build(breakerLayer(redisStore(server.url), { BREAKER_STORE_TIMEOUT: "200ms" }))
+      const breaker = yield* Effect.provide(Breaker, context)
+      const env = newEnvironment()
+      const admin = yield* Effect.acquireRelease(
+        Effect.sync(() => new Redis(server.url)),
+        (redis) => Effect.promise(() => redis.quit())
+      )
+      yield* Effect.promise(() => admin.call("CLIENT", "PAUSE", "1500", "ALL"))
+      const started = Date.now()
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s1"), settings)).count).toBe(1)
+      expect(Date.now() - started).toBeLessThan(600)
+      expect(yield* breaker.isDegraded).toBe(true)
+      expect(yield* waitUntil(Effect.map(breaker.isDegraded, (d) => !d), 5000)).toBe(true)
+    }), 30_000)
+
+  it.scopedLive("two instances on one Redis share one threshold, and the trip rescues stalled calls on both within a second", () =>
+    Effect.gen(function* () {
+      const url = inject("redisUrl")
+      const instanceA = yield* Layer.build(breakerLayer(redisStore(url)))
+      const instanceB = yield* Layer.build(breakerLayer(redisStore(url)))
+      const env = newEnvironment()
+      const shared: BreakerSettings = { timeoutSeconds: 1, threshold: 3, windowSeconds: 60 }
+      const rescues: Array<Rescue & { sessionId: string; at: number }> = []
+      const on = (context: typeof instanceA, sessionId: string) =>
+        watch(sessionOf(env, sessionId), Effect.succeed(shared), [], {
+          onTrip: (rescue) => Effect.sync(() => void rescues.push({ ...rescue, sessionId, at: performance.now() }))
+        }).pipe(Effect.provide(context))
+
+      const a1 = yield* on(instanceA, "a1")
+      const a2 = yield* on(instanceA, "a2")
+      const b1 = yield* on(instanceB, "b1")
+      const b2 = yield* on(instanceB, "b2")
+      a1.turnEnded(0, 0)
+      a2.turnEnded(0, 0)
+      yield* Effect.sleep("300 millis")
+      b1.turnEnded(0, 0) // expires 300 ms after the a's: the third occurrence
+      yield* Effect.sleep("900 millis")
+      b2.turnEnded(0, 0) // within its deadline when the breaker trips
+      expect(yield* waitUntil(Effect.sync(() => rescues.length >= 3), 3000)).toBe(true)
+      yield* Effect.sleep("200 millis")
+
+      const trip = rescues.find((r) => r.sessionId === "b1")!
+      expect(trip).toMatchObject({ reason: "threshold", count: 3, threshold: 3, trippedBy: "b1" })
+      const others = rescues.filter((r) => r.sessionId !== "b1")
+      expect(others.map((r) => [r.sessionId, r.reason, r.trippedBy]).sort()).toEqual([
+        ["a1", "environment", "b1"],
+        ["a2", "environment", "b1"]
+      ])
+      for (const other of others) expect(other.at - trip.at).toBeLessThan(1000)
+      expect(b2.rescued).toBe(false)
+    }), 30_000)
+})

@@ -1,0 +1,156 @@
+import { readFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import type { BreakerSettings } from "../../src/breaker/Breaker.js"
+import type { Rescue } from "../../src/breaker/ResponseWatchdog.js"
+import { Metrics } from "../../src/observability/Metrics.js"
+import { TurnTiming } from "../../src/turns/TurnTiming.js"
+import { VoiceActivity } from "../../src/turns/VoiceActivity.js"
+import { breakerLayer, newEnvironment } from "../breaker/breakerTestLayer.js"
+
+/** One call's turn timing end to end: real VAD on real audio, the watchdog on the real clock. */
+
+const audio = (name: string) => new Uint8Array(readFileSync(fileURLToPath(new URL(`../fixtures/audio/${name}.ulaw`, import.meta.url))))
+const FRAME = 160
+const quiet = new Uint8Array(FRAME).fill(0xff)
+
+const layer = () => {
+  const breaker = breakerLayer()
+  return TurnTiming.Default.pipe(Layer.provideMerge(VoiceActivity.Default), Layer.provideMerge(breaker))
+}
+
+/**
+ * Plays the caller clip followed by `silenceMs` of silence (agent silent throughout, unless an
+ * agent clip starts `agentAfterMs` after the caller clip ends), stamping frames so that the last
+ * one is "now": the relay would have taken that long in real time.
+ */
+const play = (observer: { callerAudio: (f: Uint8Array, at: number) => void; agentAudio: (f: Uint8Array, at: number) => void }, options: {
+  caller: Uint8Array
+  silenceMs: number
+  agent?: { clip: Uint8Array; afterMs: number }
+}) => {
+  const callerFrames = options.caller.length / FRAME
+  const total = Math.ceil(callerFrames + options.silenceMs / 20)
+  const base = performance.now() - total * 20
+  for (let i = 0; i < total; i++) {
+    const at = base + i * 20
+    observer.callerAudio(i < Math.floor(callerFrames) ? options.caller.subarray(i * FRAME, i * FRAME + FRAME) : quiet, at)
+    const agentStart = options.agent ? Math.floor(callerFrames + options.agent.afterMs / 20) : Infinity
+    const j = i - agentStart
+    const agentFrame = options.agent && j >= 0 && (j + 1) * FRAME <= options.agent.clip.length ? options.agent.clip.subarray(j * FRAME, j * FRAME + FRAME) : quiet
+    observer.agentAudio(agentFrame, at)
+  }
+}
+
+describe("TurnTiming", () => {
+  it.scopedLive("a silent agent after a caller turn trips the breaker and rescues the call", () =>
+    Effect.gen(function* () {
+      const timing = yield* TurnTiming
+      const env = newEnvironment()
+      const rescues: Array<Rescue> = []
+      const settings: BreakerSettings = { timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }
+      const call = yield* timing.watchCall({
+        ...env,
+        sessionId: "call-1",
+        settings: Effect.succeed(settings),
+        onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+      })
+      play(call.observer, { caller: audio("caller-appointment"), silenceMs: 800 })
+      expect(call.turns()).toHaveLength(1)
+      yield* Effect.sleep("1200 millis")
+      expect(rescues).toEqual([{ reason: "threshold", count: 1, threshold: 1, trippedBy: "call-1" }])
+    }).pipe(Effect.provide(layer())), 15_000)
+
+  it.scopedLive("an agent's voiced answer is recorded on the call's turns and in the latency histogram", () =>
+    Effect.gen(function* () {
+      const timing = yield* TurnTiming
+      const { registry } = yield* Metrics
+      const env = newEnvironment()
+      const rescues: Array<Rescue> = []
+      const call = yield* timing.watchCall({
+        ...env,
+        sessionId: "call-2",
+        settings: Effect.succeed({ timeoutSeconds: 5, threshold: 1, windowSeconds: 60 }),
+        onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+      })
+      const before = Date.now()
+      play(call.observer, { caller: audio("caller-account"), silenceMs: 4000, agent: { clip: audio("agent-greeting"), afterMs: 1500 } })
+      const turns = call.turns()
+      expect(turns).toHaveLength(1)
+      const turn = turns[0]!
+      expect(turn.input).toBe("speech")
+      expect(turn.latencyMs).toBeGreaterThan(1000)
+      expect(turn.latencyMs).toBeLessThan(2000)
+      expect(Date.parse(turn.agentRespondedAt!) - Date.parse(turn.callerEndedAt)).toBeCloseTo(turn.latencyMs!, -1)
+      expect(Date.parse(turn.callerEndedAt)).toBeGreaterThan(before - 15_000)
+      expect(Date.parse(turn.callerEndedAt)).toBeLessThan(Date.now())
+      expect(turn.timeoutOccurrences).toBe(0)
+      const text = yield* Effect.promise(() => registry.metrics())
+      expect(text).toContain(
+        `callgate_agent_response_latency_seconds_count{agent="${env.agentId}",environment="${env.environmentId}"} 1`
+      )
+      yield* Effect.sleep("300 millis")
+      expect(rescues).toEqual([])
+    }).pipe(Effect.provide(layer())), 15_000)
+
+  it.scopedLive("DTMF is caller input: a digit followed by agent silence counts", () =>
+    Effect.gen(function* () {
+      const timing = yield* TurnTiming
+      const rescues: Array<Rescue> = []
+      const call = yield* timing.watchCall({
+        ...newEnvironment(),
+        sessionId: "call-3",
+        settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
+        onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+      })
+      call.observer.callerDtmf("4", performance.now())
+      expect(call.turns().map((turn) => turn.input)).toEqual(["dtmf"])
+      yield* Effect.sleep("1200 millis")
+      expect(rescues).toHaveLength(1)
+    }).pipe(Effect.provide(layer())), 15_000)
+
+  it.scopedLive("closing the call's scope stops timing and frees the detectors", () =>
+    Effect.gen(function* () {
+      const timing = yield* TurnTiming
+      const rescues: Array<Rescue> = []
+      const call = yield* Effect.scoped(
+        Effect.tap(
+          timing.watchCall({
+            ...newEnvironment(),
+            sessionId: "call-4",
+            settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
+            onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+          }),
+          (call) => Effect.sync(() => call.observer.callerDtmf("1", performance.now()))
+        )
+      )
+      yield* Effect.sleep("1200 millis")
+      expect(rescues).toEqual([])
+      // Frames after the end are ignored, not a crash.
+      call.observer.callerAudio(audio("caller-appointment").subarray(8000, 8160), performance.now())
+      call.observer.close()
+      expect(call.turns()).toHaveLength(1)
+    }).pipe(Effect.provide(layer())), 15_000)
+
+  it.scopedLive("observe: without a scope, observer.close() stops the call's timing", () =>
+    Effect.gen(function* () {
+      const timing = yield* TurnTiming
+      const rescues: Array<Rescue> = []
+      const options = (sessionId: string) => ({
+        ...newEnvironment(),
+        sessionId,
+        settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
+        onTrip: (rescue: Rescue) => Effect.sync(() => void rescues.push({ ...rescue, trippedBy: sessionId }))
+      })
+      const closed = yield* timing.observe(options("closed"))
+      const open = yield* timing.observe(options("open"))
+      closed.observer.callerDtmf("1", performance.now())
+      open.observer.callerDtmf("1", performance.now())
+      closed.observer.close()
+      closed.observer.close()
+      yield* Effect.sleep("1200 millis")
+      expect(rescues.map((r) => r.trippedBy)).toEqual(["open"])
+      open.observer.close()
+    }).pipe(Effect.provide(layer())), 15_000)
+})
