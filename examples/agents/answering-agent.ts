@@ -8,6 +8,7 @@
  *
  * See docs/simulator.md for every option.
  */
+import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { readUlawFile } from "../../src/sim/AudioSource.js"
 import { durationMs } from "../../src/sim/Mulaw.js"
@@ -15,7 +16,13 @@ import { AgentHost, type AgentConnectionOptions, connectionFlags, isMain, option
 import type { AgentCall, CallStart } from "./agent-runtime.js"
 import { EnergyTurnDetector, type TurnDetectorOptions } from "./energy-turn-detector.js"
 
-export const DEFAULT_REPLY_PATH = fileURLToPath(new URL("./audio/agent-greeting.ulaw", import.meta.url))
+/** The default reply, beside this file (run with tsx) or in the source tree (run from dist/). */
+export const DEFAULT_REPLY_PATH = [
+  new URL("./audio/agent-greeting.ulaw", import.meta.url),
+  new URL("../../../examples/agents/audio/agent-greeting.ulaw", import.meta.url)
+]
+  .map((url) => fileURLToPath(url))
+  .find((path) => existsSync(path))!
 
 export interface AnsweringAgentOptions extends AgentConnectionOptions {
   /** What the agent says each turn (mu-law); default examples/agents/audio/agent-greeting.ulaw. */

@@ -141,6 +141,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   private answeredInputUs = -1
   private lastAnswer: AgentAnswer | undefined
   private lastAgentVoicedMs = 0
+  private opening: Promise<void> | undefined
   private hangingUp = false
   private isClosed = false
   private resolveClosed!: (info: CloseInfo) => void
@@ -176,7 +177,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
    * SimError when the upgrade is refused or the socket fails first.
    */
   open(): Promise<void> {
-    return new Promise((resolve, reject) => {
+    this.opening ??= new Promise((resolve, reject) => {
       const onError = (error: Error) => {
         const status = /Unexpected server response: (\d+)/.exec(error.message)?.[1]
         reject(new SimError(`stream connection to ${redactUrl(this.url)} failed: ${error.message}`, "connect", status ? Number(status) : undefined))
@@ -197,6 +198,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
         this.finish({ code, reason: reason.toString(), by: this.hangingUp ? "simulator" : "gateway" })
       )
     })
+    return this.opening
   }
 
   /** Queues caller audio (mu-law) behind what is already queued; resolves when its last frame is sent. */

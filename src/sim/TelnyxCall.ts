@@ -60,8 +60,10 @@ export interface TelnyxTexmlCallOptions extends SimCallOptions {
   /** TeXML CallSid (a call control id); generated when absent. */
   readonly callSid?: string
   readonly accountSid?: string
-  /** Signs the webhook with these Ed25519 headers, for a gateway that checks them. */
+  /** Signs the webhook with this Ed25519 private key, for a gateway that checks Telnyx signatures. */
   readonly signingKey?: KeyObject
+  /** Or: any headers computed from the raw body (e.g. a fake Telnyx account's signer). */
+  readonly webhookHeaders?: (rawBody: string) => Record<string, string>
   readonly streamVia?: "texml" | "gateway"
   readonly encoding?: "PCMU" | "audio/x-mulaw"
   readonly webhookParams?: Readonly<Record<string, string>>
@@ -89,7 +91,10 @@ export const placeTelnyxTexmlCall = async (options: TelnyxTexmlCallOptions): Pro
     ...options.webhookParams
   }
   const body = new URLSearchParams(params).toString()
-  const headers: Record<string, string> = options.signingKey ? telnyxSignatureHeaders(options.signingKey, body) : {}
+  const headers: Record<string, string> = {
+    ...(options.signingKey ? telnyxSignatureHeaders(options.signingKey, body) : {}),
+    ...options.webhookHeaders?.(body)
+  }
   const answer = await postEntryWebhook(entryUrl(options.gatewayUrl, "telephony/telnyx/texml", options.agentId, options.environmentId), params, headers, body)
   const connectUrl = options.streamVia === "gateway" ? onGatewayOrigin(answer.stream.url, options.gatewayUrl) : answer.stream.url
   const dialect = telnyxDialect({
