@@ -36,6 +36,7 @@ export {
   type SimCallOptions,
   type TurnResult
 } from "./SimCall.js"
+export { runScript, type ScriptStep, type StepOutcome } from "./Script.js"
 export { parseStreamMarkup, type StreamInstruction } from "./StreamMarkup.js"
 export { connectTelnyxStream, placeTelnyxTexmlCall, telnyxSignatureHeaders, type TelnyxStreamOptions, type TelnyxTexmlCallOptions } from "./TelnyxCall.js"
 export { connectTwilioStream, placeTwilioCall, type TwilioCallOptions, type TwilioStreamOptions } from "./TwilioCall.js"

@@ -4,6 +4,7 @@ import { readUlawFile, silence, speechLike } from "../../src/sim/AudioSource.js"
 import { readStamp } from "../../src/sim/FrameStamp.js"
 import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
 import { SimError, type SimCall } from "../../src/sim/SimCall.js"
+import { runScript } from "../../src/sim/Script.js"
 import { connectTwilioStream, placeTwilioCall } from "../../src/sim/TwilioCall.js"
 import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
@@ -202,6 +203,27 @@ describe("simulated Twilio call", () => {
     const stream = await gateway.stream()
     stream.sendMedia(silence(200))
     expect(await call.waitForAgentAnswer({ timeoutMs: 200 })).toEqual({ answered: false, reason: "timeout" })
+  })
+
+  it("runs a caller script step by step", async () => {
+    const call = await place()
+    const stream = await gateway.stream()
+    await stream.nth("start")
+    const steps: Array<string> = []
+    const answering = stream.until(() => stream.events("dtmf").length === 2).then(() => {
+      for (const frame of framesOf(greeting).filter((f) => isVoicedFrame(f)).slice(0, 3)) stream.sendMedia(frame)
+    })
+    const outcomes = await runScript(
+      call,
+      [{ play: "speech:200" }, { pause: 40 }, { dtmf: "42", gapMs: 10 }, { waitForAnswer: { timeoutMs: 3000 } }, { waitForQuiet: { quietMs: 50 } }, { hangup: true }, { pause: 10_000 }],
+      (outcome) => steps.push(outcome.step)
+    )
+    await answering
+    expect(steps).toEqual(["play", "pause", "dtmf", "waitForAnswer", "waitForQuiet", "hangup"])
+    expect(outcomes[0]).toEqual({ step: "play", result: { framesSent: 10, completed: true } })
+    expect(outcomes[3]).toMatchObject({ step: "waitForAnswer", result: { answered: true } })
+    expect(outcomes[5]).toMatchObject({ step: "hangup", result: { code: 1000, by: "simulator" } })
+    expect(stream.events("dtmf").map((m) => m.dtmf.digit)).toEqual(["4", "2"])
   })
 
   it("stamps outgoing frames with call id, chunk number and send time", async () => {
