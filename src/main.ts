@@ -29,6 +29,15 @@ import { RedisOutboxStoreLive } from "./webhooks/RedisOutboxStore.js"
 import { TurnTiming } from "./turns/TurnTiming.js"
 import { VoiceActivity } from "./turns/VoiceActivity.js"
 import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
+import { AgentConnector } from "./agent/AgentConnector.js"
+import { AgentPool } from "./agent/AgentPool.js"
+import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
+import { RedisSessionStoreLive } from "./session/RedisSessionStore.js"
+import { HangUpRescueLive } from "./session/Rescue.js"
+import { SessionDrainLive, SessionRegistry } from "./session/SessionRegistry.js"
+import { SessionLifecycle } from "./session/SessionLifecycle.js"
+import { Sessions } from "./session/Sessions.js"
+import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
 
 /**
  * The one place layers are assembled. REDIS_URL picks the stores: Redis when set (shared by every
@@ -37,8 +46,10 @@ import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
 const StoresLive = Layer.unwrapEffect(
   Effect.map(AppConfig, (config) =>
     Option.isSome(config.redisUrl)
-      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive).pipe(Layer.provide(RedisConnectionLive))
-      : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive)
+      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive, RedisSessionStoreLive).pipe(
+          Layer.provide(RedisConnectionLive)
+        )
+      : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive, MemorySessionStoreLive)
   )
 )
 
@@ -74,8 +85,20 @@ const TelephonyLive = CarriersLive.pipe(
   Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, CarrierCallEvents.Default))
 )
 
-export const MainLive = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive).pipe(
+/**
+ * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
+ * sessions. Rescue: a hard error hangs the call up (the error fallback replaces HangUpRescueLive).
+ */
+const CallsLive = CarrierStreams.Default.pipe(
+  Layer.provideMerge(SessionRegistry.Default),
+  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, HangUpRescueLive))
+)
+
+// SessionDrainLive sits beside the server so live calls drain before the HTTP app closes its sockets.
+export const MainLive = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive).pipe(
   Layer.provide(HttpApp.Default),
+  Layer.provide(CallsLive),
   Layer.provide(TurnsLive),
   Layer.provide(DomainLive),
   Layer.provide(TelephonyLive),

@@ -13,9 +13,18 @@ import { ApiError } from "./ApiError.js"
 import { type ApiRoute, authenticationHook, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
 import { deliveryRoutes } from "./routes/deliveryRoutes.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
+import { sessionRoutes } from "./routes/sessionRoutes.js"
+import { type AgentPool } from "../agent/AgentPool.js"
+import { registerAgentRoutes } from "../agent/AgentRoutes.js"
+import { type Sessions } from "../session/Sessions.js"
+import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
+import { registerStreamRoutes } from "../telephony/streams/StreamRoutes.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries
+export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices
+
+/** What the media streams, the agent WebSocket and the session routes need. */
+type CallServices = CarrierStreams | AgentPool | Sessions
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -28,7 +37,7 @@ declare module "fastify" {
 }
 
 /** Every /v1 JSON route, in the order the OpenAPI document lists them. */
-export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...deliveryRoutes, ...apiKeyRoutes]
+export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...deliveryRoutes, ...sessionRoutes, ...apiKeyRoutes]
 
 /** JSON.parse, refusing `__proto__` keys (as fastify's own parser does) so no later merge can be poisoned. */
 const parseJson = (text: string): unknown =>
@@ -147,6 +156,8 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
 
   registerApiRoutes<HttpServices>(app, runtime, apiRoutes)
   registerTelephonyEntryRoutes(app, runtime)
+  registerStreamRoutes(app, runtime)
+  registerAgentRoutes(app, runtime)
   return app
 }
 

@@ -25,6 +25,16 @@ import type { Outbox } from "../../src/webhooks/Outbox.js"
 import type { OutboxStore } from "../../src/webhooks/OutboxStore.js"
 import { redisOutboxStoreLayer } from "../../src/webhooks/RedisOutboxStore.js"
 import { SafeHttpClient } from "../../src/webhooks/SafeHttpClient.js"
+import { AgentConnector } from "../../src/agent/AgentConnector.js"
+import { AgentPool } from "../../src/agent/AgentPool.js"
+import { MemorySessionStoreLive } from "../../src/session/MemorySessionStore.js"
+import { RedisSessionStoreLive } from "../../src/session/RedisSessionStore.js"
+import { HangUpRescueLive } from "../../src/session/Rescue.js"
+import { SessionLifecycle } from "../../src/session/SessionLifecycle.js"
+import { SessionRegistry } from "../../src/session/SessionRegistry.js"
+import { Sessions } from "../../src/session/Sessions.js"
+import type { SessionStore } from "../../src/session/SessionStore.js"
+import { CarrierStreams } from "../../src/telephony/streams/CarrierStreams.js"
 import { Logger } from "effect"
 
 export const ADMIN_KEY = "test-admin-key-0123456789"
@@ -42,10 +52,10 @@ export const uniqueId = (prefix: string) => `${prefix}_${process.pid}_${Date.now
 
 export const storesLayer = (kind: StoreKind) =>
   kind === "redis"
-    ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, redisOutboxStoreLayer(uniqueId("outbox"))).pipe(
+    ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, redisOutboxStoreLayer(uniqueId("outbox")), RedisSessionStoreLive).pipe(
         Layer.provideMerge(RedisConnectionLive)
       )
-    : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive)
+    : Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive, MemorySessionStoreLive)
 
 export const configFor = (kind: StoreKind, env: Record<string, string> = {}) =>
   kind === "redis" ? { REDIS_URL: inject("redisUrl"), SECRETS_KEY: TEST_SECRETS_KEY, ...env } : env
@@ -73,6 +83,13 @@ export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =
     Layer.provide(testConfigLayer(configFor(kind, env)))
   )
 
+/** Live calls (media streams, agent connections, relay, sessions) as main.ts assembles them. */
+export const callsLayer = CarrierStreams.Default.pipe(
+  Layer.provideMerge(SessionRegistry.Default),
+  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, HangUpRescueLive))
+)
+
 export interface TestApp {
   readonly app: FastifyInstance
   readonly runtime: ManagedRuntime.ManagedRuntime<
@@ -91,7 +108,12 @@ export interface TestApp {
     | DeliveryMetrics
     | Outbox
     | OutboxStore
-    | SafeHttpClient,
+    | SafeHttpClient
+    | CarrierStreams
+    | SessionRegistry
+    | Sessions
+    | SessionStore
+    | AgentPool,
     unknown
   >
   readonly close: () => Promise<void>
@@ -99,7 +121,7 @@ export interface TestApp {
 
 /** Builds the HTTP app (not listening) over the chosen store; `close` releases everything. */
 export const makeTestApp = async (kind: StoreKind = "memory", env: Record<string, string> = {}): Promise<TestApp> => {
-  const runtime = ManagedRuntime.make(HttpApp.Default.pipe(Layer.provideMerge(domainLayer(kind, env))))
+  const runtime = ManagedRuntime.make(HttpApp.Default.pipe(Layer.provideMerge(callsLayer), Layer.provideMerge(domainLayer(kind, env))))
   const { app } = await runtime.runPromise(HttpApp)
   return { app, runtime, close: () => runtime.dispose() }
 }

@@ -1,0 +1,128 @@
+import { Either, Schema } from "effect"
+import type { AgentEvents, AgentLink, AgentStart } from "../session/CallLegs.js"
+import { makeFrameDecoder, parseJson } from "../session/FrameDecoding.js"
+import type { WireListener, WireSocket } from "../session/WireSocket.js"
+import { twilioInboundEncoder } from "../telephony/streams/TwilioFrames.js"
+import { AGENT_MESSAGE_EVENTS, AgentMedia, AgentMessage } from "./AgentDialect.js"
+
+const isMedia = Schema.is(AgentMedia)
+const decodeMessage = makeFrameDecoder("agent", AgentMessage, AGENT_MESSAGE_EVENTS)
+
+type Encoder = ReturnType<typeof twilioInboundEncoder>
+
+let nextId = 0
+
+/**
+ * One agent WebSocket, dial-in or dial-out, speaking the agent dialect. It starts idle (messages
+ * ignored) and serves exactly one call: `begin` binds it, `finish` sends `stop` and closes it, and
+ * it is never bound again.
+ */
+export class AgentConnection implements WireListener, AgentLink {
+  readonly id = ++nextId
+  private state: "idle" | "bound" | "done" = "idle"
+  private events: AgentEvents | undefined
+  private encoder: Encoder | undefined
+  private sequence = 0
+  private chunk = 0
+  private stopFields = { accountSid: "", callSid: "" }
+  /** Called once if the socket goes away while idle (the pool forgets it). */
+  onIdleClose: (() => void) | undefined
+
+  constructor(private readonly socket: WireSocket) {
+    socket.listen(this)
+  }
+
+  get isIdle(): boolean {
+    return this.state === "idle" && this.socket.isOpen
+  }
+
+  /** Liveness ping (see WireSocket.heartbeat); false once the socket is gone. */
+  heartbeat(): boolean {
+    return this.socket.heartbeat()
+  }
+
+  begin(start: AgentStart, events: AgentEvents): void {
+    if (this.state !== "idle") throw new Error("an agent connection serves one call only")
+    this.state = "bound"
+    this.events = events
+    this.encoder = twilioInboundEncoder(start.streamSid)
+    this.stopFields = { accountSid: start.agentId, callSid: start.sessionId }
+    this.socket.send(this.encoder.connected())
+    this.socket.send(
+      this.encoder.start(++this.sequence, {
+        ...this.stopFields,
+        customParameters: {
+          sessionId: start.sessionId,
+          agentId: start.agentId,
+          environmentId: start.environmentId,
+          from: start.from,
+          to: start.to,
+          direction: start.direction,
+          provider: start.provider
+        }
+      })
+    )
+  }
+
+  onText(text: string): void {
+    const events = this.events
+    if (this.state !== "bound" || events === undefined) return
+    const raw = parseJson(text)
+    if (isMedia(raw)) return events.agentMedia(raw.media.payload)
+    const decoded = decodeMessage(raw)
+    if (Either.isLeft(decoded)) {
+      this.state = "done"
+      this.socket.close(decoded.left.code, decoded.left.reason)
+      return events.agentFailed({ kind: "agent_protocol_error", message: `The agent sent an invalid message: ${decoded.left.reason}` })
+    }
+    const message = decoded.right
+    switch (message.event) {
+      case "media":
+        return events.agentMedia(message.media.payload)
+      case "mark":
+        return events.agentMark(message.mark.name)
+      case "clear":
+        return events.agentClear()
+      case "hangup":
+        return events.agentHangup()
+      case "transfer":
+        return events.agentTransfer(message.transfer.to)
+      case "error":
+        return events.agentFailed({ kind: "agent_error", message: `The agent reported an error: ${message.error.message}` })
+    }
+  }
+
+  onClose(code: number, _reason: string, fault: string | undefined): void {
+    const previous = this.state
+    this.state = "done"
+    if (previous === "idle") return this.onIdleClose?.()
+    if (previous === "bound") {
+      this.events?.agentFailed({
+        kind: "agent_disconnected",
+        message: fault !== undefined ? `The agent connection failed: ${fault}` : `The agent closed its connection during the call (code ${code})`
+      })
+    }
+  }
+
+  sendMedia(payload: string, timestampMs: number): void {
+    if (this.encoder !== undefined) this.socket.send(this.encoder.media(++this.sequence, ++this.chunk, timestampMs, payload))
+  }
+
+  sendDtmf(digit: string): void {
+    if (this.encoder !== undefined) this.socket.send(this.encoder.dtmf(++this.sequence, digit))
+  }
+
+  sendMark(name: string): void {
+    if (this.encoder !== undefined) this.socket.send(this.encoder.mark(++this.sequence, name))
+  }
+
+  finish(code: number, reason: string): void {
+    if (this.state === "bound" && this.encoder !== undefined) this.socket.send(this.encoder.stop(++this.sequence, this.stopFields))
+    this.state = "done"
+    this.socket.close(code, reason)
+  }
+
+  get backlog(): number {
+    return this.socket.bufferedAmount
+  }
+}

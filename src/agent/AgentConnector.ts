@@ -1,0 +1,43 @@
+import { Effect, Option } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
+import { HardError } from "../session/HardError.js"
+import type { AgentConnection } from "./AgentConnection.js"
+import { dialAgent } from "./AgentDialer.js"
+import { AgentPool } from "./AgentPool.js"
+
+export interface AgentTarget {
+  readonly agentId: string
+  readonly environmentId: string
+  /** The environment's agentUrl: dial out when set, else take an idle dial-in socket. */
+  readonly agentUrl: string | null
+}
+
+/**
+ * Finds the agent for one call (DESIGN.md section 4): dial-out to agentUrl when the environment
+ * has one, otherwise an idle dial-in socket taken at once. No agent is a HardError, never a wait:
+ * the caller is on the line.
+ */
+export class AgentConnector extends Effect.Service<AgentConnector>()("callgate/AgentConnector", {
+  effect: Effect.gen(function* () {
+    const pool = yield* AgentPool
+    const config = yield* AppConfig
+
+    const acquire = (target: AgentTarget): Effect.Effect<AgentConnection, HardError> => {
+      if (target.agentUrl !== null) {
+        return dialAgent(target.agentUrl, config.agentConnectTimeout).pipe(Effect.tap((connection) => pool.track(connection)))
+      }
+      return Option.match(pool.take(target.agentId, target.environmentId), {
+        onSome: Effect.succeed,
+        onNone: () =>
+          Effect.fail(
+            new HardError({
+              kind: "no_idle_agent",
+              message: `No agent connection was idle for environment ${target.environmentId} of agent ${target.agentId}.`
+            })
+          )
+      })
+    }
+
+    return { acquire } as const
+  })
+}) {}

@@ -1,0 +1,54 @@
+import { Effect, Exit, Runtime } from "effect"
+import type { FastifyInstance, FastifyRequest } from "fastify"
+import type { ApiKeys } from "../apikeys/ApiKeys.js"
+import { Environments } from "../environments/Environments.js"
+import { ApiError } from "../http/ApiError.js"
+import { authenticationHook, toApiError } from "../http/ApiRoute.js"
+import { wsWireSocket } from "../session/WsWireSocket.js"
+import { AgentConnection } from "./AgentConnection.js"
+import { AgentPool } from "./AgentPool.js"
+
+export const AGENT_CONNECT_PATH = "/v1/agents/:agentId/environments/:environmentId/connect"
+
+interface ConnectParams {
+  readonly agentId: string
+  readonly environmentId: string
+}
+
+/**
+ * Dial-in agent workers: `GET /v1/agents/{agentId}/environments/{environmentId}/connect` as a
+ * WebSocket with `Authorization: Bearer <key>` (admin, or a key scoped to that agent). The upgrade
+ * is refused with the JSON error envelope: 401 without a valid key, 403 for another agent's key,
+ * 404 for an unknown environment, 503 while shutting down. Each accepted socket is one unit of
+ * idle capacity for the environment until a call takes it.
+ */
+export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<ApiKeys | Environments | AgentPool>) => {
+  const run = Runtime.runPromiseExit(runtime)
+  const pool = Runtime.runSync(runtime)(AgentPool)
+
+  const environmentExists = async (request: FastifyRequest) => {
+    const { agentId, environmentId } = request.params as ConnectParams
+    const exit = await run(Effect.flatMap(Environments, (envs) => envs.get(agentId, environmentId)))
+    if (Exit.isSuccess(exit)) return
+    const failure = exit.cause._tag === "Fail" ? toApiError(exit.cause.error) : undefined
+    throw failure !== undefined && failure._tag === "Some" ? failure.value : ApiError.of("INTERNAL")
+  }
+
+  app.get(
+    AGENT_CONNECT_PATH,
+    {
+      websocket: true,
+      preValidation: [
+        authenticationHook(runtime, "agent"),
+        async (request) => {
+          if (!pool.isAccepting()) throw ApiError.of("UNAVAILABLE", "callgate is shutting down: connect to another instance.")
+          await environmentExists(request)
+        }
+      ]
+    },
+    (socket, request) => {
+      const { agentId, environmentId } = request.params as ConnectParams
+      pool.offer(agentId, environmentId, new AgentConnection(wsWireSocket(socket)))
+    }
+  )
+}

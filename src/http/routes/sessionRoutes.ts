@@ -1,0 +1,39 @@
+import { Effect } from "effect"
+import { AgentParams } from "../../environments/EnvironmentSchema.js"
+import { Session, SessionListQuery, SessionPageView, SessionParams } from "../../session/SessionSchema.js"
+import { Sessions } from "../../session/Sessions.js"
+import { ApiError } from "../ApiError.js"
+import { apiRoute, registerDomainError } from "../ApiRoute.js"
+
+registerDomainError("SessionNotFound", (e) => ApiError.of("NOT_FOUND", `Session ${e.sessionId} of agent ${e.agentId} was not found.`))
+registerDomainError("InvalidSessionCursor", () =>
+  ApiError.of("VALIDATION_FAILED", "cursor is not a cursor returned by this endpoint", [
+    { field: "cursor", message: "is not a cursor returned by this endpoint" }
+  ])
+)
+
+const base = "/v1/agents/:agentId/sessions"
+
+export const sessionRoutes = [
+  apiRoute({
+    method: "GET",
+    path: base,
+    summary: "List the agent's call sessions, newest first (filter by environment and status)",
+    tag: "sessions",
+    auth: "agent",
+    params: AgentParams,
+    query: SessionListQuery,
+    response: SessionPageView,
+    handler: ({ params, query }) => Effect.flatMap(Sessions, (sessions) => sessions.list(params.agentId, query))
+  }),
+  apiRoute({
+    method: "GET",
+    path: `${base}/:sessionId`,
+    summary: "Get one call session",
+    tag: "sessions",
+    auth: "agent",
+    params: SessionParams,
+    response: Session,
+    handler: ({ params }) => Effect.flatMap(Sessions, (sessions) => sessions.get(params.agentId, params.sessionId))
+  })
+]

@@ -1,0 +1,222 @@
+import { Data } from "effect"
+import { MAX_MEDIA_BYTES } from "../telephony/streams/MediaFields.js"
+import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "./CallLegs.js"
+import { HardError } from "./HardError.js"
+import type { SessionInfo } from "./SessionInfo.js"
+
+/** How a session ends; decided once, by whichever comes first. */
+export type SessionEnding = Data.TaggedEnum<{
+  /** The caller hung up (carrier stop, stream closed, CallHungUp) or the agent hung up. */
+  Completed: { readonly reason: "caller_hangup" | "agent_hangup" }
+  /** The agent asked to move the call to `to`. */
+  Transfer: { readonly to: string }
+  /** SESSION_MAX_DURATION elapsed. */
+  Timeout: {}
+  /** A hard error: the rescue runs. */
+  Failed: { readonly error: HardError }
+}>
+export const SessionEnding = Data.taggedEnum<SessionEnding>()
+
+export interface RelayLimits {
+  /** Caller frames held while the agent is being connected (beyond: dropped, counted). */
+  readonly maxHeldFrames: number
+  /** Bytes queued towards an agent that stops reading before the call is failed. */
+  readonly maxAgentBacklogBytes: number
+}
+
+export const DEFAULT_RELAY_LIMITS: RelayLimits = { maxHeldFrames: 1500, maxAgentBacklogBytes: 4 * 1024 * 1024 }
+
+interface Held {
+  readonly dtmf: boolean
+  readonly value: string
+  readonly atMs: number
+}
+
+const faultError = (fault: LegFault) => new HardError({ kind: fault.kind, message: fault.message })
+
+/**
+ * The relay of one call: carrier frames to the agent and agent frames to the carrier, unchanged
+ * and in order, with the turn observer told about each. Everything here is synchronous and runs
+ * per frame: no Effect, no Promise, and per frame no allocation beyond the outgoing string (the
+ * base64 payload is pasted into it; the bytes the observer sees are decoded into one reused
+ * buffer). The session ends exactly once: `end` keeps the first ending and reports it to the
+ * session fiber, which does the slow part (REST calls, store, webhook).
+ */
+export class CallSession implements CallerEvents, AgentEvents {
+  private observer: TurnObserver = nullTurnObserver
+  private agent: AgentLink | undefined
+  private held: Array<Held> | undefined = []
+  private ending: SessionEnding | undefined
+  private readonly audio = Buffer.allocUnsafe(MAX_MEDIA_BYTES)
+  private view: Uint8Array = new Uint8Array(0)
+  private readonly startedAtMs = performance.now()
+  /** Caller frames dropped because the agent took too long to connect. */
+  droppedFrames = 0
+  /** The observer threw: it was replaced by the null observer; reported when the session ends. */
+  observerFailure: unknown = undefined
+
+  constructor(
+    readonly info: SessionInfo,
+    readonly carrier: CarrierLeg,
+    private readonly onEnd: (ending: SessionEnding) => void,
+    private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
+  ) {}
+
+  /** Installs the session's turn observer (frames before this went to the null observer). */
+  observeWith(observer: TurnObserver): void {
+    if (this.ending === undefined) this.observer = observer
+    else this.closeObserverWith(observer)
+  }
+
+  /** Connects the agent: sends `connected` and `start`, then the caller frames held so far. */
+  attachAgent(agent: AgentLink, start: AgentStart): void {
+    if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
+    this.agent = agent
+    agent.begin(start, this)
+    const held = this.held
+    this.held = undefined
+    if (held === undefined || this.ending !== undefined) return
+    for (const frame of held) {
+      if (frame.dtmf) agent.sendDtmf(frame.value)
+      else agent.sendMedia(frame.value, Math.round(frame.atMs - this.startedAtMs))
+    }
+  }
+
+  /** Ends the session unless it already ended; returns the ending that stands. Idempotent. */
+  end(ending: SessionEnding): SessionEnding {
+    if (this.ending !== undefined) return this.ending
+    this.ending = ending
+    this.onEnd(ending)
+    return ending
+  }
+
+  get ended(): SessionEnding | undefined {
+    return this.ending
+  }
+
+  /** The session is over: stop the observer, send the agent `stop` and close its socket. */
+  release(code: number, reason: string): void {
+    const observer = this.observer
+    this.observer = nullTurnObserver
+    this.closeObserverWith(observer)
+    this.agent?.finish(code, reason)
+  }
+
+  // Carrier side
+
+  callerMedia(payload: string): void {
+    if (this.ending !== undefined) return
+    const atMs = performance.now()
+    if (this.observer !== nullTurnObserver) {
+      try {
+        this.observer.callerAudio(this.decode(payload), atMs)
+      } catch (error) {
+        this.observerFailed(error)
+      }
+    }
+    const agent = this.agent
+    if (agent === undefined) return this.hold(false, payload, atMs)
+    agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
+    if (agent.backlog > this.limits.maxAgentBacklogBytes) {
+      this.end(
+        SessionEnding.Failed({
+          error: new HardError({ kind: "agent_backpressure", message: "The agent stopped reading its connection: audio backed up." })
+        })
+      )
+    }
+  }
+
+  callerDtmf(digit: string): void {
+    if (this.ending !== undefined) return
+    const atMs = performance.now()
+    try {
+      this.observer.callerDtmf(digit, atMs)
+    } catch (error) {
+      this.observerFailed(error)
+    }
+    if (this.agent === undefined) return this.hold(true, digit, atMs)
+    this.agent.sendDtmf(digit)
+  }
+
+  carrierMark(name: string): void {
+    if (this.ending === undefined) this.agent?.sendMark(name)
+  }
+
+  carrierStopped(): void {
+    this.end(SessionEnding.Completed({ reason: "caller_hangup" }))
+  }
+
+  carrierGone(fault: LegFault | undefined): void {
+    this.end(fault === undefined ? SessionEnding.Completed({ reason: "caller_hangup" }) : SessionEnding.Failed({ error: faultError(fault) }))
+  }
+
+  // Agent side
+
+  agentMedia(payload: string): void {
+    if (this.ending !== undefined) return
+    if (this.observer !== nullTurnObserver) {
+      try {
+        this.observer.agentAudio(this.decode(payload), performance.now())
+      } catch (error) {
+        this.observerFailed(error)
+      }
+    }
+    this.carrier.sendMedia(payload)
+  }
+
+  agentMark(name: string): void {
+    if (this.ending === undefined) this.carrier.sendMark(name)
+  }
+
+  agentClear(): void {
+    if (this.ending === undefined) this.carrier.sendClear()
+  }
+
+  agentHangup(): void {
+    this.end(SessionEnding.Completed({ reason: "agent_hangup" }))
+  }
+
+  agentTransfer(to: string): void {
+    this.end(SessionEnding.Transfer({ to }))
+  }
+
+  agentFailed(fault: LegFault): void {
+    this.end(SessionEnding.Failed({ error: faultError(fault) }))
+  }
+
+  // Internals
+
+  /** Base64 to bytes in the reused buffer; the view is re-made only when the frame size changes. */
+  private decode(payload: string): Uint8Array {
+    const length = this.audio.write(payload, 0, "base64")
+    if (length !== this.view.length) this.view = this.audio.subarray(0, length)
+    return this.view
+  }
+
+  private hold(dtmf: boolean, value: string, atMs: number) {
+    const held = this.held
+    if (held === undefined) return
+    if (held.length >= this.limits.maxHeldFrames) {
+      this.droppedFrames++
+      return
+    }
+    held.push({ dtmf, value, atMs })
+  }
+
+  /** An observer that threw is closed (so it can release its timers) and replaced by the null one. */
+  private observerFailed(error: unknown) {
+    this.observerFailure ??= error
+    const failed = this.observer
+    this.observer = nullTurnObserver
+    this.closeObserverWith(failed)
+  }
+
+  private closeObserverWith(observer: TurnObserver) {
+    try {
+      observer.close()
+    } catch (error) {
+      this.observerFailure ??= error
+    }
+  }
+}

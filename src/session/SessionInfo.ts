@@ -1,0 +1,15 @@
+import type { CallRef, Provider } from "../telephony/Carrier.js"
+
+/** Who and what a live session is: fixed when its stream starts. */
+export interface SessionInfo {
+  readonly sessionId: string
+  readonly agentId: string
+  readonly environmentId: string
+  readonly provider: Provider
+  /** How to reach the live call through the carrier's REST API. */
+  readonly call: CallRef
+  readonly from: string | null
+  readonly to: string | null
+  readonly direction: "inbound" | "outbound"
+  readonly createdAt: Date
+}

@@ -1,0 +1,181 @@
+import { Cause, Duration, Effect, Option, Schedule } from "effect"
+import { Counter } from "prom-client"
+import type { AgentTarget } from "../agent/AgentConnector.js"
+import { Environments } from "../environments/Environments.js"
+import { Metrics } from "../observability/Metrics.js"
+import { Carriers, type CarrierError } from "../telephony/Carrier.js"
+import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
+import { Outbox } from "../webhooks/Outbox.js"
+import type { CallSession, SessionEnding } from "./CallSession.js"
+import { HardError } from "./HardError.js"
+import { Rescue } from "./Rescue.js"
+import type { SessionInfo } from "./SessionInfo.js"
+import type { Session } from "./SessionSchema.js"
+import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
+import { TurnObservers } from "./TurnObservers.js"
+import { CloseCode } from "./WireSocket.js"
+
+/** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
+const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
+
+/** An outer bound on one carrier REST action (the adapters time their own requests out first). */
+const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
+
+export const recordOf = (info: SessionInfo): Session => ({
+  id: info.sessionId,
+  agentId: info.agentId,
+  environmentId: info.environmentId,
+  provider: info.provider,
+  callId: info.call.callId,
+  from: info.from,
+  to: info.to,
+  direction: info.direction,
+  createdAt: info.createdAt.toISOString(),
+  endedAt: null,
+  status: "active",
+  endReason: null,
+  turns: [],
+  fallback: null
+})
+
+/**
+ * The slow, effectful steps of a session around the synchronous relay: record it, find its
+ * agent's address, and, once it ends, act on the ending (carrier REST, rescue), close the record
+ * and queue session.ended. Failures of the store or the outbox are logged, never thrown into the
+ * call.
+ */
+export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callgate/SessionLifecycle", {
+  effect: Effect.gen(function* () {
+    const sessions = yield* Sessions
+    const environments = yield* Environments
+    const carriers = yield* Carriers
+    const rescue = yield* Rescue
+    const outbox = yield* Outbox
+    const observers = yield* TurnObservers
+    const metrics = yield* Metrics
+
+    const ended = new Counter({
+      name: "callgate_sessions_ended_total",
+      help: "Call sessions ended, by status and reason",
+      labelNames: ["provider", "status", "reason"] as const,
+      registers: [metrics.registry]
+    })
+
+    const carrierAction = (operation: string, action: Effect.Effect<void, CarrierError>) =>
+      action.pipe(
+        Effect.timeoutFail({
+          duration: CARRIER_ACTION_TIMEOUT,
+          onTimeout: () => new HardError({ kind: "internal", message: `The carrier did not answer the ${operation} request in time.` })
+        }),
+        Effect.either
+      )
+
+    const begin = (info: SessionInfo) =>
+      sessions.record(recordOf(info)).pipe(
+        Effect.retry(storeRetry),
+        Effect.tapError((error) => Effect.logError("could not record the session start", { error: error.message })),
+        Effect.ignore,
+        Effect.zipRight(Effect.logInfo("session started", { provider: info.provider, callId: info.call.callId }))
+      )
+
+    const observerFor = (info: SessionInfo): Effect.Effect<TurnObserver> =>
+      observers.forSession(info).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.as(Effect.logError("the turn observer could not be created; the call goes on unobserved", cause), nullTurnObserver)
+        )
+      )
+
+    const agentTarget = (info: SessionInfo): Effect.Effect<AgentTarget, HardError> =>
+      environments.get(info.agentId, info.environmentId).pipe(
+        Effect.map((env) => ({ agentId: info.agentId, environmentId: info.environmentId, agentUrl: env.agentUrl })),
+        Effect.catchTags({
+          EnvironmentNotFound: () =>
+            Effect.fail(
+              new HardError({ kind: "environment_not_found", message: `Environment ${info.environmentId} no longer exists.` })
+            ),
+          StoreError: () => Effect.fail(new HardError({ kind: "internal", message: "The environment's configuration could not be read." }))
+        })
+      )
+
+    const runRescue = (info: SessionInfo, error: HardError) =>
+      rescue.rescue(info, error).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.as(Effect.logError("the rescue failed", cause), { endReason: undefined, fallback: undefined })
+        ),
+        Effect.map((outcome): Omit<SessionEnd, "endedAt"> => ({
+          status: "failed",
+          endReason: outcome.endReason ?? error.kind,
+          fallback: outcome.fallback
+        })),
+        Effect.tap(() => Effect.logWarning("session hit a hard error", { kind: error.kind, error: error.message }))
+      )
+
+    /** Acts on how the session ended; returns what the record says. */
+    const settle = (relay: CallSession, ending: SessionEnding): Effect.Effect<Omit<SessionEnd, "endedAt">> => {
+      const { info } = relay
+      switch (ending._tag) {
+        case "Completed":
+          if (ending.reason === "caller_hangup") return Effect.succeed({ status: "completed", endReason: "caller_hangup" })
+          return carrierAction("hangup", carriers.hangup(info.call)).pipe(
+            Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
+            Effect.as({ status: "completed" as const, endReason: "agent_hangup" })
+          )
+        case "Timeout":
+          return carrierAction("hangup", carriers.hangup(info.call)).pipe(
+            Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
+            Effect.as({ status: "timeout" as const, endReason: "max_duration" })
+          )
+        case "Transfer":
+          return carrierAction("transfer", carriers.transfer(info.call, ending.to, info.direction === "inbound" ? (info.to ?? undefined) : (info.from ?? undefined))).pipe(
+            Effect.flatMap((result) =>
+              result._tag === "Right"
+                ? Effect.succeed({ status: "completed" as const, endReason: "agent_transfer" })
+                : runRescue(info, new HardError({ kind: "transfer_failed", message: `The agent's transfer failed: ${result.left.message}` }))
+            )
+          )
+        case "Failed":
+          return runRescue(info, ending.error)
+      }
+    }
+
+    const finish = (relay: CallSession, ending: SessionEnding) =>
+      Effect.gen(function* () {
+        const { info } = relay
+        // The agent hears `stop` first; the carrier stream stays open while the rescue may still
+        // hand the call to TwiML, and is closed once the ending has been acted on.
+        relay.release(CloseCode.normal, "the call ended")
+        const outcome = yield* settle(relay, ending)
+        relay.carrier.close(CloseCode.normal, "the call ended")
+        const end: SessionEnd = { ...outcome, endedAt: new Date() }
+        ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
+        if (relay.observerFailure !== undefined) {
+          yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
+        }
+        const stored = yield* sessions.finish(info.agentId, info.sessionId, end).pipe(
+          Effect.retry(storeRetry),
+          Effect.tapError((error) => Effect.logError("could not record the session end", { error: error.message })),
+          Effect.orElseSucceed(() => Option.none<Session>())
+        )
+        const record = Option.getOrElse(stored, () => ({
+          ...recordOf(info),
+          status: end.status,
+          endReason: end.endReason,
+          endedAt: end.endedAt.toISOString(),
+          fallback: end.fallback ?? null
+        }))
+        yield* outbox.enqueue(sessionEndedEvent(record)).pipe(
+          Effect.retry(storeRetry),
+          Effect.tapError((error) => Effect.logError("could not queue session.ended", { error: error.message })),
+          Effect.ignore
+        )
+        yield* Effect.logInfo("session ended", {
+          status: end.status,
+          endReason: end.endReason,
+          durationMs: end.endedAt.getTime() - info.createdAt.getTime(),
+          ...(relay.droppedFrames > 0 ? { droppedFrames: relay.droppedFrames } : {})
+        })
+      })
+
+    return { begin, observerFor, agentTarget, finish } as const
+  })
+}) {}

@@ -1,0 +1,227 @@
+import { randomBytes } from "node:crypto"
+import { Deferred, Duration, Effect, Either, Exit, Fiber, FiberId, FiberMap, Layer, Option, Queue } from "effect"
+import { Counter, Gauge } from "prom-client"
+import { AgentConnector } from "../agent/AgentConnector.js"
+import { AgentPool } from "../agent/AgentPool.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { Metrics } from "../observability/Metrics.js"
+import { providerOf } from "../telephony/Carrier.js"
+import { CarrierCallEvents } from "../telephony/CarrierCallEvents.js"
+import type { TurnObserver } from "../turns/TurnObserver.js"
+import type { StreamOpening } from "./CallLegs.js"
+import { CallSession, SessionEnding } from "./CallSession.js"
+import type { FrameProblem } from "./FrameDecoding.js"
+import { HardError } from "./HardError.js"
+import type { SessionInfo } from "./SessionInfo.js"
+import { SessionLifecycle } from "./SessionLifecycle.js"
+import { CloseCode } from "./WireSocket.js"
+
+/** A live call, as the breaker and the turn tracker see it. */
+export interface LiveSession {
+  readonly info: SessionInfo
+  /** The first ending, once the session is ending. */
+  readonly ending: () => Option.Option<SessionEnding>
+  /**
+   * Triggers the hard-error path (the rescue) for this session unless it is already ending.
+   * True when this call decided the ending.
+   */
+  readonly fail: (error: HardError) => boolean
+}
+
+const envKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
+const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
+const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
+
+/** How long cut sessions get to run their rescue and record their end during shutdown. */
+const CUT_GRACE = Duration.seconds(15)
+
+/**
+ * Every live session of this instance: opened synchronously by a carrier stream at `start`, run
+ * as a scoped fiber (FiberMap keyed by session id), reachable by session id, by carrier call id
+ * (a Telnyx call.hangup ends it) and per environment (the breaker rescues stalled ones).
+ */
+export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate/SessionRegistry", {
+  scoped: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const lifecycle = yield* SessionLifecycle
+    const connector = yield* AgentConnector
+    const pool = yield* AgentPool
+    const metrics = yield* Metrics
+    const callEvents = yield* CarrierCallEvents
+
+    const bySession = new Map<string, { live: LiveSession; relay: CallSession }>()
+    const byCall = new Map<string, CallSession>()
+    const byEnvironment = new Map<string, Set<LiveSession>>()
+    let draining = false
+
+    new Gauge({
+      name: "callgate_sessions_active",
+      help: "Call sessions live on this instance",
+      registers: [metrics.registry],
+      collect() {
+        this.set(bySession.size)
+      }
+    })
+    const refusals = new Counter({
+      name: "callgate_stream_refusals_total",
+      help: "Authenticated media streams refused before a session opened, by reason",
+      labelNames: ["reason"] as const,
+      registers: [metrics.registry]
+    })
+
+    const fibers = yield* FiberMap.make<string, void, never>()
+    const run = yield* FiberMap.runtime(fibers)<never>()
+
+    const unregister = (relay: CallSession, live: LiveSession) => {
+      bySession.delete(relay.info.sessionId)
+      if (byCall.get(relay.info.call.callId) === relay) byCall.delete(relay.info.call.callId)
+      const key = envKey(relay.info.agentId, relay.info.environmentId)
+      const set = byEnvironment.get(key)
+      set?.delete(live)
+      if (set?.size === 0) byEnvironment.delete(key)
+    }
+
+    /** Finds the agent and connects it, unless the session ends first. */
+    const connectAgent = (relay: CallSession, streamSid: string) =>
+      Effect.gen(function* () {
+        const target = yield* lifecycle.agentTarget(relay.info)
+        const agent = yield* connector.acquire(target)
+        const { info } = relay
+        relay.attachAgent(agent, {
+          sessionId: info.sessionId,
+          agentId: info.agentId,
+          environmentId: info.environmentId,
+          from: info.from ?? "",
+          to: info.to ?? "",
+          direction: info.direction,
+          provider: info.provider,
+          streamSid
+        })
+      }).pipe(Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))))
+
+    const runSession = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>) =>
+      Effect.gen(function* () {
+        yield* lifecycle.begin(relay.info)
+        const observer: TurnObserver = yield* lifecycle.observerFor(relay.info)
+        relay.observeWith(observer)
+        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
+        const ending = yield* Deferred.await(ended).pipe(
+          Effect.timeoutOption(config.sessionMaxDuration),
+          Effect.map(Option.getOrElse(() => relay.end(SessionEnding.Timeout())))
+        )
+        yield* Fiber.interrupt(connecting)
+        yield* lifecycle.finish(relay, ending).pipe(Effect.uninterruptible)
+      }).pipe(
+        // Cut without a chance to finish (the shutdown grace ran out): at least close both sockets.
+        Effect.onInterrupt(() =>
+          Effect.sync(() => {
+            relay.end(SessionEnding.Failed({ error: new HardError({ kind: "shutdown", message: "callgate shut down during the call." }) }))
+            relay.release(CloseCode.goingAway, "callgate is shutting down")
+            relay.carrier.close(CloseCode.goingAway, "callgate is shutting down")
+          })
+        ),
+        Effect.annotateLogs({ sessionId: relay.info.sessionId, agentId: relay.info.agentId, environmentId: relay.info.environmentId })
+      )
+
+    /** Opens a session for a stream whose credentials were checked; synchronous, so no frame is missed. */
+    const open = (opening: StreamOpening): Either.Either<void, FrameProblem> => {
+      if (draining) {
+        refusals.inc({ reason: "draining" })
+        return Either.left({ code: CloseCode.tryAgainLater, reason: "callgate is shutting down: no new calls" })
+      }
+      if (byCall.has(opening.callId)) {
+        refusals.inc({ reason: "duplicate_call" })
+        return Either.left({ code: CloseCode.policyViolation, reason: "a stream for this call is already open" })
+      }
+      const info: SessionInfo = {
+        sessionId: newSessionId(),
+        agentId: opening.agentId,
+        environmentId: opening.environmentId,
+        provider: providerOf(opening.kind),
+        call: { kind: opening.kind, callId: opening.callId, accountSid: opening.accountSid },
+        from: opening.from ?? null,
+        to: opening.to ?? null,
+        direction: opening.direction ?? "inbound",
+        createdAt: new Date()
+      }
+      const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
+      const relay = new CallSession(info, opening.carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
+      const live: LiveSession = {
+        info,
+        ending: () => Option.fromNullable(relay.ended),
+        fail: (error) => {
+          const standing = relay.end(SessionEnding.Failed({ error }))
+          return standing._tag === "Failed" && standing.error === error
+        }
+      }
+      opening.carrier.bind(relay)
+      bySession.set(info.sessionId, { live, relay })
+      byCall.set(info.call.callId, relay)
+      const key = envKey(info.agentId, info.environmentId)
+      let set = byEnvironment.get(key)
+      if (set === undefined) byEnvironment.set(key, (set = new Set()))
+      set.add(live)
+      run(info.sessionId, runSession(relay, ended).pipe(Effect.ensuring(Effect.sync(() => unregister(relay, live)))))
+      return Either.void
+    }
+
+    // A Telnyx call.hangup (Call Control webhook) ends the session of that call.
+    const hangups = yield* callEvents.subscribe
+    yield* Queue.take(hangups).pipe(
+      Effect.tap((event) =>
+        Effect.sync(() => byCall.get(event.callId)?.end(SessionEnding.Completed({ reason: "caller_hangup" })))
+      ),
+      Effect.forever,
+      Effect.forkScoped
+    )
+
+    const liveCount = () => bySession.size
+
+    /**
+     * Graceful shutdown: no new calls or dial-in agents, live calls run on for up to
+     * SHUTDOWN_DRAIN_TIMEOUT, then the rest are cut (hard error `shutdown`, so the rescue runs)
+     * and get a short grace to record their end.
+     */
+    const drain = Effect.gen(function* () {
+      draining = true
+      yield* pool.stopAccepting
+      if (liveCount() === 0) return
+      yield* Effect.logInfo("draining live calls", { live: liveCount(), timeout: Duration.format(config.shutdownDrainTimeout) })
+      // Drain runs as a finalizer, where everything is uninterruptible: the waits are made
+      // interruptible again so their timeouts can end them.
+      const drained = yield* FiberMap.awaitEmpty(fibers).pipe(Effect.interruptible, Effect.timeoutOption(config.shutdownDrainTimeout))
+      if (Option.isSome(drained)) return
+      yield* Effect.logWarning("drain timeout reached: cutting live calls", { live: liveCount() })
+      for (const { relay } of bySession.values()) {
+        relay.end(
+          SessionEnding.Failed({ error: new HardError({ kind: "shutdown", message: "callgate shut down during the call." }) })
+        )
+      }
+      yield* FiberMap.awaitEmpty(fibers).pipe(Effect.interruptible, Effect.timeoutOption(CUT_GRACE))
+    })
+
+    return {
+      open,
+      drain,
+      isDraining: (): boolean => draining,
+      get: (sessionId: string): Option.Option<LiveSession> => Option.fromNullable(bySession.get(sessionId)?.live),
+      byCallId: (callId: string): Option.Option<LiveSession> => {
+        const relay = byCall.get(callId)
+        return relay === undefined ? Option.none() : Option.fromNullable(bySession.get(relay.info.sessionId)?.live)
+      },
+      /** The live sessions of one environment on this instance (a snapshot). */
+      liveSessions: (agentId: string, environmentId: string): ReadonlyArray<LiveSession> => [
+        ...(byEnvironment.get(envKey(agentId, environmentId)) ?? [])
+      ],
+      liveCount
+    } as const
+  })
+}) {}
+
+/**
+ * Drains live calls when the app stops. Merged beside the HTTP server layer (main.ts), so it is
+ * released before the HTTP app closes its sockets.
+ */
+export const SessionDrainLive = Layer.scopedDiscard(
+  Effect.flatMap(SessionRegistry, (registry) => Effect.addFinalizer(() => registry.drain))
+)

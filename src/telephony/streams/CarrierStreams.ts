@@ -1,0 +1,100 @@
+import { timingSafeEqual } from "node:crypto"
+import type { IncomingHttpHeaders } from "node:http"
+import { Effect, Option } from "effect"
+import { Counter } from "prom-client"
+import { AppConfig } from "../../config/AppConfig.js"
+import { Metrics } from "../../observability/Metrics.js"
+import { SessionRegistry } from "../../session/SessionRegistry.js"
+import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
+import { verifyTwilioStreamUpgrade } from "../CarrierSignatures.js"
+import { SessionTokens } from "../SessionTokens.js"
+import type { StreamHost } from "./StreamHost.js"
+import { TelnyxStream } from "./TelnyxStream.js"
+import { TwilioStream } from "./TwilioStream.js"
+
+/** The parts of the upgrade request the stream handlers read. */
+export interface StreamUpgrade {
+  /** Path and query as received. */
+  readonly url: string
+  readonly headers: IncomingHttpHeaders
+}
+
+const sameSecret = (a: string, b: string) => {
+  const left = Buffer.from(a)
+  const right = Buffer.from(b)
+  return left.length === right.length && timingSafeEqual(left, right)
+}
+
+const bearer = (header: string | string[] | undefined): string | undefined => {
+  if (typeof header !== "string") return undefined
+  return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? ""
+}
+
+const queryToken = (url: string): string | undefined => {
+  const query = url.indexOf("?")
+  if (query < 0) return undefined
+  return new URLSearchParams(url.slice(query + 1)).get("token") ?? undefined
+}
+
+/**
+ * Terminates carrier media streams. Each accepted socket gets its dialect handler at once
+ * (synchronously, in the upgrade handler) and is authenticated before any agent hears it:
+ * - Twilio: X-Twilio-Signature on the upgrade when TWILIO_AUTH_TOKEN is set, then the session
+ *   token in the `start` frame's customParameters, bound to its CallSid.
+ * - Telnyx: the session token in `?token=`; an `Authorization: Bearer` or
+ *   `x-telnyx-streaming-auth-token` header, when present, must carry the same token.
+ * Refused streams are closed with 1008 and a reason.
+ */
+export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/CarrierStreams", {
+  effect: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const tokens = yield* SessionTokens
+    const registry = yield* SessionRegistry
+    const metrics = yield* Metrics
+    const refused = new Counter({
+      name: "callgate_stream_auth_failures_total",
+      help: "Media stream upgrades refused for missing or invalid credentials",
+      labelNames: ["provider", "reason"] as const,
+      registers: [metrics.registry]
+    })
+
+    const host: StreamHost = { verifyToken: tokens.verify, open: registry.open }
+
+    const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string) => {
+      refused.inc({ provider, reason: label })
+      socket.close(CloseCode.policyViolation, `${provider}: ${reason}`)
+    }
+
+    const draining = (socket: WireSocket) => {
+      if (!registry.isDraining()) return false
+      socket.close(CloseCode.tryAgainLater, "callgate is shutting down: no new calls")
+      return true
+    }
+
+    return {
+      acceptTwilio: (socket: WireSocket, upgrade: StreamUpgrade): void => {
+        if (draining(socket)) return
+        if (!verifyTwilioStreamUpgrade(config, upgrade.url, upgrade.headers)) {
+          return refuse(socket, "twilio", "invalid X-Twilio-Signature", "signature")
+        }
+        socket.listen(new TwilioStream(socket, host))
+      },
+      acceptTelnyx: (socket: WireSocket, upgrade: StreamUpgrade): void => {
+        if (draining(socket)) return
+        const token = queryToken(upgrade.url)
+        if (token === undefined || token.length === 0) return refuse(socket, "telnyx", "missing token query parameter", "missing_token")
+        const presented = [bearer(upgrade.headers.authorization), upgrade.headers["x-telnyx-streaming-auth-token"]]
+        for (const header of presented) {
+          if (header === undefined) continue
+          if (typeof header !== "string" || !sameSecret(header, token)) {
+            return refuse(socket, "telnyx", "stream auth token does not match", "stream_auth_token")
+          }
+        }
+        const claims = tokens.verify(token)
+        if (Option.isNone(claims)) return refuse(socket, "telnyx", "invalid or expired session token", "token")
+        if (claims.value.kind === "twilio") return refuse(socket, "telnyx", "session token was not issued for a Telnyx stream", "token")
+        socket.listen(new TelnyxStream(socket, host, claims.value))
+      }
+    } as const
+  })
+}) {}

@@ -1,0 +1,25 @@
+import { Schema } from "effect"
+
+/**
+ * Field schemas shared by the Twilio, Telnyx and agent dialects. A media payload is forwarded by
+ * pasting it between two string halves of a JSON frame, so it must be plain base64: the pattern
+ * is what makes that safe (no quote or backslash can get through).
+ */
+export const MAX_MEDIA_PAYLOAD_CHARS = 60_000
+
+export const Base64Payload = Schema.String.pipe(
+  Schema.maxLength(MAX_MEDIA_PAYLOAD_CHARS, { message: () => "media payload is too long" }),
+  Schema.pattern(/^[A-Za-z0-9+/]*={0,2}$/, { message: () => "media payload must be base64" })
+)
+
+export const DtmfDigit = Schema.String.pipe(
+  Schema.pattern(/^[0-9A-Da-d*#]$/, { message: () => "dtmf digit must be one of 0-9, *, #, A-D" })
+)
+
+export const MarkName = Schema.String.pipe(Schema.maxLength(256, { message: () => "mark name is longer than 256 characters" }))
+
+/** Carriers send numbers as strings ("sequenceNumber": "3"); accept either form. */
+export const NumberLike = Schema.Union(Schema.String.pipe(Schema.maxLength(20)), Schema.Number)
+
+/** Bytes the largest accepted payload decodes to: the size of the relay's reused audio buffer. */
+export const MAX_MEDIA_BYTES = Math.ceil((MAX_MEDIA_PAYLOAD_CHARS * 3) / 4)

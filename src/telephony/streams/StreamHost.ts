@@ -1,0 +1,15 @@
+import type { Either, Option } from "effect"
+import type { StreamOpening } from "../../session/CallLegs.js"
+import type { FrameProblem } from "../../session/FrameDecoding.js"
+import type { SessionClaims } from "../SessionTokens.js"
+
+/**
+ * What a carrier stream handler needs from the rest of callgate, as plain synchronous functions
+ * (CarrierStreams provides them): checking the session token and opening the session. `open`
+ * binds the stream's events to the new session before it returns, so the frames right after
+ * `start` already reach it.
+ */
+export interface StreamHost {
+  readonly verifyToken: (token: string) => Option.Option<SessionClaims>
+  readonly open: (opening: StreamOpening) => Either.Either<void, FrameProblem>
+}

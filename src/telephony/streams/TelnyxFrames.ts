@@ -1,0 +1,105 @@
+import { Schema } from "effect"
+import { Base64Payload, DtmfDigit, MarkName, NumberLike } from "./MediaFields.js"
+
+/**
+ * Telnyx media streaming over WebSocket (bidirectional RTP mode): snake_case, `stream_id` at the
+ * top level of every frame after `connected`, `error` frames, media `chunk` numbers that may
+ * arrive out of order. Unknown extra fields are ignored.
+ */
+const framed = {
+  sequence_number: Schema.optional(NumberLike),
+  stream_id: Schema.String
+}
+
+export const TelnyxConnected = Schema.Struct({
+  event: Schema.Literal("connected"),
+  version: Schema.optional(Schema.String)
+})
+
+export const TelnyxMediaFormat = Schema.Struct({
+  encoding: Schema.Literal("PCMU", "audio/x-mulaw"),
+  sample_rate: Schema.Literal(8000),
+  channels: Schema.Literal(1)
+})
+
+export const TelnyxStart = Schema.Struct({
+  event: Schema.Literal("start"),
+  ...framed,
+  start: Schema.Struct({
+    user_id: Schema.optional(Schema.String),
+    call_control_id: Schema.optional(Schema.String),
+    call_session_id: Schema.optional(Schema.String),
+    from: Schema.optional(Schema.String),
+    to: Schema.optional(Schema.String),
+    client_state: Schema.optional(Schema.NullOr(Schema.String)),
+    custom_parameters: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Unknown }))),
+    media_format: TelnyxMediaFormat
+  })
+})
+
+export const ChunkNumber = Schema.Union(
+  Schema.String.pipe(Schema.pattern(/^\d{1,9}$/, { message: () => "chunk must be a whole number" })),
+  Schema.Number.pipe(Schema.int(), Schema.between(0, 999_999_999))
+)
+
+export const TelnyxMedia = Schema.Struct({
+  event: Schema.Literal("media"),
+  ...framed,
+  media: Schema.Struct({
+    track: Schema.optional(Schema.String),
+    chunk: ChunkNumber,
+    timestamp: Schema.optional(NumberLike),
+    payload: Base64Payload
+  })
+})
+
+export const TelnyxDtmf = Schema.Struct({
+  event: Schema.Literal("dtmf"),
+  ...framed,
+  occurred_at: Schema.optional(Schema.String),
+  dtmf: Schema.Struct({ digit: DtmfDigit })
+})
+
+export const TelnyxMark = Schema.Struct({
+  event: Schema.Literal("mark"),
+  ...framed,
+  mark: Schema.Struct({ name: MarkName })
+})
+
+export const TelnyxStop = Schema.Struct({
+  event: Schema.Literal("stop"),
+  ...framed,
+  stop: Schema.optional(Schema.Struct({ user_id: Schema.optional(Schema.String), call_control_id: Schema.optional(Schema.String) }))
+})
+
+export const TelnyxError = Schema.Struct({
+  event: Schema.Literal("error"),
+  sequence_number: Schema.optional(NumberLike),
+  stream_id: Schema.optional(Schema.String),
+  payload: Schema.optional(
+    Schema.Struct({
+      code: Schema.optional(NumberLike),
+      title: Schema.optional(Schema.String),
+      detail: Schema.optional(Schema.String)
+    })
+  )
+})
+
+/** Every frame Telnyx sends to a stream server. */
+export const TelnyxInbound = Schema.Union(TelnyxConnected, TelnyxStart, TelnyxMedia, TelnyxDtmf, TelnyxMark, TelnyxStop, TelnyxError)
+export type TelnyxInbound = typeof TelnyxInbound.Type
+export const TELNYX_INBOUND_EVENTS: ReadonlySet<string> = new Set(["connected", "start", "media", "dtmf", "mark", "stop", "error"])
+
+/** What a stream server may send to Telnyx in RTP bidirectional mode. */
+export const TelnyxOutbound = Schema.Union(
+  Schema.Struct({ event: Schema.Literal("media"), media: Schema.Struct({ payload: Base64Payload }) }),
+  Schema.Struct({ event: Schema.Literal("mark"), mark: Schema.Struct({ name: MarkName }) }),
+  Schema.Struct({ event: Schema.Literal("clear") })
+)
+
+/** Outbound frames as strings; the payload passed the base64 pattern, so it is pasted as is. */
+export const telnyxOutboundEncoder = {
+  media: (payload: string) => `{"event":"media","media":{"payload":"` + payload + `"}}`,
+  mark: (name: string) => `{"event":"mark","mark":{"name":${JSON.stringify(name)}}}`,
+  clear: () => `{"event":"clear"}`
+} as const

@@ -1,0 +1,154 @@
+import { Either, Schema } from "effect"
+import type { CallerEvents, CarrierLeg } from "../../session/CallLegs.js"
+import { type FrameProblem, makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
+import { CloseCode, type WireListener, type WireSocket } from "../../session/WireSocket.js"
+import type { SessionClaims } from "../SessionTokens.js"
+import { ChunkReorder } from "./ChunkReorder.js"
+import type { StreamHost } from "./StreamHost.js"
+import { TELNYX_INBOUND_EVENTS, TelnyxInbound, TelnyxMedia, telnyxOutboundEncoder } from "./TelnyxFrames.js"
+
+const isMedia = Schema.is(TelnyxMedia)
+const decodeFrame = makeFrameDecoder("telnyx", TelnyxInbound, TELNYX_INBOUND_EVENTS)
+
+/** How far ahead of the next expected chunk a chunk may arrive (32 frames = 640 ms of audio). */
+export const TELNYX_REORDER_WINDOW = 32
+
+const clipText = (text: string | undefined, max = 200) =>
+  text === undefined ? undefined : text.length > max ? `${text.slice(0, max)}...` : text
+
+/**
+ * One Telnyx media stream. Its credentials (the session token on the URL, and the stream auth
+ * token header when present) were checked on the upgrade, so `claims` are trusted; `start` binds
+ * the stream to the session. Media chunks are put back in order before they reach the session.
+ */
+export class TelnyxStream implements WireListener, CarrierLeg {
+  private state: "awaiting-start" | "open" | "done" = "awaiting-start"
+  private events: CallerEvents | undefined
+  private streamId = ""
+  private readonly reorder: ChunkReorder
+
+  constructor(
+    private readonly socket: WireSocket,
+    private readonly host: StreamHost,
+    private readonly claims: SessionClaims
+  ) {
+    this.reorder = new ChunkReorder(TELNYX_REORDER_WINDOW, (payload) => this.events?.callerMedia(payload))
+  }
+
+  onText(text: string): void {
+    if (this.state === "done") return
+    const raw = parseJson(text)
+    if (this.events !== undefined && isMedia(raw)) {
+      if (raw.stream_id !== this.streamId) {
+        return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media frame for another stream_id" })
+      }
+      const track = raw.media.track
+      if (track !== undefined && track !== "inbound" && track !== "inbound_track") return
+      const chunk = raw.media.chunk
+      if (!this.reorder.push(typeof chunk === "number" ? chunk : +chunk, raw.media.payload)) {
+        return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media chunks out of order beyond repair" })
+      }
+      return
+    }
+    const decoded = decodeFrame(raw)
+    if (Either.isLeft(decoded)) return this.fail(decoded.left)
+    const frame = decoded.right
+    switch (frame.event) {
+      case "connected":
+        return
+      case "start":
+        return this.start(frame)
+      case "media":
+        return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media frame before start" })
+      case "dtmf":
+        if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: "telnyx: dtmf frame before start" })
+        return this.events.callerDtmf(frame.dtmf.digit)
+      case "mark":
+        if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: "telnyx: mark frame before start" })
+        return this.events.carrierMark(frame.mark.name)
+      case "stop": {
+        const events = this.events
+        if (events === undefined) {
+          this.state = "done"
+          return this.socket.close(CloseCode.normal, "stream stopped before start")
+        }
+        // Audio held back for a missing chunk is still the caller's: deliver it before the end.
+        this.reorder.flush()
+        this.state = "done"
+        return events.carrierStopped()
+      }
+      case "error": {
+        const detail = clipText(frame.payload?.detail ?? frame.payload?.title) ?? "no detail"
+        const code = frame.payload?.code !== undefined ? ` (code ${frame.payload.code})` : ""
+        const events = this.events
+        this.state = "done"
+        this.socket.close(CloseCode.normal, "stream error reported")
+        events?.carrierGone({ kind: "carrier_stream_error", message: `Telnyx stream error${code}: ${detail}` })
+        return
+      }
+    }
+  }
+
+  onClose(_code: number, _reason: string, fault: string | undefined): void {
+    if (this.state === "done") return
+    this.state = "done"
+    this.events?.carrierGone(fault === undefined ? undefined : { kind: "carrier_stream_error", message: `Telnyx stream socket failed: ${fault}` })
+  }
+
+  private start(frame: Extract<TelnyxInbound, { event: "start" }>) {
+    if (this.state !== "awaiting-start") return this.fail({ code: CloseCode.protocolError, reason: "telnyx: second start frame" })
+    const { exp: _exp, ...call } = this.claims
+    if (call.kind === "twilio") return this.refuse("session token was not issued for a Telnyx stream")
+    const callControlId = frame.start.call_control_id
+    if (call.kind === "telnyx-call-control" && callControlId !== undefined && callControlId !== call.callId) {
+      return this.refuse("session token was issued for another call")
+    }
+    this.streamId = frame.stream_id
+    this.state = "open"
+    const opened = this.host.open({
+      ...call,
+      from: call.from ?? frame.start.from,
+      to: call.to ?? frame.start.to,
+      carrier: this
+    })
+    if (Either.isLeft(opened)) {
+      this.state = "done"
+      this.socket.close(opened.left.code, opened.left.reason)
+    }
+  }
+
+  private refuse(reason: string) {
+    this.state = "done"
+    this.socket.close(CloseCode.policyViolation, `telnyx: ${reason}`)
+  }
+
+  private fail(problem: FrameProblem) {
+    const events = this.events
+    this.state = "done"
+    this.socket.close(problem.code, problem.reason)
+    events?.carrierGone({ kind: "carrier_protocol_error", message: `Telnyx stream closed: ${problem.reason}` })
+  }
+
+  // CarrierLeg
+
+  bind(events: CallerEvents): void {
+    this.events = events
+  }
+
+  sendMedia(payload: string): void {
+    if (this.state === "open") this.socket.send(telnyxOutboundEncoder.media(payload))
+  }
+
+  sendMark(name: string): void {
+    if (this.state === "open") this.socket.send(telnyxOutboundEncoder.mark(name))
+  }
+
+  sendClear(): void {
+    if (this.state === "open") this.socket.send(telnyxOutboundEncoder.clear())
+  }
+
+  close(code: number, reason: string): void {
+    this.state = "done"
+    this.socket.close(code, reason)
+  }
+}

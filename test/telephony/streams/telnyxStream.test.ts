@@ -1,0 +1,243 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import {
+  agentMedia,
+  audioFrames,
+  dialInAgent,
+  type Gateway,
+  sessionIdOf,
+  startGateway,
+  storedSession,
+  telnyxCall,
+  until
+} from "../../session/callHarness.js"
+import { uniqueId } from "../../support/testApp.js"
+
+const caller = audioFrames("caller-account.ulaw")
+const agentVoice = audioFrames("agent-greeting.ulaw", 100)
+
+/** Chunk numbers 1..n, shuffled inside blocks of `block` (never farther than the reorder window). */
+const shuffledChunks = (n: number, block = 6) => {
+  const order = Array.from({ length: n }, (_, i) => i + 1)
+  let seed = 42
+  for (let start = 0; start < n; start += block) {
+    for (let i = Math.min(start + block, n) - 1; i > start; i--) {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      const j = start + (seed % (i - start + 1))
+      ;[order[i], order[j]] = [order[j]!, order[i]!]
+    }
+  }
+  return order
+}
+
+describe("Telnyx media streams end to end", () => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    gateway = await startGateway()
+  })
+  afterAll(() => gateway.close())
+
+  const callControlId = () => `v3:${uniqueId("cc")}`
+
+  const connectedCall = async (kind: "telnyx-call-control" | "telnyx-texml" = "telnyx-call-control") => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+    const callId = kind === "telnyx-call-control" ? callControlId() : `v3:texml-${uniqueId("t")}`
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind, callId, from: "+13122010094", to: "+13122123456" })
+    const call = await telnyxCall(gateway, {
+      token,
+      callControlId: kind === "telnyx-call-control" ? callId : "v3:the-texml-call-control-id",
+      headers: { authorization: `Bearer ${token}` }
+    })
+    call.start()
+    await agent.waitForEvent("start")
+    return { agentId, env, agent, call, callId, sessionId: sessionIdOf(agent) }
+  }
+
+  it("relays a whole call: shuffled chunks arrive ordered, agent audio, marks, clear, DTMF, stop", async () => {
+    const { agentId, env, agent, call, callId, sessionId } = await connectedCall()
+    const start = agent.events("start")[0]
+    expect(start.start.customParameters).toEqual({
+      sessionId,
+      agentId,
+      environmentId: env.id,
+      from: "+13122010094",
+      to: "+13122123456",
+      direction: "inbound",
+      provider: "telnyx"
+    })
+    // The agent sees Twilio's dialect whichever carrier it is.
+    expect(start.start.mediaFormat).toEqual({ encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 })
+
+    for (const chunk of shuffledChunks(caller.length)) call.media(caller[chunk - 1]!, chunk)
+    await agent.waitForEvent("media", caller.length)
+    expect(agentMedia(agent)).toEqual(caller)
+
+    for (const frame of agentVoice) agent.send({ event: "media", streamSid: start.streamSid, media: { payload: frame } })
+    agent.send({ event: "mark", streamSid: start.streamSid, mark: { name: "m1" } })
+    await call.peer.waitForEvent("mark")
+    expect(call.sentMedia()).toEqual(agentVoice)
+    // Telnyx's own frame shapes, no Twilio fields.
+    expect(call.peer.received[0]).toEqual({ event: "media", media: { payload: agentVoice[0] } })
+    expect(call.peer.events("mark")[0]).toEqual({ event: "mark", mark: { name: "m1" } })
+    call.mark("m1")
+    await agent.waitForEvent("mark")
+    expect(agent.events("mark")[0].mark.name).toBe("m1")
+
+    agent.send({ event: "mark", mark: { name: "m2" } })
+    agent.send({ event: "clear" })
+    await call.peer.waitForEvent("clear")
+    expect(call.peer.events("clear")[0]).toEqual({ event: "clear" })
+    call.mark("m2") // Telnyx returns queued marks on clear
+    await agent.waitForEvent("mark", 2)
+
+    call.dtmf("1")
+    await agent.waitForEvent("dtmf")
+    expect(agent.events("dtmf")[0].dtmf.digit).toBe("1")
+
+    call.stop()
+    await agent.waitForEvent("stop")
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({
+      status: "completed",
+      endReason: "caller_hangup",
+      provider: "telnyx",
+      callId,
+      agentPhoneNumber: "+13122123456",
+      clientPhoneNumber: "+13122010094",
+      direction: "inbound"
+    })
+    expect((await storedSession(gateway, agentId, sessionId)).provider).toBe("telnyx")
+  })
+
+  it("accepts audio/x-mulaw as the encoding too, and a TeXML call", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+    const callId = `v3:texml-${uniqueId("t")}`
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-texml", callId, accountSid: "texml-account-1" })
+    const call = await telnyxCall(gateway, { token, callControlId: "v3:other-id-for-texml", encoding: "audio/x-mulaw" })
+    call.start()
+    call.media(caller[0]!)
+    await agent.waitForEvent("media")
+    // The session is the TeXML call's; from/to came from the start frame.
+    expect(agent.events("start")[0].start.customParameters).toMatchObject({ from: "+13122010094", to: "+13122123456", provider: "telnyx" })
+    agent.send({ event: "hangup" })
+    const ended = await gateway.outbox.forSession(sessionIdOf(agent))
+    expect(ended).toMatchObject({ status: "completed", endReason: "agent_hangup", callId })
+    // A TeXML call is hung up with a TeXML call update.
+    await until(() => gateway.telnyx.texmlUpdates(callId).length === 1, "TeXML hangup")
+    const [update] = gateway.telnyx.texmlUpdates(callId)
+    expect(update!.path).toBe(`/v2/texml/Accounts/texml-account-1/Calls/${callId}`)
+    expect(update!.form).toEqual({ Status: "completed" })
+  })
+
+  it("a Call Control call.hangup (CallHungUp) ends the session as completed", async () => {
+    const { agent, callId, sessionId } = await connectedCall()
+    await gateway.hangUpCall(callId)
+    await agent.waitForEvent("stop")
+    expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "completed", endReason: "caller_hangup" })
+  })
+
+  it("the agent's hangup and transfer produce the Call Control commands", async () => {
+    const hungUp = await connectedCall()
+    hungUp.agent.send({ event: "hangup" })
+    await gateway.outbox.forSession(hungUp.sessionId)
+    expect(gateway.telnyx.commands(hungUp.callId, "hangup")).toHaveLength(1)
+
+    const moved = await connectedCall()
+    moved.agent.send({ event: "transfer", transfer: { to: "+13125550142" } })
+    const ended = await gateway.outbox.forSession(moved.sessionId)
+    expect(ended).toMatchObject({ status: "completed", endReason: "agent_transfer" })
+    const [transfer] = gateway.telnyx.commands(moved.callId, "transfer")
+    expect(transfer!.json).toMatchObject({ to: "+13125550142" })
+  })
+
+  it("a Telnyx error frame is a hard error: failed, and the call is hung up", async () => {
+    const { call, callId, sessionId } = await connectedCall()
+    call.peer.send({ event: "error", sequence_number: "9", stream_id: call.streamId, payload: { code: 100002, title: "unknown_error", detail: "An unknown error has occurred" } })
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "failed", endReason: "carrier_stream_error" })
+    expect(gateway.telnyx.commands(callId, "hangup")).toHaveLength(1)
+  })
+
+  it("chunks out of order beyond repair close that stream (1002) and fail its session", async () => {
+    const { agent, call, sessionId } = await connectedCall()
+    call.media(caller[0]!, 1)
+    call.media(caller[2]!, 3)
+    call.media(caller[60]!, 61)
+    const closed = await call.peer.waitClosed()
+    expect(closed).toEqual({ code: 1002, reason: "telnyx: media chunks out of order beyond repair" })
+    expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "failed", endReason: "carrier_protocol_error" })
+    expect(agentMedia(agent)).toEqual([caller[0]])
+  })
+
+  it("a stop flushes chunks still waiting for a gap that never filled", async () => {
+    const { agent, call } = await connectedCall()
+    call.media(caller[0]!, 1)
+    call.media(caller[2]!, 3)
+    call.media(caller[3]!, 4)
+    call.stop()
+    await agent.waitForEvent("stop")
+    expect(agentMedia(agent)).toEqual([caller[0], caller[2], caller[3]])
+  })
+
+  describe("refused streams (1008, before any agent hears them)", () => {
+    const refused = async (reasonPart: string, connect: (token: string, callId: string) => Parameters<typeof telnyxCall>[1]) => {
+      const agentId = uniqueId("agent")
+      const env = await gateway.createEnvironment(agentId)
+      const agent = await dialInAgent(gateway, agentId, env.id)
+      await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+      const callId = callControlId()
+      const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId })
+      const call = await telnyxCall(gateway, connect(token, callId))
+      const closed = await call.peer.waitClosed()
+      expect(closed.code).toBe(1008)
+      expect(closed.reason).toContain(reasonPart)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(agent.received).toEqual([])
+      expect(gateway.idleAgents(agentId, env.id)).toBe(1)
+      agent.close()
+    }
+
+    it("no token on the URL", () => refused("missing token", (_token, callId) => ({ callControlId: callId })))
+
+    it("a forged token", () =>
+      refused("invalid or expired", (token, callId) => ({ token: `${token.split(".")[0]}.AAAA`, callControlId: callId })))
+
+    it("a stream auth token header that differs from the URL token", () =>
+      refused("stream auth token", (token, callId) => ({ token, callControlId: callId, headers: { authorization: "Bearer something-else" } })))
+
+    it("an x-telnyx-streaming-auth-token header that differs", () =>
+      refused("stream auth token", (token, callId) => ({
+        token,
+        callControlId: callId,
+        headers: { "x-telnyx-streaming-auth-token": "nope" }
+      })))
+
+    it("a token issued for a Twilio stream", async () => {
+      const agentId = uniqueId("agent")
+      const env = await gateway.createEnvironment(agentId)
+      const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: "CA1" })
+      const call = await telnyxCall(gateway, { token, callControlId: "v3:x" })
+      expect((await call.peer.waitClosed()).code).toBe(1008)
+    })
+
+    it("a Call Control token presented by another call's stream", async () => {
+      const agentId = uniqueId("agent")
+      const env = await gateway.createEnvironment(agentId)
+      const agent = await dialInAgent(gateway, agentId, env.id)
+      await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+      const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId: callControlId() })
+      const call = await telnyxCall(gateway, { token, callControlId: callControlId() })
+      call.start()
+      const closed = await call.peer.waitClosed()
+      expect(closed.code).toBe(1008)
+      expect(closed.reason).toContain("another call")
+      expect(agent.received).toEqual([])
+      agent.close()
+    })
+  })
+})
