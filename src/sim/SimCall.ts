@@ -100,6 +100,7 @@ interface PlayItem {
 }
 
 const SILENCE_FRAME = Buffer.alloc(FRAME_BYTES, MULAW_SILENCE)
+const noop = () => {}
 
 /**
  * One simulated carrier media stream over a WebSocket, in the dialect it is given: sends
@@ -141,7 +142,8 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   private answeredInputUs = -1
   private lastAnswer: AgentAnswer | undefined
   private lastAgentVoicedMs = 0
-  private opening: Promise<void> | undefined
+  private readonly opened: Promise<void>
+  private settleOpen: (error?: SimError) => void = noop
   private hangingUp = false
   private isClosed = false
   private resolveClosed!: (info: CloseInfo) => void
@@ -157,7 +159,20 @@ export class SimCall extends EventEmitter<SimCallEvents> {
     this.closed = new Promise((resolve) => (this.resolveClosed = resolve))
     this.pacer = new FramePacer(this.sendFrame)
     this.playout = new Playout(this.echoMark)
+    this.opened = new Promise((resolve, reject) => {
+      this.settleOpen = (error) => {
+        this.settleOpen = noop
+        if (error) reject(error)
+        else resolve()
+      }
+    })
+    // Never an unhandled rejection for callers that only listen to events.
+    this.opened.catch(noop)
     this.ws = new WebSocket(url, { ...options.wsOptions, headers: { ...options.wsOptions?.headers, ...options.headers } })
+    this.ws.once("open", this.onOpen)
+    this.ws.on("error", this.onSocketError)
+    this.ws.on("message", this.receive)
+    this.ws.on("close", (code, reason) => this.finish({ code, reason: reason.toString(), by: this.hangingUp ? "simulator" : "gateway" }))
   }
 
   get provider() {
@@ -173,32 +188,26 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   }
 
   /**
-   * Opens the socket, sends `connected` and `start`, and starts the media clock. Rejects with a
-   * SimError when the upgrade is refused or the socket fails first.
+   * Resolves once the socket is open and `connected` and `start` are sent (the media clock then
+   * runs). Rejects with a SimError when the upgrade is refused or the socket fails first.
    */
   open(): Promise<void> {
-    this.opening ??= new Promise((resolve, reject) => {
-      const onError = (error: Error) => {
-        const status = /Unexpected server response: (\d+)/.exec(error.message)?.[1]
-        reject(new SimError(`stream connection to ${redactUrl(this.url)} failed: ${error.message}`, "connect", status ? Number(status) : undefined))
-        this.finish({ code: 1006, reason: error.message, by: "gateway" })
-      }
-      this.ws.once("error", onError)
-      this.ws.once("open", () => {
-        this.ws.off("error", onError)
-        this.ws.on("error", (error) => this.emitProtocolError(`socket error: ${error.message}`))
-        this.ws.send(this.dialect.connected())
-        this.ws.send(this.dialect.start(this.seq++))
-        this.pacer.start()
-        this.emit("open")
-        resolve()
-      })
-      this.ws.on("message", this.receive)
-      this.ws.on("close", (code, reason) =>
-        this.finish({ code, reason: reason.toString(), by: this.hangingUp ? "simulator" : "gateway" })
-      )
-    })
-    return this.opening
+    return this.opened
+  }
+
+  private readonly onOpen = () => {
+    this.ws.send(this.dialect.connected())
+    this.ws.send(this.dialect.start(this.seq++))
+    this.pacer.start()
+    this.emit("open")
+    this.settleOpen()
+  }
+
+  private readonly onSocketError = (error: Error) => {
+    if (this.settleOpen === noop) return this.emitProtocolError(`socket error: ${error.message}`)
+    const status = /Unexpected server response: (\d+)/.exec(error.message)?.[1]
+    this.settleOpen(new SimError(`stream connection to ${redactUrl(this.url)} failed: ${error.message}`, "connect", status ? Number(status) : undefined))
+    this.finish({ code: 1006, reason: error.message, by: "gateway" })
   }
 
   /** Queues caller audio (mu-law) behind what is already queued; resolves when its last frame is sent. */
@@ -453,6 +462,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   private finish(info: CloseInfo) {
     if (this.isClosed) return
     this.isClosed = true
+    this.settleOpen(new SimError(`stream to ${redactUrl(this.url)} closed before it opened (${info.code})`, "connect"))
     this.pacer.stop()
     this.playout.close()
     for (const item of this.queue.splice(0)) item.done({ framesSent: item.sent, completed: false })
