@@ -17,6 +17,7 @@ import { CarrierStreams } from "../../src/telephony/streams/CarrierStreams.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../src/telephony/CarrierCallEvents.js"
 import type { CallKind, Carriers } from "../../src/telephony/Carrier.js"
 import { SessionTokens } from "../../src/telephony/SessionTokens.js"
+import { deliveryWorkerLayer } from "../../src/webhooks/DeliveryWorker.js"
 import { Outbox } from "../../src/webhooks/Outbox.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
@@ -341,6 +342,11 @@ export interface GatewayOptions {
   readonly rescue?: Layer.Layer<Rescue, never, Carriers>
   /** Plugs a turn observer hook in. */
   readonly observers?: Layer.Layer<TurnObservers>
+  /**
+   * The real outbox and a delivery worker instead of the recording outbox (`outbox.events` then
+   * stays empty): session.ended goes to the environment's webhookUrl, signed.
+   */
+  readonly deliver?: boolean
 }
 
 /**
@@ -361,7 +367,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
     Layer.mergeAll(ListeningLive, SessionDrainLive).pipe(
       Layer.provideMerge(HttpApp.Default),
       Layer.provideMerge(options.observers === undefined ? calls : calls.pipe(Layer.provide(options.observers))),
-      Layer.provideMerge(recording.layer),
+      Layer.provideMerge(options.deliver === true ? deliveryWorkerLayer({ pollInterval: "100 millis" }) : recording.layer),
       Layer.provideMerge(domainLayer(options.store ?? "memory", env))
     )
   )
