@@ -62,6 +62,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     const lastSettings = new Map<string, BreakerSettings>()
     const handlers = new Map<string, Set<(trip: BreakerTrip) => void>>()
     let degraded = false
+    let subscriptionWarned = false
 
     const dispatch = (trip: BreakerTrip) => {
       const listeners = handlers.get(envKey(trip.agentId, trip.environmentId))
@@ -122,7 +123,13 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
         if (trip.origin !== origin) dispatch(trip)
       })
       .pipe(
-        Effect.tapError((error) => Effect.logWarning("breaker trip subscription failed; retrying", { operation: error.operation })),
+        Effect.tapError((error) =>
+          Effect.suspend(() => {
+            if (subscriptionWarned) return Effect.void
+            subscriptionWarned = true
+            return Effect.logWarning("breaker trip subscription failed; retrying every second", { operation: error.operation })
+          })
+        ),
         Effect.retry(Schedule.spaced("1 second")),
         Effect.forkScoped
       )

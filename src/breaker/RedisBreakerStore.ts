@@ -45,7 +45,31 @@ const runScript = async (client: Redis, script: string, sha: string, key: string
 const decodeTrip = Schema.decodeUnknownOption(Schema.parseJson(BreakerTrip))
 
 export const makeRedisBreakerStore = Effect.gen(function* () {
-  const { client, duplicate } = yield* RedisConnection
+  const connection = yield* RedisConnection
+  const { duplicate } = connection
+  // A connection of its own that never queues or replays commands: while Redis is away a command
+  // fails at once (the breaker counts locally), and one given up on is never run later (a
+  // stale DEL would wipe newer occurrences, a stale record would outlive its window).
+  const client = yield* Effect.acquireRelease(
+    Effect.sync(() => {
+      const own = connection.client.duplicate({
+        connectionName: "callgate-breaker",
+        enableOfflineQueue: false,
+        autoResendUnfulfilledCommands: false
+      })
+      own.on("error", () => {})
+      return own
+    }),
+    (own) => Effect.promise(() => own.quit().catch(() => own.disconnect()))
+  )
+  // Without an offline queue, commands sent before the connection is up would fail: wait for it,
+  // but not for long (a Redis that is down at start only means counting locally for a while).
+  yield* Effect.async<void>((resume) => {
+    if (client.status === "ready") return resume(Effect.void)
+    const ready = () => resume(Effect.void)
+    client.once("ready", ready)
+    return Effect.sync(() => void client.off("ready", ready))
+  }).pipe(Effect.timeout("2 seconds"), Effect.ignore)
   const recordSha = sha1(RECORD_SCRIPT)
   const countSha = sha1(COUNT_SCRIPT)
   const windowMs = (seconds: number) => String(Math.round(seconds * 1000))
@@ -85,4 +109,4 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
   })
 })
 
-export const RedisBreakerStoreLive = Layer.effect(BreakerStore, makeRedisBreakerStore)
+export const RedisBreakerStoreLive = Layer.scoped(BreakerStore, makeRedisBreakerStore)

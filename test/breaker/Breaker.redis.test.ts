@@ -1,13 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Deferred, Effect, Layer } from "effect"
 import { Redis } from "ioredis"
 import { inject } from "vitest"
 import { Breaker, type BreakerSettings } from "../../src/breaker/Breaker.js"
+import type { BreakerTrip } from "../../src/breaker/BreakerStore.js"
 import { RedisBreakerStoreLive } from "../../src/breaker/RedisBreakerStore.js"
 import type { Rescue } from "../../src/breaker/ResponseWatchdog.js"
 import { keys } from "../../src/store/keys.js"
 import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
-import { startRedisServer } from "../support/redisServer.js"
+import { freePort, startRedisServer } from "../support/redisServer.js"
 import { breakerLayer, captureLogs, newEnvironment, sessionOf, watch } from "./breakerTestLayer.js"
 
 /** Real Redis, real time: the shared window across instances, and life without Redis. */
@@ -80,6 +81,43 @@ describe("Breaker on Redis", () => {
       expect((yield* breaker.recordTimeout(sessionOf(env, "s5"), settings)).count).toBe(1)
       expect(yield* zcard(restarted.url, env)).toBe(1)
       expect(breakerLogs("WARN")).toHaveLength(1)
+    }), 30_000)
+
+  it.scopedLive("starts without Redis, counts locally, and joins the shared window and trip channel once Redis is up", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.promise(() => freePort())
+      const url = `redis://127.0.0.1:${port}`
+      const started = Date.now()
+      const context = yield* Layer.build(breakerLayer(redisStore(url), { BREAKER_STORE_TIMEOUT: "200ms" }))
+      // At most the store's and the trip subscription's bounded waits (2 s each).
+      expect(Date.now() - started).toBeLessThan(6000)
+      const breaker = yield* Effect.provide(Breaker, context)
+      const env = newEnvironment()
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s1"), settings)).count).toBe(1)
+      expect(yield* breaker.isDegraded).toBe(true)
+
+      const server = yield* Effect.acquireRelease(
+        Effect.promise(() => startRedisServer(port)),
+        (s) => Effect.promise(() => s.stop())
+      )
+      expect(yield* waitUntil(Effect.map(breaker.isDegraded, (d) => !d), 5000)).toBe(true)
+      expect((yield* breaker.recordTimeout(sessionOf(env, "s2"), settings)).count).toBe(1)
+      expect(yield* zcard(server.url, env)).toBe(1)
+
+      // The trip subscription was retried in the background: a trip from another instance arrives.
+      const heard = yield* Deferred.make<BreakerTrip>()
+      yield* breaker.subscribeTrips(env.agentId, env.environmentId, (trip) => Deferred.unsafeDone(heard, Effect.succeed(trip)))
+      const publisher = yield* Effect.acquireRelease(
+        Effect.sync(() => new Redis(server.url)),
+        (redis) => Effect.promise(() => redis.quit())
+      )
+      const trip: BreakerTrip = { ...env, sessionId: "elsewhere", count: 5, threshold: 5, origin: "another-instance" }
+      const delivered = yield* Effect.promise(() => publisher.publish(keys.breakerTripsChannel, JSON.stringify(trip))).pipe(
+        Effect.zipRight(Deferred.await(heard)),
+        Effect.timeout("500 millis"),
+        Effect.retry({ times: 10 })
+      )
+      expect(delivered).toEqual(trip)
     }), 30_000)
 
   it.scopedLive("falls back when Redis is slow rather than waiting for it", () =>
