@@ -131,6 +131,7 @@ const main = async () => {
   log(`webhook answered HTTP ${entry.status}: stream ${redactUrl(entry.stream.url)}, parameters ${Object.keys(entry.stream.parameters).join(", ") || "(none)"}`)
   log(`stream open (${call.provider} ${call.streamId}): sent connected and start; media flows every 20 ms`)
 
+  call.on("agentAnswer", ({ latencyMs }) => log(`agent began answering, ${Math.round(latencyMs)} ms after the caller's last voiced frame`))
   call.on("mark", ({ name }) => log(`gateway sent mark "${name}"`))
   call.on("markEchoed", ({ name, cleared }) => log(`echoed mark "${name}"${cleared ? " (cleared)" : " (played)"}`))
   call.on("clear", ({ droppedMs }) => log(`gateway sent clear: dropped ${Math.round(droppedMs)} ms of queued agent audio`))

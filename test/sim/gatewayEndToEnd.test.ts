@@ -1,0 +1,76 @@
+import { afterEach, describe, expect, it } from "vitest"
+import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
+import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
+import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
+import type { SimCall } from "../../src/sim/SimCall.js"
+import { placeTelnyxTexmlCall } from "../../src/sim/TelnyxCall.js"
+import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
+
+// The caller's first sentence (2.2 s) of the appointment recording.
+const callerTurn = readUlawFile("test/fixtures/audio/caller-appointment.ulaw").subarray(0, 110 * FRAME_BYTES)
+const reply = readUlawFile("examples/agents/audio/agent-greeting.ulaw").subarray(0, 40 * FRAME_BYTES)
+
+/**
+ * The simulator and the example answering agent against the real callgate (listening on
+ * 127.0.0.1, fake carrier REST APIs): the same pieces the demo and the benchmark put together.
+ */
+describe("callgate-sim and the answering agent through the real gateway", () => {
+  let gateway: Gateway | undefined
+  let agent: AnsweringAgent | undefined
+  const calls: Array<SimCall> = []
+  afterEach(async () => {
+    await Promise.all(calls.splice(0).map((call) => call.hangup()))
+    await agent?.close()
+    await gateway?.close()
+    agent = gateway = undefined
+  })
+
+  const setup = async () => {
+    gateway = await startGateway()
+    const agentId = uniqueId("agent")
+    const environment = await gateway.createEnvironment(agentId)
+    agent = await startAnsweringAgent({
+      gatewayUrl: gateway.httpBase,
+      agentId,
+      environmentId: environment.id,
+      apiKey: ADMIN_KEY,
+      reply,
+      responseLatencyMs: 50
+    })
+    await agent.ready()
+    return { agentId, environmentId: environment.id }
+  }
+
+  it.each(["twilio", "telnyx"] as const)("a %s caller speaks two turns and hears the agent answer both", async (provider) => {
+    const { agentId, environmentId } = await setup()
+    const options = { gatewayUrl: gateway!.httpBase, agentId, environmentId, from: "+15551110001", to: "+15551110002" } as const
+    // callgate's PUBLIC_URL is https://callgate.test: reach its stream URL on the listening port.
+    // callgate checks the carriers' signatures (the fake accounts' credentials are configured).
+    const call =
+      provider === "twilio"
+        ? await placeTwilioCall({ ...options, streamVia: "gateway", authToken: gateway!.twilio.authToken, publicUrl: "https://callgate.test" })
+        : await placeTelnyxTexmlCall({ ...options, streamVia: "gateway", webhookHeaders: gateway!.telnyx.signWebhook })
+    calls.push(call)
+    const started = new Promise<Record<string, string>>((resolve) => agent!.once("call", (start) => resolve({ ...start.customParameters })))
+    const heard: Array<Buffer> = []
+    call.on("agentMedia", ({ payload }) => heard.push(payload))
+    for (const turn of [1, 2]) {
+      const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 5000 })
+      expect(result.answer.answered, `turn ${turn} answered`).toBe(true)
+      if (result.answer.answered) expect(result.answer.latencyMs).toBeGreaterThan(0)
+      expect(result.agentBytes).toBe(reply.length)
+    }
+    await until(() => call.stats.marksEchoed === 2, "both reply marks echoed")
+    // The agent's audio reached the caller byte for byte, in order.
+    expect(Buffer.concat(heard).equals(Buffer.concat([reply, reply]))).toBe(true)
+    expect(await started).toMatchObject({ agentId, environmentId, from: "+15551110001", to: "+15551110002", direction: "inbound", provider })
+    expect(call.stats.protocolErrors).toBe(0)
+    expect(await call.hangup()).toMatchObject({ by: "simulator", code: 1000 })
+    await until(() => agent!.stats.callsEnded === 1, "the agent's call ended")
+    expect(agent!.stats).toMatchObject({ calls: 1, turns: 2, replies: 2 })
+    await until(() => gateway!.outbox.events.length === 1, "session.ended")
+    expect(gateway!.outbox.events[0]).toMatchObject({ event: "session.ended", agentId, environmentId, status: "completed", provider })
+  }, 30_000)
+})
