@@ -3,7 +3,7 @@ import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/
 import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
 import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
 import type { SimCall } from "../../src/sim/SimCall.js"
-import { placeTelnyxTexmlCall } from "../../src/sim/TelnyxCall.js"
+import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../src/sim/TelnyxCall.js"
 import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
 import { type Gateway, startGateway, until } from "../session/callHarness.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
@@ -15,6 +15,8 @@ const reply = readUlawFile("examples/agents/audio/agent-greeting.ulaw").subarray
 /**
  * The simulator and the example answering agent against the real callgate (listening on
  * 127.0.0.1, fake carrier REST APIs): the same pieces the demo and the benchmark put together.
+ * Each call's agent audio must arrive byte for byte and the simulator must see no frame a real
+ * carrier would reject.
  */
 describe("callgate-sim and the answering agent through the real gateway", () => {
   let gateway: Gateway | undefined
@@ -72,5 +74,25 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     expect(agent!.stats).toMatchObject({ calls: 1, turns: 2, replies: 2 })
     await until(() => gateway!.outbox.events.length === 1, "session.ended")
     expect(gateway!.outbox.events[0]).toMatchObject({ event: "session.ended", agentId, environmentId, status: "completed", provider })
+  }, 30_000)
+
+  it("a Telnyx Call Control stream, opened straight to the stream URL with its auth token", async () => {
+    const { agentId, environmentId } = await setup()
+    const callControlId = `v3:${uniqueId("cc")}`
+    // What callgate's answer command names: the stream URL with the token, and the same token as stream_auth_token.
+    const token = gateway!.issueToken({ agentId, environmentId, kind: "telnyx-call-control", callId: callControlId })
+    const call = await connectTelnyxStream({
+      url: `${gateway!.wsBase}/telephony/telnyx/stream?token=${encodeURIComponent(token)}`,
+      streamAuthToken: token,
+      callControlId
+    })
+    calls.push(call)
+    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 5000 })
+    expect(result.answer.answered).toBe(true)
+    expect(result.agentBytes).toBe(reply.length)
+    expect(call.stats.protocolErrors).toBe(0)
+    await call.hangup()
+    await until(() => gateway!.outbox.events.length === 1, "session.ended")
+    expect(gateway!.outbox.events[0]).toMatchObject({ status: "completed", provider: "telnyx", callId: callControlId })
   }, 30_000)
 })
