@@ -42,7 +42,11 @@ export class AgentConnection implements WireListener, AgentLink {
   }
 
   begin(start: AgentStart, events: AgentEvents): void {
-    if (this.state !== "idle") throw new Error("an agent connection serves one call only")
+    if (this.state !== "idle" || !this.socket.isOpen) {
+      // Gone between being handed out and the call starting (or, by mistake, offered twice).
+      this.state = "done"
+      return events.agentFailed({ kind: "agent_disconnected", message: "The agent connection closed before the call began." })
+    }
     this.state = "bound"
     this.events = events
     this.encoder = twilioInboundEncoder(start.streamSid)

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto"
-import { Deferred, Duration, Effect, Either, Exit, Fiber, FiberId, FiberMap, Layer, Option, Queue } from "effect"
+import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberId, FiberMap, Layer, Option, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
 import { AgentConnector } from "../agent/AgentConnector.js"
 import { AgentPool } from "../agent/AgentPool.js"
@@ -97,19 +97,33 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
           provider: info.provider,
           streamSid
         })
-      }).pipe(Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))))
+      }).pipe(
+        Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),
+        // A bug must not leave the caller waiting for an agent until the maximum duration.
+        Effect.catchAllDefect((defect) =>
+          Effect.zipRight(
+            Effect.logError("connecting the agent failed", Cause.die(defect)),
+            Effect.sync(() =>
+              relay.end(SessionEnding.Failed({ error: new HardError({ kind: "internal", message: "callgate failed to connect the agent." }) }))
+            )
+          )
+        )
+      )
 
     const runSession = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>) =>
       Effect.gen(function* () {
-        yield* lifecycle.begin(relay.info)
+        // The caller is on the line: the agent is sought first, the record is written beside it.
+        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
+        const recording = yield* Effect.fork(lifecycle.begin(relay.info))
         const observer: TurnObserver = yield* lifecycle.observerFor(relay.info)
         relay.observeWith(observer)
-        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
         const ending = yield* Deferred.await(ended).pipe(
           Effect.timeoutOption(config.sessionMaxDuration),
           Effect.map(Option.getOrElse(() => relay.end(SessionEnding.Timeout())))
         )
         yield* Fiber.interrupt(connecting)
+        // The end is recorded over the start, so the start must be written first.
+        yield* Fiber.join(recording)
         yield* lifecycle.finish(relay, ending).pipe(Effect.uninterruptible)
       }).pipe(
         // Cut without a chance to finish (the shutdown grace ran out): at least close both sockets.

@@ -1,0 +1,123 @@
+import { describe, expect, it } from "vitest"
+import { AgentConnection } from "../../src/agent/AgentConnection.js"
+import type { AgentEvents, AgentStart, LegFault } from "../../src/session/CallLegs.js"
+import type { WireListener, WireSocket } from "../../src/session/WireSocket.js"
+
+const fakeSocket = () => {
+  const sent: Array<string> = []
+  const closes: Array<[number, string]> = []
+  let listener: WireListener | undefined
+  let open = true
+  const socket: WireSocket = {
+    send: (text) => void (open && sent.push(text)),
+    close: (code, reason) => {
+      closes.push([code, reason])
+      open = false
+    },
+    listen: (next) => void (listener = next),
+    get isOpen() {
+      return open
+    },
+    bufferedAmount: 0,
+    heartbeat: () => open
+  }
+  return { socket, sent, closes, deliver: (text: string) => listener!.onText(text), drop: (fault?: string) => {
+    open = false
+    listener!.onClose(1006, "", fault)
+  } }
+}
+
+const start: AgentStart = {
+  sessionId: "ses_1",
+  agentId: "agent_1",
+  environmentId: "env_1",
+  from: "+14155550100",
+  to: "+14155550111",
+  direction: "inbound",
+  provider: "telnyx",
+  streamSid: "MZ1"
+}
+
+const recorder = () => {
+  const seen: Array<string> = []
+  const faults: Array<LegFault> = []
+  const events: AgentEvents = {
+    agentMedia: (p) => void seen.push(`media:${p}`),
+    agentMark: (n) => void seen.push(`mark:${n}`),
+    agentClear: () => void seen.push("clear"),
+    agentHangup: () => void seen.push("hangup"),
+    agentTransfer: (to) => void seen.push(`transfer:${to}`),
+    agentFailed: (fault) => void faults.push(fault)
+  }
+  return { events, seen, faults }
+}
+
+describe("AgentConnection", () => {
+  it("ignores whatever an idle agent sends, and tells the pool when it goes away", () => {
+    const wire = fakeSocket()
+    const connection = new AgentConnection(wire.socket)
+    let forgotten = 0
+    connection.onIdleClose = () => void forgotten++
+    wire.deliver("garbage")
+    wire.deliver(JSON.stringify({ event: "hangup" }))
+    expect(wire.closes).toEqual([])
+    wire.drop()
+    expect(forgotten).toBe(1)
+    expect(connection.isIdle).toBe(false)
+  })
+
+  it("begins with connected and start, then maps the agent's messages", () => {
+    const wire = fakeSocket()
+    const connection = new AgentConnection(wire.socket)
+    const { events, seen, faults } = recorder()
+    connection.begin(start, events)
+    expect(JSON.parse(wire.sent[0]!).event).toBe("connected")
+    expect(JSON.parse(wire.sent[1]!).start.customParameters).toEqual({
+      sessionId: "ses_1",
+      agentId: "agent_1",
+      environmentId: "env_1",
+      from: "+14155550100",
+      to: "+14155550111",
+      direction: "inbound",
+      provider: "telnyx"
+    })
+    for (const message of [
+      { event: "media", media: { payload: "AAAA" } },
+      { event: "mark", mark: { name: "m" } },
+      { event: "clear" },
+      { event: "transfer", transfer: { to: "+14155550123" } },
+      { event: "hangup" }
+    ]) {
+      wire.deliver(JSON.stringify(message))
+    }
+    expect(seen).toEqual(["media:AAAA", "mark:m", "clear", "transfer:+14155550123", "hangup"])
+    wire.deliver(JSON.stringify({ event: "error", error: { message: "out of credit" } }))
+    expect(faults).toEqual([{ kind: "agent_error", message: "The agent reported an error: out of credit" }])
+  })
+
+  it("finish sends stop and closes; a drop during the call is a fault", () => {
+    const wire = fakeSocket()
+    const connection = new AgentConnection(wire.socket)
+    const { events, faults } = recorder()
+    connection.begin(start, events)
+    wire.drop("read ECONNRESET")
+    expect(faults).toEqual([{ kind: "agent_disconnected", message: "The agent connection failed: read ECONNRESET" }])
+
+    const second = fakeSocket()
+    const other = new AgentConnection(second.socket)
+    other.begin(start, recorder().events)
+    other.finish(1000, "the call ended")
+    other.finish(1000, "the call ended")
+    expect(second.sent.map((s) => JSON.parse(s).event)).toEqual(["connected", "start", "stop"])
+  })
+
+  it("a connection that closed before its call began fails the call instead of hanging it", () => {
+    const wire = fakeSocket()
+    const connection = new AgentConnection(wire.socket)
+    wire.drop()
+    const { events, faults } = recorder()
+    connection.begin(start, events)
+    expect(faults).toEqual([{ kind: "agent_disconnected", message: "The agent connection closed before the call began." }])
+    expect(wire.sent).toEqual([])
+  })
+})
