@@ -22,6 +22,12 @@ const CLAIM_BATCH = 64
 /** When the store cannot be read to start an attempt, the delivery is tried again this much later. */
 const STORE_TROUBLE_DELAY_MS = 1000
 
+/** A claim this worker holds, in flight or waiting for its host. */
+interface Held {
+  readonly claim: Claim
+  readonly leaseEnds: number
+}
+
 interface Verdict {
   readonly result: AttemptResult
   readonly statusCode: number | null
@@ -69,13 +75,15 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
 
     const timeout = config.webhookTimeout
     const schedule = config.webhookRetrySchedule.map(Duration.toMillis)
-    const leaseMs = Duration.toMillis(timeout) + Duration.toMillis(options.leaseMargin ?? "15 seconds")
+    const timeoutMs = Duration.toMillis(timeout)
+    const marginMs = Duration.toMillis(options.leaseMargin ?? "15 seconds")
+    const leaseMs = timeoutMs + marginMs
     const pollMs = Duration.toMillis(options.pollInterval ?? "500 millis")
     const maxHeld = config.webhookConcurrency
     const perHost = config.webhookConcurrencyPerHost
 
     // Plain mutable state: only touched inside synchronous steps on the one JS thread.
-    const hosts = new Map<string, { inFlight: number; waiting: Array<Claim> }>()
+    const hosts = new Map<string, { inFlight: number; waiting: Array<Held> }>()
     let held = 0
     const signal = yield* Queue.sliding<true>(1)
     const wake = Queue.offer(signal, true)
@@ -86,7 +94,9 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
         const waiting = [...hosts.values()].flatMap((s) => s.waiting.splice(0))
-        yield* Effect.forEach(waiting, (c) => Effect.ignore(store.release(c.delivery.id, c.lease, now)), { discard: true })
+        yield* Effect.forEach(waiting, ({ claim }) => Effect.ignore(store.release(claim.delivery.id, claim.lease, now)), {
+          discard: true
+        })
       })
     )
 
@@ -115,11 +125,12 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         settle(claim, { ...claim.delivery, state: "cancelled", updatedAt: now, nextAttemptAt: null, reason })
       )
 
-    const attempt = (claim: Claim, waited: boolean) =>
+    const attempt = ({ claim, leaseEnds }: Held) =>
       Effect.gen(function* () {
         const d = claim.delivery
-        // A claim that waited for its host may be near the end of its lease: extend it first.
-        if (waited && !(yield* store.renew(d.id, claim.lease, (yield* Clock.currentTimeMillis) + leaseMs))) return
+        // A claim that waited long for its host may not have a whole attempt's time left: extend it first.
+        const now = yield* Clock.currentTimeMillis
+        if (leaseEnds - now < timeoutMs + marginMs / 2 && !(yield* store.renew(d.id, claim.lease, now + leaseMs))) return
         const env = yield* Effect.either(envs.resolve(d.agentId, d.environmentId))
         if (Either.isLeft(env)) {
           if (env.left._tag === "EnvironmentNotFound") return yield* cancel(claim, CANCEL_REASONS.environmentDeleted)
@@ -189,10 +200,10 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         Effect.asVoid
       )
 
-    const start = (claim: Claim, host: string, waited: boolean): Effect.Effect<void> =>
+    const start = (held: Held, host: string): Effect.Effect<void> =>
       Effect.suspend(() => {
         hostState(host).inFlight++
-        return FiberSet.run(fibers, attempt(claim, waited).pipe(Effect.ensuring(finished(host))))
+        return FiberSet.run(fibers, attempt(held).pipe(Effect.ensuring(finished(host))))
       }).pipe(Effect.asVoid)
 
     const finished = (host: string): Effect.Effect<void> =>
@@ -203,16 +214,17 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         const next = state.waiting.shift()
         if (state.inFlight === 0 && state.waiting.length === 0 && next === undefined) hosts.delete(host)
         const refill = state.waiting.length <= perHost / 2 ? wake : Effect.void
-        return next === undefined ? refill : Effect.zipRight(start(next, host, true), refill)
+        return next === undefined ? refill : Effect.zipRight(start(next, host), refill)
       })
 
-    const dispatch = (claim: Claim) =>
+    const dispatch = (claim: Claim, claimedAt: number) =>
       Effect.suspend(() => {
         const host = hostOf(claim.delivery.url)
         const state = hostState(host)
+        const entry: Held = { claim, leaseEnds: claimedAt + leaseMs }
         held++
-        if (state.inFlight < perHost) return start(claim, host, false)
-        state.waiting.push(claim)
+        if (state.inFlight < perHost) return start(entry, host)
+        state.waiting.push(entry)
         return Effect.void
       })
 
@@ -224,7 +236,7 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         const now = yield* Clock.currentTimeMillis
         const limit = Math.min(room, CLAIM_BATCH)
         const batch = yield* store.claim(now, leaseMs, limit, { perHost: perHost * 2, held: heldByHost() })
-        yield* Effect.forEach(batch.claims, dispatch, { discard: true })
+        yield* Effect.forEach(batch.claims, (claim) => dispatch(claim, now), { discard: true })
         if (batch.claims.length === limit) continue
         return Option.match(batch.nextDueAt, {
           onNone: () => pollMs,

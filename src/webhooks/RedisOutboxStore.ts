@@ -3,7 +3,7 @@ import type { Redis } from "ioredis"
 import { keys } from "../store/keys.js"
 import { RedisConnection, redisCall } from "../store/RedisConnection.js"
 import { StoreError } from "../store/StoreError.js"
-import { hostOf, StoredAttempt, type StoredDelivery, StoredDelivery as StoredDeliverySchema } from "./Delivery.js"
+import { hostOf, type StoredDelivery, StoredDelivery as StoredDeliverySchema } from "./Delivery.js"
 import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "./OutboxStore.js"
 
 /**
@@ -44,23 +44,9 @@ const meta = (d: StoredDelivery) =>
     createdAt: d.createdAt
   })
 
-const Meta = Schema.parseJson(
-  Schema.Struct({
-    id: Schema.String,
-    event: Schema.Literal("session.ended"),
-    agentId: Schema.String,
-    environmentId: Schema.String,
-    sessionId: Schema.String,
-    body: Schema.String,
-    url: Schema.String,
-    createdAt: Schema.Number
-  })
-)
-const decodeMeta = Schema.decodeUnknownSync(Meta)
-const decodeAttempts = Schema.decodeUnknownSync(Schema.parseJson(Schema.Array(StoredAttempt)))
 const validate = Schema.decodeUnknownSync(StoredDeliverySchema)
 
-/** A delivery from its hash (HGETALL as an object or as a flat array from Lua). */
+/** A delivery from its hash (HGETALL as an object or as a flat array from Lua), validated once. */
 const fromHash = (hash: Record<string, string> | ReadonlyArray<string>): StoredDelivery => {
   let h: Record<string, string>
   if (Array.isArray(hash)) {
@@ -69,15 +55,23 @@ const fromHash = (hash: Record<string, string> | ReadonlyArray<string>): StoredD
   } else {
     h = hash as Record<string, string>
   }
+  const meta = JSON.parse(h.meta ?? "null") as Record<string, unknown>
   return validate({
-    ...decodeMeta(h.meta),
+    id: meta.id,
+    event: meta.event,
+    agentId: meta.agentId,
+    environmentId: meta.environmentId,
+    sessionId: meta.sessionId,
+    body: meta.body,
+    url: meta.url,
+    createdAt: meta.createdAt,
     state: h.state,
     updatedAt: Number(h.updatedAt),
     nextAttemptAt: h.nextAttemptAt ? Number(h.nextAttemptAt) : null,
     retriesUsed: Number(h.retriesUsed),
     automaticRetries: h.automaticRetries === "1",
     reason: h.reason ? h.reason : null,
-    attempts: decodeAttempts(h.attempts)
+    attempts: JSON.parse(h.attempts ?? "null")
   })
 }
 

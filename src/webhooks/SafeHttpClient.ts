@@ -1,7 +1,7 @@
 import { lookup as dnsLookup } from "node:dns/promises"
 import { readFile } from "node:fs/promises"
 import { isIP, type LookupFunction } from "node:net"
-import { rootCertificates } from "node:tls"
+import { createSecureContext, rootCertificates } from "node:tls"
 import { ConfigError, Data, Duration, Effect, Layer, Option } from "effect"
 import { Agent, errors as undiciErrors, request } from "undici"
 import { AppConfig } from "../config/AppConfig.js"
@@ -153,14 +153,15 @@ export const makeSafeHttpClient = (options: SafeHttpOptions) =>
       )
     }
 
+    // One TLS context for every connection: building one per connection re-parses every CA.
+    const secureContext = createSecureContext(
+      options.ca !== undefined ? { ca: [...rootCertificates, options.ca.toString()] } : {}
+    )
     const agent = yield* Effect.acquireRelease(
       Effect.sync(
         () =>
           new Agent({
-            connect: {
-              lookup,
-              ...(options.ca !== undefined ? { ca: [...rootCertificates, options.ca.toString()] } : {})
-            },
+            connect: { lookup, secureContext },
             connections: options.connectionsPerOrigin ?? 32,
             keepAliveTimeout: 4_000,
             keepAliveMaxTimeout: 30_000

@@ -7,8 +7,10 @@ import { fileURLToPath } from "node:url"
 const tlsDir = fileURLToPath(new URL("../fixtures/tls/", import.meta.url))
 export const CA_FILE = join(tlsDir, "ca.pem")
 export const TEST_CA = readFileSync(CA_FILE)
-const key = readFileSync(join(tlsDir, "server-key.pem"))
-const cert = readFileSync(join(tlsDir, "server.pem"))
+export const TLS_KEY = readFileSync(join(tlsDir, "server-key.pem"))
+export const TLS_CERT = readFileSync(join(tlsDir, "server.pem"))
+const key = TLS_KEY
+const cert = TLS_CERT
 
 export interface ReceivedRequest {
   readonly method: string

@@ -7,6 +7,9 @@ import { Deliveries } from "../../src/webhooks/Deliveries.js"
 import type { DeliveryView } from "../../src/webhooks/Delivery.js"
 import { deliveryWorkerLayer, type DeliveryWorkerOptions } from "../../src/webhooks/DeliveryWorker.js"
 import { Outbox } from "../../src/webhooks/Outbox.js"
+import type { OutboxStore } from "../../src/webhooks/OutboxStore.js"
+import type { ApiKeyStore } from "../../src/store/ApiKeyStore.js"
+import type { EnvironmentStore } from "../../src/store/EnvironmentStore.js"
 import { redisOutboxStoreLayer } from "../../src/webhooks/RedisOutboxStore.js"
 import { RedisApiKeyStoreLive } from "../../src/store/RedisApiKeyStore.js"
 import { RedisConnectionLive } from "../../src/store/RedisConnection.js"
@@ -35,7 +38,7 @@ export const webhookLayer = (
   worker: DeliveryWorkerOptions | false = defaultWorker,
   queue: string = uniqueId("outbox")
 ) => {
-  const stores =
+  const stores: Layer.Layer<EnvironmentStore | ApiKeyStore | OutboxStore, unknown, AppConfig> =
     kind === "redis"
       ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, redisOutboxStoreLayer(queue)).pipe(Layer.provideMerge(RedisConnectionLive))
       : storesLayer(kind)
