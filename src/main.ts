@@ -6,6 +6,8 @@ import { MemoryBreakerStoreLive } from "./breaker/MemoryBreakerStore.js"
 import { RedisBreakerStoreLive } from "./breaker/RedisBreakerStore.js"
 import { AppConfig, describeConfigError } from "./config/AppConfig.js"
 import { Environments } from "./environments/Environments.js"
+import { ErrorFallbackLive } from "./fallback/ErrorFallback.js"
+import { FallbackMetrics } from "./fallback/FallbackMetrics.js"
 import { HttpApp } from "./http/HttpApp.js"
 import { HttpServerLive } from "./http/HttpServer.js"
 import { loggerLayer } from "./observability/Logging.js"
@@ -33,7 +35,6 @@ import { AgentConnector } from "./agent/AgentConnector.js"
 import { AgentPool } from "./agent/AgentPool.js"
 import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
 import { RedisSessionStoreLive } from "./session/RedisSessionStore.js"
-import { HangUpRescueLive } from "./session/Rescue.js"
 import { SessionDrainLive, SessionRegistry } from "./session/SessionRegistry.js"
 import { SessionLifecycle } from "./session/SessionLifecycle.js"
 import { Sessions } from "./session/Sessions.js"
@@ -87,12 +88,13 @@ const TelephonyLive = CarriersLive.pipe(
 
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
- * sessions. Rescue: a hard error hangs the call up (the error fallback replaces HangUpRescueLive).
+ * sessions. Rescue: a hard error or a breaker trip runs the environment's error fallback.
  */
 const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(SessionRegistry.Default),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, HangUpRescueLive))
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallbackLive)),
+  Layer.provideMerge(FallbackMetrics.Default)
 )
 
 // SessionDrainLive sits beside the server so live calls drain before the HTTP app closes its sockets.

@@ -29,7 +29,8 @@ import { AgentConnector } from "../../src/agent/AgentConnector.js"
 import { AgentPool } from "../../src/agent/AgentPool.js"
 import { MemorySessionStoreLive } from "../../src/session/MemorySessionStore.js"
 import { RedisSessionStoreLive } from "../../src/session/RedisSessionStore.js"
-import { HangUpRescueLive } from "../../src/session/Rescue.js"
+import { ErrorFallbackLive } from "../../src/fallback/ErrorFallback.js"
+import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
 import { SessionLifecycle } from "../../src/session/SessionLifecycle.js"
 import { SessionRegistry } from "../../src/session/SessionRegistry.js"
 import { Sessions } from "../../src/session/Sessions.js"
@@ -87,7 +88,8 @@ export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =
 export const callsLayer = CarrierStreams.Default.pipe(
   Layer.provideMerge(SessionRegistry.Default),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, HangUpRescueLive))
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallbackLive)),
+  Layer.provideMerge(FallbackMetrics.Default)
 )
 
 export interface TestApp {
