@@ -1,11 +1,11 @@
-import { Either, Schema } from "effect"
+import { Either } from "effect"
 import type { AgentEvents, AgentLink, AgentStart } from "../session/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../session/FrameDecoding.js"
 import type { WireListener, WireSocket } from "../session/WireSocket.js"
 import { twilioInboundEncoder } from "../telephony/streams/TwilioFrames.js"
-import { AGENT_MESSAGE_EVENTS, AgentMedia, AgentMessage } from "./AgentDialect.js"
+import { AGENT_MESSAGE_EVENTS, AgentMessage, isAgentMediaFrame } from "./AgentDialect.js"
 
-const isMedia = Schema.is(AgentMedia)
+const isMedia = isAgentMediaFrame
 const decodeMessage = makeFrameDecoder("agent", AgentMessage, AGENT_MESSAGE_EVENTS)
 
 type Encoder = ReturnType<typeof twilioInboundEncoder>

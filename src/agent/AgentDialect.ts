@@ -1,6 +1,7 @@
 import { Schema } from "effect"
 import { E164 } from "../environments/EnvironmentSchema.js"
 import {
+  isTwilioOutboundMediaFrame,
   TwilioClear,
   TwilioConnected,
   TwilioDtmf,
@@ -37,8 +38,9 @@ export const AgentMessage = Schema.Union(TwilioOutboundMedia, TwilioOutboundMark
 export type AgentMessage = typeof AgentMessage.Type
 export const AGENT_MESSAGE_EVENTS: ReadonlySet<string> = new Set(["media", "mark", "clear", "hangup", "transfer", "error"])
 
-/** The media frame an agent sends, for the relay's precompiled guard. */
+/** The media frame an agent sends, and its hot-path guard (`Schema.is(AgentMedia)`, hand-written). */
 export const AgentMedia = TwilioOutboundMedia
+export const isAgentMediaFrame = isTwilioOutboundMediaFrame
 
 /** Everything callgate sends to an agent: Twilio's own frames. */
 export const CallgateMessage = Schema.Union(TwilioConnected, TwilioStart, TwilioMedia, TwilioDtmf, TwilioMark, TwilioStop)

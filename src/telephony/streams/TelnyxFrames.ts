@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { Base64Payload, DtmfDigit, MarkName, NumberLike } from "./MediaFields.js"
+import { Base64Payload, DtmfDigit, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
 
 /**
  * Telnyx media streaming over WebSocket (bidirectional RTP mode): snake_case, `stream_id` at the
@@ -52,6 +52,23 @@ export const TelnyxMedia = Schema.Struct({
     payload: Base64Payload
   })
 })
+
+const CHUNK_DIGITS = /^\d{1,9}$/
+
+/** `Schema.is(TelnyxMedia)`, hand-written for the hot path (held to the schema by the frame tests). */
+export const isTelnyxMediaFrame = (raw: unknown): raw is typeof TelnyxMedia.Type => {
+  if (!isRecord(raw) || raw.event !== "media" || typeof raw.stream_id !== "string") return false
+  const media = raw.media
+  if (!isRecord(media) || !isBase64Payload(media.payload)) return false
+  const chunk = media.chunk
+  return (
+    ((typeof chunk === "string" && CHUNK_DIGITS.test(chunk)) ||
+      (typeof chunk === "number" && Number.isInteger(chunk) && chunk >= 0 && chunk <= 999_999_999)) &&
+    (media.track === undefined || typeof media.track === "string") &&
+    (media.timestamp === undefined || isNumberLike(media.timestamp)) &&
+    (raw.sequence_number === undefined || isNumberLike(raw.sequence_number))
+  )
+}
 
 export const TelnyxDtmf = Schema.Struct({
   event: Schema.Literal("dtmf"),

@@ -1,13 +1,12 @@
-import { Either, Schema } from "effect"
+import { Either } from "effect"
 import type { CallerEvents, CarrierLeg } from "../../session/CallLegs.js"
 import { type FrameProblem, makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
 import { CloseCode, type WireListener, type WireSocket } from "../../session/WireSocket.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
-import { TELNYX_INBOUND_EVENTS, TelnyxInbound, TelnyxMedia, telnyxOutboundEncoder } from "./TelnyxFrames.js"
+import { isTelnyxMediaFrame as isMedia, TELNYX_INBOUND_EVENTS, TelnyxInbound, telnyxOutboundEncoder } from "./TelnyxFrames.js"
 
-const isMedia = Schema.is(TelnyxMedia)
 const decodeFrame = makeFrameDecoder("telnyx", TelnyxInbound, TELNYX_INBOUND_EVENTS)
 
 /** How far ahead of the next expected chunk a chunk may arrive (32 frames = 640 ms of audio). */

@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { Base64Payload, DtmfDigit, MarkName, NumberLike } from "./MediaFields.js"
+import { Base64Payload, DtmfDigit, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
 
 /**
  * Twilio Media Streams, bidirectional (`<Connect><Stream>`): the frames Twilio sends and the ones
@@ -65,6 +65,21 @@ export const TwilioStop = Schema.Struct({
   stop: Schema.optional(Schema.Struct({ accountSid: Schema.optional(Schema.String), callSid: Schema.optional(Schema.String) }))
 })
 
+/** `Schema.is(TwilioMedia)`, hand-written for the hot path (held to the schema by the frame tests). */
+export const isTwilioMediaFrame = (raw: unknown): raw is typeof TwilioMedia.Type => {
+  if (!isRecord(raw) || raw.event !== "media") return false
+  const media = raw.media
+  return (
+    isRecord(media) &&
+    isBase64Payload(media.payload) &&
+    (media.track === undefined || typeof media.track === "string") &&
+    (media.chunk === undefined || isNumberLike(media.chunk)) &&
+    (media.timestamp === undefined || isNumberLike(media.timestamp)) &&
+    (raw.sequenceNumber === undefined || isNumberLike(raw.sequenceNumber)) &&
+    (raw.streamSid === undefined || typeof raw.streamSid === "string")
+  )
+}
+
 /** Every frame Twilio sends to a stream server. */
 export const TwilioInbound = Schema.Union(TwilioConnected, TwilioStart, TwilioMedia, TwilioDtmf, TwilioMark, TwilioStop)
 export type TwilioInbound = typeof TwilioInbound.Type
@@ -83,6 +98,14 @@ export const TwilioOutboundMark = Schema.Struct({
 })
 export const TwilioClear = Schema.Struct({ event: Schema.Literal("clear"), streamSid: Schema.optional(Schema.String) })
 export const TwilioOutbound = Schema.Union(TwilioOutboundMedia, TwilioOutboundMark, TwilioClear)
+
+/** `Schema.is(TwilioOutboundMedia)`, hand-written for the hot path (the agent's audio). */
+export const isTwilioOutboundMediaFrame = (raw: unknown): raw is typeof TwilioOutboundMedia.Type =>
+  isRecord(raw) &&
+  raw.event === "media" &&
+  isRecord(raw.media) &&
+  isBase64Payload(raw.media.payload) &&
+  (raw.streamSid === undefined || typeof raw.streamSid === "string")
 
 /**
  * Frames built as strings around values that are already safe to paste: the payload passed the

@@ -3,9 +3,8 @@ import type { CallerEvents, CarrierLeg } from "../../session/CallLegs.js"
 import { type FrameProblem, makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
 import { CloseCode, type WireListener, type WireSocket } from "../../session/WireSocket.js"
 import type { StreamHost } from "./StreamHost.js"
-import { TWILIO_INBOUND_EVENTS, TwilioInbound, TwilioMedia, twilioOutboundEncoder } from "./TwilioFrames.js"
+import { isTwilioMediaFrame as isMedia, TWILIO_INBOUND_EVENTS, TwilioInbound, twilioOutboundEncoder } from "./TwilioFrames.js"
 
-const isMedia = Schema.is(TwilioMedia)
 const decodeFrame = makeFrameDecoder("twilio", TwilioInbound, TWILIO_INBOUND_EVENTS)
 
 type Encoder = ReturnType<typeof twilioOutboundEncoder>

@@ -78,3 +78,62 @@ describe("dialect frames", () => {
     }
   })
 })
+
+describe("hot-path media guards agree with the schemas", () => {
+  const payloads: Array<unknown> = [payload, "", "AAAA", "AA==", "A=A=", "not base64!", '"}', "x".repeat(60_001).replace(/x/g, "A"), 42, null, undefined, ["AAAA"]]
+  const numberLikes: Array<unknown> = [undefined, "1", "12345678901234567890", "123456789012345678901", 7, -1, 1.5, null, true, [], {}]
+  const strings: Array<unknown> = [undefined, "inbound", "", 5, null, {}]
+  const chunks: Array<unknown> = [undefined, "1", "0", "999999999", "1000000000", "01", "-1", "1.5", "abc", 3, 0, -1, 2.5, 1e9, null]
+  const containers = (inner: Record<string, unknown>): Array<unknown> => [inner, null, [inner], "media", 5]
+
+  /** Every combination of one varied field over a valid base frame, plus the varied containers. */
+  const variants = (base: Record<string, any>, fields: Record<string, Array<unknown>>, mediaFields: Record<string, Array<unknown>>) => {
+    const out: Array<unknown> = [base, null, [], "media", { ...base, event: "mark" }, { ...base, event: undefined }]
+    for (const [field, values] of Object.entries(fields)) for (const value of values) out.push({ ...base, [field]: value })
+    for (const [field, values] of Object.entries(mediaFields)) for (const value of values) out.push({ ...base, media: { ...base.media, [field]: value } })
+    for (const media of containers(base.media)) out.push({ ...base, media })
+    const { media: _media, ...withoutMedia } = base
+    out.push(withoutMedia)
+    return out
+  }
+
+  const agree = (name: string, schema: Schema.Schema<any, any>, guard: (raw: unknown) => boolean, cases: Array<unknown>) => {
+    const is = Schema.is(schema)
+    let accepted = 0
+    for (const raw of cases) {
+      expect(guard(raw), `${name}: ${JSON.stringify(raw)?.slice(0, 120)}`).toBe(is(raw))
+      if (is(raw)) accepted++
+    }
+    // Both outcomes were exercised.
+    expect(accepted).toBeGreaterThan(3)
+    expect(accepted).toBeLessThan(cases.length)
+  }
+
+  it("Twilio inbound media", async () => {
+    const { TwilioMedia, isTwilioMediaFrame } = await import("../../../src/telephony/streams/TwilioFrames.js")
+    const base = { event: "media", sequenceNumber: "3", streamSid: "MZ1", media: { track: "inbound", chunk: "1", timestamp: "20", payload } }
+    agree(
+      "twilio",
+      TwilioMedia,
+      isTwilioMediaFrame,
+      variants(base, { sequenceNumber: numberLikes, streamSid: strings }, { payload: payloads, track: strings, chunk: numberLikes, timestamp: numberLikes })
+    )
+  })
+
+  it("Telnyx inbound media", async () => {
+    const { TelnyxMedia, isTelnyxMediaFrame } = await import("../../../src/telephony/streams/TelnyxFrames.js")
+    const base = { event: "media", sequence_number: "4", stream_id: "s-1", media: { track: "inbound", chunk: "2", timestamp: "40", payload } }
+    agree(
+      "telnyx",
+      TelnyxMedia,
+      isTelnyxMediaFrame,
+      variants(base, { sequence_number: numberLikes, stream_id: strings }, { payload: payloads, track: strings, chunk: chunks, timestamp: numberLikes })
+    )
+  })
+
+  it("agent media", async () => {
+    const { AgentMedia, isAgentMediaFrame } = await import("../../../src/agent/AgentDialect.js")
+    const base = { event: "media", streamSid: "MZ1", media: { payload } }
+    agree("agent", AgentMedia, isAgentMediaFrame, variants(base, { streamSid: strings }, { payload: payloads }))
+  })
+})
