@@ -157,6 +157,18 @@ describe("Twilio media streams end to end", () => {
     gateway.twilio.reset()
   })
 
+  it("a transfer the carrier refuses is a hard error (transfer_failed): failed, and the call is hung up", async () => {
+    const { agent, callSid, sessionId } = await connectedCall()
+    gateway.twilio.failNext({ status: 400, code: 13214, message: "Dial: Invalid callerId value" })
+    agent.send({ event: "transfer", transfer: { to: "+14155550123" } })
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "failed", endReason: "transfer_failed" })
+    const updates = gateway.twilio.callUpdates(callSid)
+    expect(updates.map((u) => Object.keys(u.form ?? {}))).toEqual([["Twiml"], ["Status"]])
+    expect(updates[1]!.form).toEqual({ Status: "completed" })
+    gateway.twilio.reset()
+  })
+
   it("a transfer to something that is not E.164 is a protocol error: failed, and the call is hung up", async () => {
     const { agent, callSid, sessionId } = await connectedCall()
     agent.send({ event: "transfer", transfer: { to: "0800 FLOWERS" } })
