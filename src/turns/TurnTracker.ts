@@ -16,8 +16,10 @@ import type { VoiceClassifier } from "./VoiceActivity.js"
  *   are already background) trimmed off by level, so latency counts from the real end of speech.
  * - A DTMF digit is caller input: with the caller silent, it ends a turn at once, at the digit.
  * - The agent begins responding at the first frame of voiced agent audio lasting at least
- *   `agentMinSpeechMs` after the caller's turn ended. Silence and comfort noise never count; an
- *   agent that starts speaking during the end-of-turn silence ends the caller's turn there.
+ *   `agentMinSpeechMs` after the caller's turn ended, moved back over a loud lead-in of up to
+ *   100 ms that the VAD took a few frames to call voiced (a soft onset). Silence and comfort noise
+ *   never count; an agent that starts speaking during the end-of-turn silence ends the caller's
+ *   turn there.
  * - Caller speech before the agent answered supersedes the pending turn (`onCallerResumed`).
  */
 
@@ -73,8 +75,16 @@ const MIN_SPEECH_POWER = 1000
  */
 const FLOOR_FALL = 0.5
 const FLOOR_RISE = 0.02
+/** The VAD rises on a soft onset within about 4 frames; a longer loud lead-in is not part of it. */
+const MAX_ONSET_MS = 100
 /** mu-law 8 kHz: bytes per millisecond. */
 const BYTES_PER_MS = 8
+
+/** Audibly speech: above about -60 dBFS and clear of the line's noise floor (-1: not known yet). */
+const isLoud = (power: number, floor: number) => power >= MIN_SPEECH_POWER && (floor < 0 || power >= floor * SPEECH_OVER_FLOOR)
+
+const followFloor = (floor: number, power: number) =>
+  floor < 0 ? power : floor + (power - floor) * (power < floor ? FLOOR_FALL : FLOOR_RISE)
 
 export class TurnTracker implements TurnObserver {
   private closed = false
@@ -99,7 +109,11 @@ export class TurnTracker implements TurnObserver {
 
   // Agent direction.
   private agentRunMs = 0
-  private agentRunStart = 0
+  private agentOnset = 0
+  private agentFloor = -1
+  /** The current stretch of loud agent audio (voiced or not): where it began, how long it is. */
+  private agentLoudSince = 0
+  private agentLoudMs = 0
 
   constructor(private readonly options: TurnTrackerOptions) {}
 
@@ -135,7 +149,7 @@ export class TurnTracker implements TurnObserver {
       const frameMs = frame.length / BYTES_PER_MS
       this.runMs += frameMs
       this.rememberVoiced(atMs, frameMs)
-      if (this.isLoud(power)) this.runLastLoudAt = atMs
+      if (isLoud(power, this.noiseFloor)) this.runLastLoudAt = atMs
       if (!this.runConfirmed && this.runMs >= this.options.minSpeechMs) {
         this.runConfirmed = true
         if (!this.speaking) this.startSpeaking(atMs)
@@ -147,8 +161,7 @@ export class TurnTracker implements TurnObserver {
     } else {
       this.runMs = 0
       this.runConfirmed = false
-      const floor = this.noiseFloor
-      this.noiseFloor = floor < 0 ? power : floor + (power - floor) * (power < floor ? FLOOR_FALL : FLOOR_RISE)
+      this.noiseFloor = followFloor(this.noiseFloor, power)
     }
     this.lastFrameVoiced = voiced
     this.checkTurnEnd(atMs)
@@ -169,12 +182,26 @@ export class TurnTracker implements TurnObserver {
 
   agentAudio(frame: Uint8Array, atMs: number): void {
     if (this.closed) return
-    if (!this.options.agent.isVoiced(frame)) {
+    const voiced = this.options.agent.isVoiced(frame)
+    const power = this.options.agent.lastPower
+    const frameMs = frame.length / BYTES_PER_MS
+    const loudBefore = this.agentLoudMs
+    if (isLoud(power, this.agentFloor)) {
+      if (this.agentLoudMs === 0) this.agentLoudSince = atMs
+      this.agentLoudMs += frameMs
+    } else {
+      this.agentLoudMs = 0
+    }
+    if (!voiced) {
       this.agentRunMs = 0
+      this.agentFloor = followFloor(this.agentFloor, power)
       return
     }
-    if (this.agentRunMs === 0) this.agentRunStart = atMs
-    this.agentRunMs += frame.length / BYTES_PER_MS
+    if (this.agentRunMs === 0) {
+      // The VAD catches a soft onset a few frames late: loud audio just before the run is its start.
+      this.agentOnset = loudBefore > 0 && loudBefore <= MAX_ONSET_MS ? this.agentLoudSince : atMs
+    }
+    this.agentRunMs += frameMs
     if (this.agentRunMs < this.options.agentMinSpeechMs) return
     // The agent is speaking. It answers a pending turn, or takes the floor from a caller who has
     // fallen silent before the end-of-turn silence passed.
@@ -182,7 +209,7 @@ export class TurnTracker implements TurnObserver {
       const endedAt = this.turnEndTime()
       if (atMs > endedAt) this.endTurn(this.input, endedAt, atMs)
     }
-    if (this.pending !== undefined) this.respond(Math.max(this.agentRunStart, this.pending.endedAtMs))
+    if (this.pending !== undefined) this.respond(Math.max(this.agentOnset, this.pending.endedAtMs))
   }
 
   /** For carriers that stop sending frames during silence: lets the end-of-turn silence pass. */
@@ -196,10 +223,6 @@ export class TurnTracker implements TurnObserver {
     this.pending = undefined
     this.options.caller.close()
     this.options.agent.close()
-  }
-
-  private isLoud(power: number): boolean {
-    return power >= MIN_SPEECH_POWER && (this.noiseFloor < 0 || power >= this.noiseFloor * SPEECH_OVER_FLOOR)
   }
 
   private rememberVoiced(atMs: number, frameMs: number): void {
@@ -254,7 +277,7 @@ export class TurnTracker implements TurnObserver {
     this.notify(() => this.options.onTurnEnded?.(turn))
     // An agent already speaking when the turn ends answers it right away.
     if (this.pending === turn && this.agentRunMs >= this.options.agentMinSpeechMs) {
-      this.respond(Math.max(this.agentRunStart, endedAtMs))
+      this.respond(Math.max(this.agentOnset, endedAtMs))
     }
   }
 

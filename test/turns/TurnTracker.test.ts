@@ -9,18 +9,20 @@ import type { VoiceClassifier } from "../../src/turns/VoiceActivity.js"
 const LOUD = 1
 const HANG = 2
 const QUIET = 0
+/** Loud audio the VAD has not called voiced yet (a soft onset). */
+const SOFT = 3
 const frameOf = (kind: number) => {
   const frame = new Uint8Array(160)
   frame[0] = kind
   return frame
 }
-const frames = { loud: frameOf(LOUD), hang: frameOf(HANG), quiet: frameOf(QUIET) }
+const frames = { loud: frameOf(LOUD), hang: frameOf(HANG), quiet: frameOf(QUIET), soft: frameOf(SOFT) }
 
 class ScriptedVoice implements VoiceClassifier {
   lastPower = 0
   closed = 0
   isVoiced(frame: Uint8Array) {
-    this.lastPower = frame[0] === LOUD ? 1_000_000 : 20
+    this.lastPower = frame[0] === LOUD || frame[0] === SOFT ? 1_000_000 : 20
     return frame[0] === LOUD || frame[0] === HANG
   }
   close() {
@@ -143,6 +145,24 @@ describe("TurnTracker", () => {
       { index: 1, input: "speech", endedAtMs: end, detectedAtMs: end + 700, respondedAtMs: answer, latencyMs: answer - end }
     ])
     expect(t.tracker.pendingTurn).toBeUndefined()
+  })
+
+  it("dates the answer at a soft onset the VAD called voiced a few frames late", () => {
+    const t = setup()
+    t.play(20, frames.loud)
+    t.play(60, frames.quiet)
+    const onset = t.play(3, frames.quiet, frames.soft)
+    t.play(10, frames.quiet, frames.loud)
+    expect(t.answered[0]!.respondedAtMs).toBe(onset)
+  })
+
+  it("a loud lead-in longer than 100 ms is not part of the answer's onset", () => {
+    const t = setup()
+    t.play(20, frames.loud)
+    t.play(60, frames.quiet)
+    t.play(6, frames.quiet, frames.soft)
+    const voiced = t.play(10, frames.quiet, frames.loud)
+    expect(t.answered[0]!.respondedAtMs).toBe(voiced)
   })
 
   it("agent silence, comfort noise and short voiced blips are not a response", () => {

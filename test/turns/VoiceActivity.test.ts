@@ -128,6 +128,30 @@ describe("VoiceActivity", () => {
     }
   })
 
+  it("measures every turn of a conversation within one frame, whatever state the detectors are in", () => {
+    const sentences = ["caller-appointment", "caller-account", "caller-appointment", "caller-account"]
+    const gaps = [350, 1200, 2800, 600]
+    const greeting = audio("agent-greeting")
+    const greetingStart = speechSpan(greeting).first
+    const callerParts: Array<Uint8Array> = [silence(1000)]
+    const agentParts: Array<Uint8Array> = []
+    let position = 1000
+    let agentPosition = 0
+    sentences.forEach((name, i) => {
+      const clip = audio(name)
+      const end = position + speechSpan(clip).last
+      const agentStart = end + gaps[i]! - greetingStart
+      agentParts.push(silence(agentStart - agentPosition), greeting)
+      agentPosition = agentStart + greeting.length / 8
+      const after = agentPosition + 800 - (position + clip.length / 8)
+      callerParts.push(clip, silence(Math.ceil(after / FRAME_MS) * FRAME_MS))
+      position += clip.length / 8 + Math.ceil(after / FRAME_MS) * FRAME_MS
+    })
+    const { answered } = track(concat(...callerParts, silence(2000)), concat(...agentParts))
+    expect(answered.map((turn) => turn.index)).toEqual([1, 2, 3, 4])
+    answered.forEach((turn, i) => expect(Math.abs(turn.latencyMs - gaps[i]!), `turn ${i + 1}`).toBeLessThanOrEqual(FRAME_MS))
+  })
+
   it("frames of any size are cut into 20 ms pieces", () => {
     const speech = concat(silence(1000), audio("caller-appointment"))
     const whole = detector()
