@@ -30,7 +30,14 @@ export interface Rescue {
   readonly threshold: number
   /** The session whose occurrence tripped the breaker. */
   readonly trippedBy: string
+  /** This session's response timeout when it was rescued, seconds. */
+  readonly timeoutSeconds: number
 }
+
+/** A sentence for the session's error (it becomes the fallback webhook's ErrorMessage): no ids, no secrets. */
+export const describeRescue = (rescue: Rescue): string =>
+  `The agent did not begin responding within ${rescue.timeoutSeconds} s of the caller's input: ` +
+  `${rescue.count} no-response occurrence${rescue.count === 1 ? "" : "s"} in the environment's time window reached the threshold of ${rescue.threshold}.`
 
 export interface OccurrenceRecorded {
   /** When the deadline was due and when the occurrence was recorded, Clock ms. */
@@ -135,7 +142,13 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       // An answer that arrived while the occurrence was being recorded wins for this session.
       if (generation !== state.generation || !state.awaiting) return
       if (outcome.tripped) {
-        return yield* rescue({ reason: "threshold", count: outcome.count, threshold: fresh.threshold, trippedBy: sessionId })
+        return yield* rescue({
+          reason: "threshold",
+          count: outcome.count,
+          threshold: fresh.threshold,
+          trippedBy: sessionId,
+          timeoutSeconds: fresh.timeoutSeconds
+        })
       }
       state.deadline = deadline + fresh.timeoutSeconds * 1000
     })
@@ -149,7 +162,13 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       if (trip !== undefined) {
         state.environmentTrip = undefined
         if (state.awaiting && clock.unsafeCurrentTimeMillis() >= state.firstDeadline) {
-          return yield* rescue({ reason: "environment", count: trip.count, threshold: trip.threshold, trippedBy: trip.sessionId })
+          return yield* rescue({
+            reason: "environment",
+            count: trip.count,
+            threshold: trip.threshold,
+            trippedBy: trip.sessionId,
+            timeoutSeconds: settings.timeoutSeconds
+          })
         }
       }
       if (!state.awaiting) return yield* Queue.take(wakeups)

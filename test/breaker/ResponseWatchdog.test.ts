@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, type Scope, TestClock } from "effect"
 import { Breaker, type BreakerSettings } from "../../src/breaker/Breaker.js"
 import { BreakerStore } from "../../src/breaker/BreakerStore.js"
-import type { ResponseWatchdog } from "../../src/breaker/ResponseWatchdog.js"
+import { describeRescue, type ResponseWatchdog } from "../../src/breaker/ResponseWatchdog.js"
 import { Environments } from "../../src/environments/Environments.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { breakerLayer, newEnvironment, type RescueSeen, sessionOf, settingsBox, settle, watch } from "./breakerTestLayer.js"
@@ -117,8 +117,8 @@ describe("no-response breaker: spec 6.2 rules", () => {
       yield* turnEnds(b!)
       yield* advance(5000)
       expect([...rescues].sort((x, y) => x.sessionId.localeCompare(y.sessionId))).toEqual([
-        { sessionId: "s1", reason: "environment", count: 2, threshold: 2, trippedBy: "s2" },
-        { sessionId: "s2", reason: "threshold", count: 2, threshold: 2, trippedBy: "s2" }
+        { sessionId: "s1", reason: "environment", count: 2, threshold: 2, trippedBy: "s2", timeoutSeconds: 5 },
+        { sessionId: "s2", reason: "threshold", count: 2, threshold: 2, trippedBy: "s2", timeoutSeconds: 5 }
       ])
       yield* advance(60_000)
       expect(rescues).toHaveLength(2)
@@ -220,7 +220,7 @@ describe("no-response breaker: spec 6.2 rules", () => {
       const store = yield* BreakerStore
       yield* store.publishTrip({ ...env, sessionId: "remote-session", count: 5, threshold: 5, origin: "another-instance" })
       yield* settle
-      expect(rescues).toEqual([{ sessionId: "s1", reason: "environment", count: 5, threshold: 5, trippedBy: "remote-session" }])
+      expect(rescues).toEqual([{ sessionId: "s1", reason: "environment", count: 5, threshold: 5, trippedBy: "remote-session", timeoutSeconds: 5 }])
     }))
 
   scenario("rule 4: with timeout 0 the no-response trigger is off", () =>
@@ -348,7 +348,7 @@ describe("no-response breaker: section 2.2 limits", () => {
       yield* advance(4999)
       expect(rescues).toEqual([])
       yield* advance(1)
-      expect(rescues).toEqual([{ sessionId: "s1", reason: "threshold", count: 1, threshold: 1, trippedBy: "s1" }])
+      expect(rescues).toEqual([{ sessionId: "s1", reason: "threshold", count: 1, threshold: 1, trippedBy: "s1", timeoutSeconds: 5 }])
     }))
 
   scenario("threshold 20 (the maximum): 19 stalled sessions keep waiting, the 20th trips and rescues them all", () =>
@@ -365,7 +365,7 @@ describe("no-response breaker: section 2.2 limits", () => {
       expect(yield* count(env)).toBe(19)
       expect(rescues).toEqual([])
       yield* advance(10)
-      expect(rescues.find((r) => r.sessionId === "s20")).toEqual({ sessionId: "s20", reason: "threshold", count: 20, threshold: 20, trippedBy: "s20" })
+      expect(rescues.find((r) => r.sessionId === "s20")).toEqual({ sessionId: "s20", reason: "threshold", count: 20, threshold: 20, trippedBy: "s20", timeoutSeconds: 5 })
       expect(bySession(rescues)).toEqual(
         all.map((_, i) => [`s${i + 1}`, i === 19 ? "threshold" : "environment"]).sort(([x], [y]) => x!.localeCompare(y!))
       )
@@ -401,6 +401,15 @@ describe("no-response breaker: section 2.2 limits", () => {
         expect(rescues).toEqual([])
       }))
   }
+})
+
+describe("rescue description", () => {
+  it("says what happened in one sentence, without ids", () => {
+    expect(describeRescue({ reason: "environment", count: 5, threshold: 5, trippedBy: "ses_secretish", timeoutSeconds: 8 })).toBe(
+      "The agent did not begin responding within 8 s of the caller's input: 5 no-response occurrences in the environment's time window reached the threshold of 5."
+    )
+    expect(describeRescue({ reason: "threshold", count: 1, threshold: 1, trippedBy: "s", timeoutSeconds: 3 })).toContain("1 no-response occurrence in")
+  })
 })
 
 describe("no-response breaker: metrics", () => {

@@ -59,7 +59,7 @@ describe("TurnTiming", () => {
       play(call.observer, { caller: audio("caller-appointment"), silenceMs: 800 })
       expect(call.turns()).toHaveLength(1)
       yield* Effect.sleep("1200 millis")
-      expect(rescues).toEqual([{ reason: "threshold", count: 1, threshold: 1, trippedBy: "call-1" }])
+      expect(rescues).toEqual([{ reason: "threshold", count: 1, threshold: 1, trippedBy: "call-1", timeoutSeconds: 1 }])
     }).pipe(Effect.provide(layer())), 15_000)
 
   it.scopedLive("an agent's voiced answer is recorded on the call's turns and in the latency histogram", () =>
