@@ -9,7 +9,8 @@ import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "./OutboxStore.js"
 /**
  * The outbox in Redis. A delivery is a hash (`meta` JSON for what never changes, one field per
  * changing one, `lease` the token counter, `cancel` a pending cancellation). A queue has a `due`
- * sorted set (score: due time) and a `leases` sorted set (score: lease expiry); Lua scripts move
+ * sorted set (score: due time; member `<host> <id>`, so a claim can skip hosts at capacity without
+ * reading their records) and a `leases` sorted set (score: lease expiry, member id); Lua scripts move
  * deliveries between them atomically, so a delivery is always in exactly one of due, leases, or
  * neither (settled). Per environment, `deliveries` (score: a queue-wide sequence) orders the log
  * and `pending` lets removal of the webhook find what to cancel.
@@ -77,8 +78,8 @@ const fromHash = (hash: Record<string, string> | ReadonlyArray<string>): StoredD
 
 const INSERT = `
 local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[4], 'lease', 0, unpack(ARGV, 5))
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[4], 'lease', 0, 'host', ARGV[5], unpack(ARGV, 6))
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[5] .. ' ' .. ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('ZADD', KEYS[5], seq, ARGV[1])
 redis.call('SADD', KEYS[6], ARGV[1])
@@ -109,15 +110,15 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0
 end
 if #out < limit then
   -- Look a little past what fits, so deliveries of hosts at capacity do not hide the others.
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit * 4)) do
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit * 4)) do
     if #out >= limit then break end
-    local key = ARGV[4] .. id
-    local host = redis.call('HGET', key, 'host')
-    if not host then
-      redis.call('ZREM', KEYS[1], id)
-    elseif (held[host] or 0) < perHost then
-      redis.call('ZREM', KEYS[1], id)
-      take(id, key, host)
+    local space = string.find(member, ' ', 1, true)
+    local host = string.sub(member, 1, space - 1)
+    if (held[host] or 0) < perHost then
+      local id = string.sub(member, space + 1)
+      local key = ARGV[4] .. id
+      redis.call('ZREM', KEYS[1], member)
+      if redis.call('EXISTS', key) == 1 then take(id, key, host) end
     end
   end
 end
@@ -128,6 +129,9 @@ return { first[2] or '', out }
 const HOLDS = `
 local function holds(leases, key, id, lease)
   return redis.call('ZSCORE', leases, id) and redis.call('HGET', key, 'lease') == lease
+end
+local function dueMember(key, id)
+  return (redis.call('HGET', key, 'host') or '') .. ' ' .. id
 end
 `
 
@@ -141,7 +145,7 @@ const RELEASE = `${HOLDS}
 if not holds(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'lease', 1)
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], dueMember(KEYS[2], ARGV[1]))
 return 1
 `
 
@@ -155,7 +159,7 @@ redis.call('HSET', KEYS[4], unpack(ARGV, 6))
 redis.call('HINCRBY', KEYS[4], 'lease', 1)
 redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[4] == 'pending' then
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+  redis.call('ZADD', KEYS[2], ARGV[5], dueMember(KEYS[4], ARGV[1]))
 else
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('SREM', KEYS[5], ARGV[1])
@@ -172,7 +176,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do
   if redis.call('ZSCORE', KEYS[2], id) then
     redis.call('HSET', key, 'cancel', ARGV[1])
   else
-    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[1], (redis.call('HGET', key, 'host') or '') .. ' ' .. id)
     if redis.call('HGET', key, 'state') == 'pending' then
       redis.call('HSET', key, 'state', 'cancelled', 'reason', ARGV[1], 'updatedAt', ARGV[2], 'nextAttemptAt', '')
       redis.call('HINCRBY', key, 'lease', 1)
@@ -188,11 +192,12 @@ return out
 
 const REQUEUE = `
 if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 2 end
+local member = (redis.call('HGET', KEYS[4], 'host') or '') .. ' ' .. ARGV[1]
+if redis.call('ZSCORE', KEYS[1], member) or redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 2 end
 redis.call('HSET', KEYS[4], unpack(ARGV, 4))
 redis.call('HDEL', KEYS[4], 'cancel')
 redis.call('PERSIST', KEYS[4])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], member)
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('SADD', KEYS[5], ARGV[1])
 return 1
@@ -263,10 +268,9 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
             d.nextAttemptAt ?? d.createdAt,
             d.createdAt,
             LOG_CAP,
+            hostOf(d.url),
             "meta",
             meta(d),
-            "host",
-            hostOf(d.url),
             ...fields(d)
           )
         ).pipe(Effect.asVoid),
