@@ -50,10 +50,6 @@ interface Decision {
 }
 const decision = (d: Decision) => d
 
-/** The stream id, where the session carries one (Twilio streamSid / Telnyx stream_id). */
-const streamSidOf = (session: SessionInfo): string =>
-  "streamSid" in session && typeof session.streamSid === "string" ? session.streamSid : ""
-
 export const fallbackWebhookBody = (session: SessionInfo, error: HardError): FallbackWebhookBody => ({
   CallSid: session.call.callId,
   ErrorMessage: error.message,
@@ -62,7 +58,7 @@ export const fallbackWebhookBody = (session: SessionInfo, error: HardError): Fal
   To: session.to ?? "",
   Direction: session.direction,
   CallStatus: "in-progress",
-  StreamSid: streamSidOf(session),
+  StreamSid: session.streamSid,
   SessionId: session.sessionId,
   AgentId: session.agentId,
   EnvironmentId: session.environmentId,

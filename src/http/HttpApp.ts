@@ -17,6 +17,7 @@ import { sessionRoutes } from "./routes/sessionRoutes.js"
 import { type AgentPool } from "../agent/AgentPool.js"
 import { registerAgentRoutes } from "../agent/AgentRoutes.js"
 import { type Sessions } from "../session/Sessions.js"
+import { SessionRegistry } from "../session/SessionRegistry.js"
 import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "../telephony/streams/StreamRoutes.js"
 
@@ -24,7 +25,7 @@ import { registerStreamRoutes } from "../telephony/streams/StreamRoutes.js"
 export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions
+type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -145,6 +146,10 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
 
   app.get("/healthz", async () => ({ status: "ok" }))
   app.get("/readyz", async (_request, reply) => {
+    // A draining instance takes no new calls: load balancers should stop sending them.
+    if (runSync(Effect.map(SessionRegistry, (registry) => registry.isDraining()))) {
+      return reply.code(503).send({ status: "draining", reason: "shutting down: live calls are finishing" })
+    }
     const exit = await run(Effect.flatMap(Environments, (envs) => envs.ping).pipe(Effect.timeout("2 seconds")))
     return Exit.isSuccess(exit) ? { status: "ready" } : reply.code(503).send({ status: "unavailable", reason: "store unreachable" })
   })

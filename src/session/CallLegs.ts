@@ -82,5 +82,7 @@ export interface StreamOpening {
   readonly from?: string | undefined
   readonly to?: string | undefined
   readonly direction?: "inbound" | "outbound" | undefined
+  /** The carrier's id of this media stream (Twilio streamSid, Telnyx stream_id). */
+  readonly streamSid: string
   readonly carrier: CarrierLeg
 }

@@ -11,5 +11,7 @@ export interface SessionInfo {
   readonly from: string | null
   readonly to: string | null
   readonly direction: "inbound" | "outbound"
+  /** The carrier's id of the media stream (Twilio streamSid, Telnyx stream_id). */
+  readonly streamSid: string
   readonly createdAt: Date
 }

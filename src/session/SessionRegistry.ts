@@ -156,6 +156,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         from: opening.from ?? null,
         to: opening.to ?? null,
         direction: opening.direction ?? "inbound",
+        streamSid: opening.streamSid,
         createdAt: new Date()
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)

@@ -13,6 +13,7 @@ const info: SessionInfo = {
   from: "+14155550100",
   to: "+14155550111",
   direction: "inbound",
+  streamSid: "MZ00000000000000000000000000000000",
   createdAt: new Date()
 }
 const start: AgentStart = { ...info, from: info.from!, to: info.to!, streamSid: "MZ1" }

@@ -43,6 +43,22 @@ describe("graceful shutdown", () => {
       status: 503,
       code: "UNAVAILABLE"
     })
+    // Readiness fails, and the carriers' voice webhooks are refused with 503 so they use the number's fallback URL.
+    const ready = await fetch(`${gateway.httpBase}/readyz`)
+    expect(ready.status).toBe(503)
+    expect(await ready.json()).toMatchObject({ status: "draining" })
+    const params = { CallSid: "CAlate2", AccountSid: gateway.twilio.accountSid, From: "+14155550100", To: "+14155550199", Direction: "inbound" }
+    const voicePath = `/telephony/twilio/voice?agentId=${agentId}&environmentId=${env.id}`
+    const voice = await fetch(`${gateway.httpBase}${voicePath}`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/x-www-form-urlencoded",
+        "x-twilio-signature": gateway.twilio.sign(`https://callgate.test${voicePath}`, params)
+      },
+      body: new URLSearchParams(params).toString()
+    })
+    expect(voice.status).toBe(503)
+    expect(await voice.text()).not.toContain("<Stream")
     // The live call goes on.
     for (const frame of caller) call.media(frame)
     await agent.waitForEvent("media", caller.length)

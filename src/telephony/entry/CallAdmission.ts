@@ -1,6 +1,7 @@
 import { Effect, Exit, ParseResult, Schema } from "effect"
 import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
+import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { type EntryResponse } from "./EntryWire.js"
 
@@ -17,6 +18,11 @@ export const admitCall = (claims: Omit<SessionClaims, "exp">) =>
   Effect.gen(function* () {
     const environments = yield* Environments
     const tokens = yield* SessionTokens
+    // While draining, new calls are refused with 503 so the carrier tries the number's fallback URL.
+    if ((yield* SessionRegistry).isDraining()) {
+      yield* Effect.logWarning("call refused: callgate is shutting down", { kind: claims.kind, callId: claims.callId })
+      return { _tag: "Unavailable" } as Admission
+    }
     const lookup = yield* Effect.exit(environments.get(claims.agentId, claims.environmentId))
     if (Exit.isFailure(lookup)) {
       const notFound = lookup.cause._tag === "Fail" && lookup.cause.error._tag === "EnvironmentNotFound"

@@ -1,3 +1,4 @@
+import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { AppConfig } from "../../config/AppConfig.js"
@@ -12,7 +13,7 @@ import { telnyxTexmlEntry } from "./TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "./TwilioVoiceEntry.js"
 
 /** What the call entry endpoints need from the app's runtime. */
-export type TelephonyEntryServices = AppConfig | Environments | SessionTokens | CarrierCallEvents | TelnyxCarrier
+export type TelephonyEntryServices = AppConfig | Environments | SessionTokens | CarrierCallEvents | TelnyxCarrier | SessionRegistry
 
 const internalError: EntryResponse = {
   status: 500,

@@ -108,6 +108,7 @@ export class TelnyxStream implements WireListener, CarrierLeg {
       ...call,
       from: call.from ?? frame.start.from,
       to: call.to ?? frame.start.to,
+      streamSid: frame.stream_id,
       carrier: this
     })
     if (Either.isLeft(opened)) {

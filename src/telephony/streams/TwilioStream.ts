@@ -80,7 +80,12 @@ export class TwilioStream implements WireListener, CarrierLeg {
     this.encoder = twilioOutboundEncoder(frame.start.streamSid)
     this.state = "open"
     const { exp: _exp, ...call } = claims.value
-    const opened = this.host.open({ ...call, accountSid: call.accountSid ?? frame.start.accountSid, carrier: this })
+    const opened = this.host.open({
+      ...call,
+      accountSid: call.accountSid ?? frame.start.accountSid,
+      streamSid: frame.start.streamSid,
+      carrier: this
+    })
     if (Either.isLeft(opened)) {
       this.state = "done"
       this.socket.close(opened.left.code, opened.left.reason)
