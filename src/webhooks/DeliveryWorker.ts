@@ -88,8 +88,9 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
     const signal = yield* Queue.sliding<true>(1)
     const wake = Queue.offer(signal, true)
     const fibers = yield* FiberSet.make<void, never>()
-    // Runs after the loops below stop, before in-flight attempts are interrupted (each of those
-    // releases its own claim). Claims still waiting for their host at shutdown go back to the outbox for another instance.
+    // At shutdown, claims still waiting for their host go back to the outbox for another instance.
+    // This runs after the loops below stop and before in-flight attempts are interrupted (each of
+    // those releases its own claim).
     yield* Effect.addFinalizer(() =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
