@@ -155,6 +155,10 @@ describe("SafeHttpClient", () => {
     "https://169.254.169.254/latest/meta-data",
     "https://[fd00:ec2::254]/",
     "https://localhost:PORT/hook",
+    "https://localhost.:PORT/hook",
+    "https://2130706433:PORT/hook",
+    "https://0x7f.0.0.1:PORT/hook",
+    "https://017700000001:PORT/hook",
     "https://metadata.google.internal/computeMetadata/v1/"
   ])("refuses the IP literal or special name in %s", async (url) => {
     await expectRefused(strict, url.replace("PORT", String(receiver.port)))
