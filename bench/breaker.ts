@@ -70,6 +70,8 @@ export interface BreakerBenchFigures {
   /** The machine's 1-minute load average at the end (the bench shares its cores with anything else running). */
   readonly loadAverage: number
   readonly cpuSeconds: number
+  /** Resident memory with every call live, MB. */
+  readonly rssMb: number
 }
 
 const FRAME = 160
@@ -263,6 +265,7 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
   await new Promise((resolve) => setTimeout(resolve, durationMs))
   delay.disable()
   probing = false
+  const rssMb = Math.round(process.memoryUsage().rss / 1e6)
   for (const timer of timers) clearInterval(timer)
   const cpu = process.cpuUsage(cpuBefore)
 
@@ -299,7 +302,8 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
     },
     plainTimerLatenessMs: percentiles(plainLateness),
     loadAverage: Math.round(loadavg()[0]! * 100) / 100,
-    cpuSeconds: Math.round(((cpu.user + cpu.system) / 1e6) * 10) / 10
+    cpuSeconds: Math.round(((cpu.user + cpu.system) / 1e6) * 10) / 10,
+    rssMb
   }
 }
 
