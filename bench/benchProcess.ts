@@ -1,0 +1,198 @@
+/**
+ * Child processes for the benchmark: every part runs in its own process (the system under test,
+ * the carrier simulator, the agent simulator, the webhook/breaker/fallback parts), so none of them
+ * borrows another's event loop. Control and results travel over the IPC channel as request/reply
+ * messages; a child whose parent goes away exits by itself.
+ */
+import { type ChildProcess, execFileSync, fork, spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
+import { createServer } from "node:net"
+import { fileURLToPath } from "node:url"
+
+/** The repository root: `--import tsx` resolves from here. */
+export const repoRoot = fileURLToPath(new URL("..", import.meta.url))
+
+/** Every child started here, so none outlives the benchmark if it stops early (error, Ctrl-C). */
+const children = new Set<ChildProcess>()
+const track = (child: ChildProcess) => {
+  if (children.size === 0) {
+    process.once("exit", () => {
+      for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGTERM")
+    })
+  }
+  children.add(child)
+  child.once("exit", () => children.delete(child))
+  return child
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+export const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const server = createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as { port: number }).port
+      server.close(() => resolve(port))
+    })
+  })
+
+/** The last `max` characters a stream wrote (for error messages), without keeping everything. */
+export const tailOf = (stream: NodeJS.ReadableStream | null | undefined, max = 8000) => {
+  let tail = ""
+  stream?.setEncoding?.("utf8")
+  stream?.on("data", (chunk: string) => {
+    tail = (tail + chunk).slice(-max)
+  })
+  return () => tail
+}
+
+interface Reply {
+  readonly id: number
+  readonly ok: boolean
+  readonly result?: unknown
+  readonly error?: string
+}
+
+/** A forked worker answering requests: `request(type, body)` resolves with its reply. */
+export interface Worker {
+  readonly child: ChildProcess
+  readonly pid: number
+  readonly request: <T>(type: string, body?: object, timeoutMs?: number) => Promise<T>
+  readonly stderr: () => string
+  /** Asks the worker to finish (`stop` request), then SIGTERM, then SIGKILL. */
+  readonly stop: (graceMs?: number) => Promise<void>
+}
+
+/**
+ * Forks `script` (a TypeScript file under the repository, run through tsx) with an IPC channel.
+ * `nodeArgs` go before the script (e.g. --max-old-space-size).
+ */
+export const forkWorker = (script: string, options: { readonly nodeArgs?: ReadonlyArray<string>; readonly env?: Record<string, string> } = {}): Worker => {
+  const child = track(fork(script, [], {
+    cwd: repoRoot,
+    execArgv: ["--import", "tsx", ...(options.nodeArgs ?? [])],
+    env: { ...process.env, ...options.env },
+    stdio: ["ignore", "inherit", "pipe", "ipc"]
+  }))
+  const stderr = tailOf(child.stderr)
+  let nextId = 1
+  const pending = new Map<number, { resolve: (value: any) => void; reject: (error: Error) => void; timer: NodeJS.Timeout }>()
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+  child.on("message", (message: Reply) => {
+    const waiter = pending.get(message.id)
+    if (!waiter) return
+    pending.delete(message.id)
+    clearTimeout(waiter.timer)
+    if (message.ok) waiter.resolve(message.result)
+    else waiter.reject(new Error(message.error ?? "worker request failed"))
+  })
+  child.once("exit", (code, signal) => {
+    for (const waiter of pending.values()) {
+      clearTimeout(waiter.timer)
+      waiter.reject(new Error(`${script} exited (${signal ?? code}) with requests pending\n${stderr()}`))
+    }
+    pending.clear()
+  })
+  const request = <T>(type: string, body: object = {}, timeoutMs = 120_000) =>
+    new Promise<T>((resolve, reject) => {
+      if (!child.connected) return reject(new Error(`${script} is not running\n${stderr()}`))
+      const id = nextId++
+      const timer = setTimeout(() => {
+        pending.delete(id)
+        reject(new Error(`${script}: no reply to ${type} within ${timeoutMs} ms`))
+      }, timeoutMs)
+      pending.set(id, { resolve, reject, timer })
+      child.send({ id, type, ...body })
+    })
+  const stop = async (graceMs = 20_000) => {
+    if (child.exitCode !== null || child.signalCode !== null) return
+    await request("stop", {}, graceMs).catch(() => undefined)
+    const term = setTimeout(() => child.kill("SIGTERM"), 2000)
+    const kill = setTimeout(() => child.kill("SIGKILL"), 5000)
+    await exited
+    clearTimeout(term)
+    clearTimeout(kill)
+  }
+  return { child, pid: child.pid!, request, stderr, stop }
+}
+
+/**
+ * The worker side: answers each request with its handler's result. `stop` runs the handler (if
+ * any), replies, and exits. Losing the parent (its IPC channel closes) exits at once.
+ */
+export const serveWorker = (handlers: Record<string, (body: any) => unknown>) => {
+  process.on("disconnect", () => process.exit(0))
+  process.on("message", async (message: { id: number; type: string }) => {
+    const reply = (r: Omit<Reply, "id">) => process.connected && process.send!({ id: message.id, ...r })
+    try {
+      const handler = handlers[message.type]
+      if (!handler && message.type !== "stop") throw new Error(`unknown request ${message.type}`)
+      const result = handler ? await handler(message) : undefined
+      reply({ ok: true, result })
+      if (message.type === "stop") setTimeout(() => process.exit(0), 50)
+    } catch (error) {
+      reply({ ok: false, error: (error as Error).stack ?? String(error) })
+    }
+  })
+}
+
+/**
+ * Runs a script as a plain child process (no IPC), e.g. the system under test: a `.ts` file under
+ * the repository through tsx, or compiled JavaScript (see build.ts) on plain node.
+ */
+export const spawnScript = (script: string, args: ReadonlyArray<string>, env: Record<string, string>, nodeArgs: ReadonlyArray<string> = []) =>
+  track(
+    spawn(process.execPath, [...nodeArgs, ...(script.endsWith(".ts") ? ["--import", "tsx"] : []), script, ...args], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+  )
+
+/** Waits for `child` to exit; SIGTERM first, SIGKILL after `graceMs`. */
+export const stopChild = async (child: ChildProcess, graceMs = 15_000) => {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+  child.kill("SIGTERM")
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs)
+  await exited
+  clearTimeout(timer)
+}
+
+// ---- /proc readings for a process the benchmark did not write (the system under test) ----
+
+let clockTicks: number | undefined
+const ticksPerSecond = () => {
+  if (clockTicks === undefined) {
+    try {
+      clockTicks = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100
+    } catch {
+      clockTicks = 100
+    }
+  }
+  return clockTicks
+}
+
+/** CPU seconds (user + system, all threads) the process has used, from /proc/<pid>/stat. */
+export const cpuSecondsOf = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond()
+}
+
+/**
+ * CPU seconds the whole machine was busy or had taken from it (all cores: every process, the
+ * kernel, and time the hypervisor stole), from the first line of /proc/stat.
+ */
+export const machineBusySeconds = (): number => {
+  const [user, nice, system, , , irq, softirq, steal] = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+  return (user! + nice! + system! + irq! + softirq! + (steal ?? 0)) / ticksPerSecond()
+}
+
+/** Resident set size in bytes, from /proc/<pid>/status (VmRSS). */
+export const rssBytesOf = (pid: number): number => {
+  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
+  return match ? Number(match[1]) * 1024 : NaN
+}

@@ -1,0 +1,72 @@
+/**
+ * The systems under test run as they ship: compiled JavaScript on plain `node` (`npm start` runs
+ * `node dist/src/main.js`), not through tsx, whose loader thread and transpiler caches would add
+ * memory and CPU that production does not have. The benchmark compiles the project transpile-only
+ * (`tsc --noCheck`: the same emitter as `npm run build`, no type check, so a work-in-progress type
+ * error elsewhere does not stop a run) into node_modules/.cache, leaving dist/ alone.
+ */
+import { execFileSync, spawn } from "node:child_process"
+import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { repoRoot } from "./benchProcess.js"
+
+export const BUILD_DIR = join(repoRoot, "node_modules/.cache/callgate-bench")
+
+export interface BenchBuild {
+  /** The compiled tree, mirroring the repository (src/, bench/, ...). */
+  readonly dir: string
+  /** What was built: a commit, or the working tree on top of one. */
+  readonly source: string
+}
+
+const git = (args: ReadonlyArray<string>) => execFileSync("git", args, { cwd: repoRoot, encoding: "utf8" }).trim()
+
+/** What the working tree holds, for the results: the commit and whether it has uncommitted changes. */
+const describeWorkingTree = () => {
+  try {
+    const changed = git(["status", "--porcelain", "--", "src", "config", "bench", "examples"]).split("\n").filter((line) => line !== "").length
+    return `working tree at ${git(["rev-parse", "--short", "HEAD"])}${changed > 0 ? ` with ${changed} uncommitted file(s) in src/config/bench/examples` : ""}`
+  } catch {
+    return "working tree (not a git checkout)"
+  }
+}
+
+/** Compiles the working tree, or commit `ref`, into BUILD_DIR. */
+export const buildForBench = async (ref?: string): Promise<BenchBuild> => {
+  const outDir = join(BUILD_DIR, "dist")
+  rmSync(BUILD_DIR, { recursive: true, force: true })
+  mkdirSync(BUILD_DIR, { recursive: true })
+  let project = "tsconfig.json"
+  let source = describeWorkingTree()
+  if (ref !== undefined) {
+    const commit = git(["rev-parse", "--verify", `${ref}^{commit}`])
+    const tree = join(BUILD_DIR, "tree")
+    mkdirSync(tree)
+    const archive = execFileSync("git", ["archive", "--format=tar", commit, "tsconfig.json", "src", "config", "bench", "examples"], {
+      cwd: repoRoot,
+      maxBuffer: 256 * 2 ** 20
+    })
+    execFileSync("tar", ["-x", "-C", tree], { input: archive })
+    project = join(tree, "tsconfig.json")
+    source = `commit ${commit.slice(0, 12)} (${ref})`
+  }
+  // Under node_modules, Node stops looking for package.json: say here that the output is ESM.
+  writeFileSync(join(BUILD_DIR, "package.json"), `${JSON.stringify({ type: "module", private: true })}\n`)
+  const tsc = join(repoRoot, "node_modules/typescript/bin/tsc")
+  const output = await new Promise<{ code: number | null; text: string }>((resolve) => {
+    const child = spawn(process.execPath, [tsc, "-p", project, "--noCheck", "--declaration", "false", "--outDir", outDir], {
+      cwd: repoRoot,
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let text = ""
+    child.stdout.on("data", (chunk) => (text += chunk))
+    child.stderr.on("data", (chunk) => (text += chunk))
+    child.once("exit", (code) => resolve({ code, text }))
+  })
+  for (const file of ["src/main.js", "bench/baselineRelay.js"]) {
+    if (!existsSync(join(outDir, file))) throw new Error(`the bench build did not produce ${file}:\n${output.text.slice(-4000)}`)
+  }
+  // tsc emits despite syntax errors elsewhere; say so, the run goes on with what compiled.
+  if (output.code !== 0) process.stderr.write(`bench build: tsc reported problems (the run goes on):\n${output.text.slice(-2000)}\n`)
+  return { dir: outDir, source }
+}

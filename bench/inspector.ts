@@ -1,0 +1,81 @@
+/**
+ * Memory of a process under test, read through its inspector (`--inspect=127.0.0.1:0`): a full
+ * garbage collection first, then `process.memoryUsage()` and the RSS. Without the collection, RSS
+ * swings by tens of megabytes with V8's heap sizing and says nothing about what one call costs.
+ * The collection pauses the process, so the benchmark asks only outside its measurement windows.
+ */
+import { WebSocket } from "ws"
+import { rssBytesOf } from "./benchProcess.js"
+
+/** Node flag that opens the inspector on a free loopback port. */
+export const INSPECT_FLAG = "--inspect=127.0.0.1:0"
+
+/** Resolves with the inspector's ws:// URL as the process prints it on stderr. */
+export const inspectorUrlFrom = (stderr: NodeJS.ReadableStream) => {
+  const url = new Promise<string>((resolve, reject) => {
+    let text = ""
+    const timer = setTimeout(() => reject(new Error("the process did not open its inspector")), 30_000)
+    const onData = (chunk: Buffer | string) => {
+      text += chunk.toString()
+      const match = /Debugger listening on (ws:\/\/\S+)/.exec(text)
+      if (match) {
+        clearTimeout(timer)
+        stderr.off("data", onData)
+        resolve(match[1]!)
+      }
+    }
+    stderr.on("data", onData)
+  })
+  // Awaited later (after the process is healthy); a failure then is reported there, not as unhandled.
+  url.catch(() => {})
+  return url
+}
+
+export interface MemoryReading {
+  readonly rssBytes: number
+  /** V8 heap in use plus memory outside it (Buffers, ArrayBuffers), after a full collection. */
+  readonly heapUsedBytes: number
+  readonly externalBytes: number
+}
+
+/** Collects garbage in the process behind `inspectorUrl`, then reads its memory. */
+export const measureMemory = (inspectorUrl: string, pid: number): Promise<MemoryReading> =>
+  new Promise((resolve, reject) => {
+    const ws = new WebSocket(inspectorUrl)
+    const pending = new Map<number, (result: any) => void>()
+    let nextId = 1
+    const call = (method: string, params: object = {}) =>
+      new Promise<any>((done) => {
+        const id = nextId++
+        pending.set(id, done)
+        ws.send(JSON.stringify({ id, method, params }))
+      })
+    const timer = setTimeout(() => {
+      ws.terminate()
+      reject(new Error("no answer from the inspector within 30 s"))
+    }, 30_000)
+    ws.on("message", (data) => {
+      const message = JSON.parse(data.toString()) as { id?: number; result?: unknown }
+      if (message.id !== undefined) pending.get(message.id)?.(message.result)
+    })
+    ws.once("error", (error) => {
+      clearTimeout(timer)
+      reject(error)
+    })
+    ws.once("open", async () => {
+      try {
+        await call("HeapProfiler.collectGarbage")
+        await call("HeapProfiler.collectGarbage")
+        const evaluated = await call("Runtime.evaluate", { expression: "JSON.stringify(process.memoryUsage())", returnByValue: true })
+        const usage = JSON.parse(evaluated.result.value as string) as { heapUsed: number; external: number }
+        const rssBytes = rssBytesOf(pid)
+        clearTimeout(timer)
+        ws.close()
+        resolve({ rssBytes, heapUsedBytes: usage.heapUsed, externalBytes: usage.external })
+      } catch (error) {
+        clearTimeout(timer)
+        ws.terminate()
+        reject(error)
+      }
+    })
+  })
