@@ -1,0 +1,353 @@
+/**
+ * The relay measurement: for each system (callgate, the bare relay) three processes, the system
+ * under test, a carrier simulator (carrierSim.ts) and an agent simulator (agentSim.ts), and a
+ * ramp of rising concurrent calls. The systems' steps interleave (bare relay at N calls, callgate
+ * at N, then both at the next N), so machine load that drifts over minutes hits both alike. At
+ * each step the calls are placed, left to settle, measured over a steady-state window of
+ * `stepSeconds`, and hung up:
+ *
+ * - frames sent, delivered and lost in each direction, and the one-way delay of the frames sent
+ *   in the window (stamp send time to receipt, shared monotonic clock), see frameLedger.ts;
+ * - the system's CPU per call-second (from /proc/<pid>), and its memory per call: RSS and V8 heap
+ *   plus external memory after a full garbage collection (inspector.ts), against the same taken
+ *   idle after a warm-up;
+ * - each simulator's own CPU and event-loop delay (when they are saturated, the figures say so).
+ *
+ * A step passes with under 0.1 % of frames lost and p99 delay under 5 ms in both directions and
+ * no call failed or cut; the ramp stops once a step clearly fails.
+ */
+import { join } from "node:path"
+import { nowUs } from "../src/sim/FrameStamp.js"
+import { type AgentTarget } from "./agentSim.js"
+import { cpuSecondsOf, forkWorker, machineBusySeconds, sleep, type Worker } from "./benchProcess.js"
+import { type CarrierTarget } from "./carrierSim.js"
+import { type CpuProfileSummary, findCpuProfile, summarizeCpuProfile } from "./cpuProfile.js"
+import type { DirectionFigures, SentRanges } from "./frameLedger.js"
+import type { LoadGeneratorFigures } from "./loadStats.js"
+import { type MemoryReading, measureMemory } from "./inspector.js"
+import { createBenchEnvironment, type RunningSystem, startBaselineRelay, startGateway } from "./systemUnderTest.js"
+
+export const PASS_LOSS_PERCENT = 0.1
+export const PASS_P99_MS = 5
+/** A step this bad ends the ramp: larger steps would only be worse and slow the run down. */
+const FAIL_LOSS_PERCENT = 2
+const FAIL_P99_MS = 100
+
+export interface RelayLoadOptions {
+  /** The systems to measure; with both, their steps interleave (bare relay N, callgate N, ...). */
+  readonly systems: ReadonlyArray<"gateway" | "baseline">
+  readonly steps: ReadonlyArray<number>
+  readonly stepSeconds: number
+  /** Wait after the calls of a step are up, before measuring. Default 3 s. */
+  readonly settleSeconds?: number
+  /** Wait after the window for frames still in flight. Default 1.5 s. */
+  readonly graceSeconds?: number
+  /** New calls per second while ramping up. Default 100. */
+  readonly rampPerSecond?: number
+  /** Run callgate under --cpu-prof and write the profile here. */
+  readonly profileDir?: string
+  /** Compiled tree to run the systems from (build.ts); default: the sources through tsx. */
+  readonly build?: string
+  readonly log?: (line: string) => void
+}
+
+export interface StepFigures {
+  /** Calls asked for, and open at the end of the window. */
+  readonly calls: number
+  readonly openCalls: number
+  readonly failedSetups: number
+  readonly setupErrors: ReadonlyArray<string>
+  /** Calls the system (or the agent side) ended during the window. */
+  readonly callsCut: number
+  readonly windowSeconds: number
+  readonly carrierToAgent: DirectionFigures
+  readonly agentToCarrier: DirectionFigures
+  readonly system: {
+    readonly cpuPercent: number
+    /** CPU milliseconds the system process used per second of one call. */
+    readonly cpuMsPerCallSecond: number
+    /** RSS with the calls up, after a full garbage collection. */
+    readonly rssMb: number
+    /** (RSS now - idle RSS) / open calls, both after a full collection. */
+    readonly rssPerCallKb: number
+    /** The same for V8 heap in use plus external memory (Buffers): what the calls' objects hold. */
+    readonly heapPerCallKb: number
+  }
+  readonly carrierSim: LoadGeneratorFigures
+  readonly agentSim: LoadGeneratorFigures
+  /**
+   * CPU the rest of the machine used during the window (other processes, the kernel's own work,
+   * hypervisor steal), percent of one core: when high, delays are the machine's, not the relay's.
+   */
+  readonly otherCpuPercent: number
+  /** Caller turns spoken, answers the callers heard, replies the agents sent (all within the window). */
+  readonly turns: { readonly spoken: number; readonly answered: number; readonly replies: number }
+  readonly pass: boolean
+  /** Why the step did not pass (empty when it did). */
+  readonly problems: ReadonlyArray<string>
+}
+
+export interface SystemFigures {
+  readonly system: "gateway" | "baseline"
+  /** After a warm-up call and a full collection, with no call up. */
+  readonly idleRssMb: number
+  readonly steps: ReadonlyArray<StepFigures>
+  /** The largest step that passed (null: none did). */
+  readonly sustainedCalls: number | null
+  /** Why the ramp ended before the last step, if it did. */
+  readonly stoppedEarly?: string
+  readonly profile?: CpuProfileSummary & { readonly file: string }
+}
+
+const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits
+
+interface CarrierWindow {
+  readonly ranges: SentRanges
+  readonly load: LoadGeneratorFigures
+  readonly open: number
+  readonly turns: number
+  readonly answers: number
+  readonly closedByGateway: number
+}
+
+interface AgentWindow {
+  readonly ranges: SentRanges
+  readonly load: LoadGeneratorFigures
+  readonly turns: number
+  readonly replies: number
+  readonly callsEnded: number
+}
+
+const judge = (step: Omit<StepFigures, "pass" | "problems">): ReadonlyArray<string> => {
+  const problems: Array<string> = []
+  for (const [name, d] of [
+    ["carrier->agent", step.carrierToAgent],
+    ["agent->carrier", step.agentToCarrier]
+  ] as const) {
+    if (!(d.lossPercent < PASS_LOSS_PERCENT)) problems.push(`${name} lost ${d.lossPercent} %`)
+    if (!(d.delayMs.p99 < PASS_P99_MS)) problems.push(`${name} p99 ${d.delayMs.p99} ms`)
+  }
+  if (step.failedSetups > 0) problems.push(`${step.failedSetups} calls failed to connect`)
+  if (step.callsCut > 0) problems.push(`${step.callsCut} calls cut`)
+  return problems
+}
+
+const clearlyFailed = (step: StepFigures) =>
+  [step.carrierToAgent, step.agentToCarrier].some((d) => !(d.lossPercent < FAIL_LOSS_PERCENT) || !(d.delayMs.p99 < FAIL_P99_MS)) ||
+  step.failedSetups > Math.max(2, step.calls * 0.02)
+
+/**
+ * One system with its two simulators, kept up for the whole ramp. `measure(calls)` places the
+ * calls, measures one window and hangs the calls up again, so the systems' steps can interleave.
+ */
+class RelayRig {
+  readonly windows: Array<readonly [number, number]> = []
+  idle: MemoryReading | undefined
+
+  private constructor(
+    readonly name: "gateway" | "baseline",
+    private readonly system: RunningSystem,
+    private readonly carriers: Worker,
+    private readonly agents: Worker,
+    private readonly profileRunDir: string | undefined
+  ) {}
+
+  static async start(name: "gateway" | "baseline", build: string | undefined, profileRunDir: string | undefined): Promise<RelayRig> {
+    let system: RunningSystem | undefined
+    try {
+      let carrierTarget: CarrierTarget
+      let agentTarget: AgentTarget
+      if (name === "gateway") {
+        const gateway = await startGateway({ build, inspect: true, nodeArgs: profileRunDir ? ["--cpu-prof", "--cpu-prof-dir", profileRunDir] : [] })
+        system = gateway
+        const agentId = "bench_agent"
+        const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId)
+        carrierTarget = { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId }
+        agentTarget = { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey }
+      } else {
+        const relay = await startBaselineRelay({ build, inspect: true })
+        system = relay
+        carrierTarget = { mode: "relay", relayUrl: relay.url }
+        agentTarget = { mode: "relay", relayUrl: relay.url }
+      }
+      const rig = new RelayRig(name, system, forkWorker("bench/carrierSim.ts"), forkWorker("bench/agentSim.ts"), profileRunDir)
+      await Promise.all([rig.carriers.request("setup", { target: carrierTarget }), rig.agents.request("setup", { target: agentTarget })])
+      return rig
+    } catch (error) {
+      await system?.stop()
+      throw error
+    }
+  }
+
+  private memory(): Promise<MemoryReading> {
+    return measureMemory(this.system.inspectorUrl!, this.system.pid)
+  }
+
+  /**
+   * A few calls for a few seconds (code paths loaded and compiled, pools warmed), hung up, then
+   * the idle memory every step is compared with.
+   */
+  async warmUp(options: RelayLoadOptions): Promise<MemoryReading> {
+    await this.agents.request("grow", { to: 5 }, 60_000)
+    await this.carriers.request("grow", { to: 5, perSecond: options.rampPerSecond ?? 100, concurrency: 5 }, 60_000)
+    await sleep(3000)
+    await this.carriers.request("hangupAll", {}, 60_000)
+    await sleep(1000)
+    this.idle = await this.memory()
+    return this.idle
+  }
+
+  async measure(calls: number, options: RelayLoadOptions): Promise<StepFigures> {
+    const { system, carriers, agents } = this
+    // Agents first: callgate hands each call an idle dial-in socket; the relay pairs by key.
+    await agents.request("grow", { to: this.name === "gateway" ? calls + 2 : calls }, 180_000)
+    const grown = await carriers.request<{ open: number; failed: number; errors: Array<string> }>(
+      "grow",
+      { to: calls, perSecond: options.rampPerSecond ?? 100, concurrency: 16 },
+      300_000
+    )
+    await sleep((options.settleSeconds ?? 3) * 1000)
+
+    await Promise.all([carriers.request("record"), agents.request("record")])
+    await Promise.all([carriers.request("windowOpen"), agents.request("windowOpen")])
+    const openedUs = nowUs()
+    const ours = () => cpuSecondsOf(system.pid) + cpuSecondsOf(carriers.pid) + cpuSecondsOf(agents.pid)
+    const cpuBefore = cpuSecondsOf(system.pid)
+    const oursBefore = ours()
+    const machineBefore = machineBusySeconds()
+    const startedAt = performance.now()
+    await sleep(options.stepSeconds * 1000)
+    const [carrierWindow, agentWindow] = await Promise.all([
+      carriers.request<CarrierWindow>("windowClose"),
+      agents.request<AgentWindow>("windowClose")
+    ])
+    const windowSeconds = (performance.now() - startedAt) / 1000
+    const cpuSeconds = cpuSecondsOf(system.pid) - cpuBefore
+    const otherSeconds = machineBusySeconds() - machineBefore - (ours() - oursBefore)
+    this.windows.push([openedUs, nowUs()])
+
+    await sleep((options.graceSeconds ?? 1.5) * 1000)
+    const [agentToCarrier, carrierToAgent] = await Promise.all([
+      carriers.request<DirectionFigures>("settle", { ranges: agentWindow.ranges }),
+      agents.request<DirectionFigures>("settle", { ranges: carrierWindow.ranges })
+    ])
+    // The collection pauses the system: only now that the window's frames are all accounted for.
+    const memory = await this.memory()
+    await carriers.request("hangupAll", {}, 60_000)
+    await sleep(1000)
+
+    const open = carrierWindow.open
+    const idle = this.idle!
+    const perCallKb = (bytes: number) => round(bytes / 1024 / Math.max(1, open))
+    const measured: Omit<StepFigures, "pass" | "problems"> = {
+      calls,
+      openCalls: open,
+      failedSetups: grown.failed,
+      setupErrors: grown.errors,
+      callsCut: Math.max(carrierWindow.closedByGateway, agentWindow.callsEnded),
+      windowSeconds: round(windowSeconds, 2),
+      carrierToAgent,
+      agentToCarrier,
+      system: {
+        cpuPercent: round((cpuSeconds / windowSeconds) * 100),
+        cpuMsPerCallSecond: round((cpuSeconds * 1000) / (Math.max(1, open) * windowSeconds), 3),
+        rssMb: round(memory.rssBytes / 2 ** 20),
+        rssPerCallKb: perCallKb(memory.rssBytes - idle.rssBytes),
+        heapPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - idle.heapUsedBytes - idle.externalBytes)
+      },
+      carrierSim: carrierWindow.load,
+      agentSim: agentWindow.load,
+      otherCpuPercent: round(Math.max(0, otherSeconds / windowSeconds) * 100),
+      turns: { spoken: carrierWindow.turns, answered: carrierWindow.answers, replies: agentWindow.replies }
+    }
+    const problems = judge(measured)
+    return { ...measured, pass: problems.length === 0, problems }
+  }
+
+  /** Stops the simulators, then the system (callgate writes its CPU profile as it exits). */
+  async stop(): Promise<SystemFigures["profile"]> {
+    await this.carriers.stop().catch(() => undefined)
+    await this.agents.stop().catch(() => undefined)
+    await this.system.stop()
+    const file = this.profileRunDir ? findCpuProfile(this.profileRunDir) : undefined
+    return file ? { file, ...summarizeCpuProfile(file, { windowsUs: this.windows }) } : undefined
+  }
+}
+
+const describeStep = (name: string, step: StepFigures) => {
+  const { carrierToAgent: c, agentToCarrier: a } = step
+  return (
+    `${name} ${step.calls} calls: ${step.pass ? "pass" : `FAIL (${step.problems.join(", ")})`}; ` +
+    `c->a p50/p99 ${c.delayMs.p50}/${c.delayMs.p99} ms lost ${c.lost}/${c.sent}; a->c p50/p99 ${a.delayMs.p50}/${a.delayMs.p99} ms lost ${a.lost}/${a.sent}; ` +
+    `cpu ${step.system.cpuPercent} %, rss ${step.system.rssMb} MB; sims cpu ${step.carrierSim.cpuPercent}/${step.agentSim.cpuPercent} %; ` +
+    `rest of the machine ${step.otherCpuPercent} %`
+  )
+}
+
+const summarize = (name: "gateway" | "baseline", idleRss: number | undefined, steps: ReadonlyArray<StepFigures>, stoppedEarly: string | undefined): SystemFigures => {
+  const passing = steps.filter((s) => s.pass).map((s) => s.calls)
+  return {
+    system: name,
+    idleRssMb: idleRss === undefined ? NaN : round(idleRss / 2 ** 20),
+    steps,
+    sustainedCalls: passing.length > 0 ? Math.max(...passing) : null,
+    ...(stoppedEarly ? { stoppedEarly } : {})
+  }
+}
+
+/**
+ * Measures every system asked for at every step, interleaved step by step so both see the
+ * machine in the same state; a system whose step clearly failed takes no further steps.
+ */
+export const runRelayLoad = async (
+  options: RelayLoadOptions
+): Promise<Partial<Record<"gateway" | "baseline", SystemFigures | { readonly error: string }>>> => {
+  const log = options.log ?? (() => {})
+  const rigs = new Map<"gateway" | "baseline", RelayRig>()
+  const results: Partial<Record<"gateway" | "baseline", SystemFigures | { readonly error: string }>> = {}
+  const steps = new Map<"gateway" | "baseline", Array<StepFigures>>()
+  const stopped = new Map<"gateway" | "baseline", string>()
+  try {
+    for (const name of options.systems) {
+      try {
+        const profileRunDir = name === "gateway" && options.profileDir ? join(options.profileDir, `gateway-${Date.now()}`) : undefined
+        rigs.set(name, await RelayRig.start(name, options.build, profileRunDir))
+        steps.set(name, [])
+      } catch (error) {
+        results[name] = { error: (error as Error).message }
+        log(`${name}: could not start: ${(error as Error).message}`)
+      }
+    }
+    for (const [name, rig] of [...rigs]) {
+      try {
+        const idle = await rig.warmUp(options)
+        log(`${name}: warmed up; idle RSS ${round(idle.rssBytes / 2 ** 20)} MB, heap + external ${round((idle.heapUsedBytes + idle.externalBytes) / 2 ** 20)} MB`)
+      } catch (error) {
+        stopped.set(name, `warm-up failed: ${(error as Error).message.split("\n")[0]}`)
+        log(`${name}: warm-up failed: ${(error as Error).message}`)
+      }
+    }
+    for (const calls of options.steps) {
+      for (const [name, rig] of rigs) {
+        if (stopped.has(name)) continue
+        try {
+          const step = await rig.measure(calls, options)
+          steps.get(name)!.push(step)
+          log(describeStep(name, step))
+          if (clearlyFailed(step)) stopped.set(name, `${calls} calls clearly failed (${step.problems.join(", ")})`)
+        } catch (error) {
+          stopped.set(name, `${calls} calls: ${(error as Error).message.split("\n")[0]}`)
+          log(`${name} ${calls} calls: ERROR ${(error as Error).message}`)
+        }
+      }
+      if ([...rigs.keys()].every((name) => stopped.has(name))) break
+    }
+  } finally {
+    for (const [name, rig] of rigs) {
+      const profile = await rig.stop().catch(() => undefined)
+      const figures = summarize(name, rig.idle?.rssBytes, steps.get(name) ?? [], stopped.get(name))
+      results[name] = profile ? { ...figures, profile } : figures
+    }
+  }
+  return results
+}
