@@ -1,0 +1,20 @@
+/**
+ * Runs one of the self-contained benchmark parts in its own process (forked by run.ts), so each
+ * gets the machine to itself: `run {part, options}` answers with the part's figures.
+ */
+import { serveWorker } from "./benchProcess.js"
+
+serveWorker({
+  run: async ({ part, options }: { part: string; options: any }) => {
+    switch (part) {
+      case "webhooks":
+        return (await import("./webhooks.js")).runWebhookBench(options)
+      case "breaker":
+        return (await import("./breaker.js")).runBreakerBench(options)
+      case "fallback":
+        return (await import("./fallback.js")).runFallbackBench(options)
+      default:
+        throw new Error(`unknown bench part ${part}`)
+    }
+  }
+})

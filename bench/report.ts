@@ -1,0 +1,295 @@
+/**
+ * The benchmark's results as one JSON document and as Markdown (the same text is printed to
+ * stdout): machine, relay tables for callgate and the bare relay, the comparison against the
+ * issue's targets, and the webhook, breaker and fallback figures.
+ */
+import type { BreakerBenchFigures } from "./breaker.js"
+import type { FallbackBenchFigures } from "./fallback.js"
+import type { StepFigures, SystemFigures } from "./relayLoad.js"
+import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
+import type { WebhookBenchFigures } from "./webhooks.js"
+
+export interface Machine {
+  readonly cores: number
+  readonly cpuModel: string
+  readonly node: string
+  readonly platform: string
+  readonly memoryGb: number
+  /** 1-minute load average when the run started and ended (other work on the machine skews the figures). */
+  readonly loadAverage: { readonly atStart: number; readonly atEnd: number }
+}
+
+/** A part that could not run: its error, so the rest of the report still stands. */
+export interface PartError {
+  readonly error: string
+}
+
+export interface BenchResults {
+  readonly startedAt: string
+  readonly durationSeconds: number
+  readonly machine: Machine
+  readonly settings: {
+    readonly steps: ReadonlyArray<number>
+    readonly stepSeconds: number
+    readonly parts: ReadonlyArray<string>
+    readonly quick: boolean
+    readonly profile: boolean
+    /** How the systems ran: compiled JavaScript on plain node, or the sources through tsx. */
+    readonly runtime: "node" | "tsx"
+    /** What was measured: a commit, or the working tree on top of one. */
+    readonly source: string
+  }
+  readonly baseline?: SystemFigures | PartError
+  readonly gateway?: SystemFigures | PartError
+  readonly comparison?: Comparison
+  readonly webhooks?: WebhookBenchFigures | PartError
+  readonly breaker?: BreakerBenchFigures | PartError
+  readonly fallback?: FallbackBenchFigures | PartError
+}
+
+export interface Comparison {
+  readonly baselineSustained: number | null
+  readonly gatewaySustained: number | null
+  /** gateway / baseline sustained calls (target >= 0.9). */
+  readonly capacityRatio: number | null
+  /** Per step both measured: gateway p99 minus baseline p99, the worse direction, ms (target <= 1). */
+  readonly addedP99Ms: ReadonlyArray<{ readonly calls: number; readonly carrierToAgent: number; readonly agentToCarrier: number }>
+  /** The largest added p99 over the steps the gateway sustained. */
+  readonly worstAddedP99Ms: number | null
+  /** RSS per call at the gateway's largest sustained step (target <= 100 KB). */
+  readonly gatewayRssPerCallKb: number | null
+  readonly targets: { readonly capacityAtLeast90Percent: boolean | null; readonly addedP99AtMost1Ms: boolean | null; readonly rssAtMost100KbPerCall: boolean | null }
+}
+
+export const isError = (value: unknown): value is PartError => typeof value === "object" && value !== null && "error" in value
+
+const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits
+
+export const compare = (baseline: SystemFigures, gateway: SystemFigures): Comparison => {
+  const addedP99Ms = gateway.steps.flatMap((g) => {
+    const b = baseline.steps.find((s) => s.calls === g.calls)
+    if (b === undefined) return []
+    return [
+      {
+        calls: g.calls,
+        carrierToAgent: round(g.carrierToAgent.delayMs.p99 - b.carrierToAgent.delayMs.p99),
+        agentToCarrier: round(g.agentToCarrier.delayMs.p99 - b.agentToCarrier.delayMs.p99)
+      }
+    ]
+  })
+  const sustainedSteps = addedP99Ms.filter((a) => gateway.sustainedCalls !== null && a.calls <= gateway.sustainedCalls)
+  const worst = sustainedSteps.length > 0 ? Math.max(...sustainedSteps.map((a) => Math.max(a.carrierToAgent, a.agentToCarrier))) : null
+  const ratio = baseline.sustainedCalls && gateway.sustainedCalls !== null ? round(gateway.sustainedCalls / baseline.sustainedCalls) : null
+  const atSustained = gateway.steps.find((s) => s.calls === gateway.sustainedCalls)
+  const rss = atSustained ? atSustained.system.rssPerCallKb : null
+  return {
+    baselineSustained: baseline.sustainedCalls,
+    gatewaySustained: gateway.sustainedCalls,
+    capacityRatio: ratio,
+    addedP99Ms,
+    worstAddedP99Ms: worst,
+    gatewayRssPerCallKb: rss,
+    targets: {
+      capacityAtLeast90Percent: ratio === null ? null : ratio >= 0.9,
+      addedP99AtMost1Ms: worst === null ? null : worst <= 1,
+      rssAtMost100KbPerCall: rss === null ? null : rss <= 100
+    }
+  }
+}
+
+const table = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyArray<string | number>>) =>
+  [`| ${header.join(" | ")} |`, `|${header.map(() => "---").join("|")}|`, ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n")
+
+const lossCell = (d: StepFigures["carrierToAgent"]) => `${d.lost}/${d.sent} (${d.lossPercent} %)`
+const delayCell = (d: StepFigures["carrierToAgent"]) => `${d.delayMs.p50} / ${d.delayMs.p99} / ${d.delayMs.max}`
+
+const relaySection = (title: string, figures: SystemFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `### ${title}\n\nDid not run: ${figures.error.split("\n")[0]}\n`
+  const rows = figures.steps.map((s) => [
+    s.calls,
+    s.openCalls,
+    lossCell(s.carrierToAgent),
+    delayCell(s.carrierToAgent),
+    lossCell(s.agentToCarrier),
+    delayCell(s.agentToCarrier),
+    s.system.cpuPercent,
+    s.system.cpuMsPerCallSecond,
+    s.system.rssMb,
+    s.system.rssPerCallKb,
+    s.system.heapPerCallKb,
+    `${s.carrierSim.cpuPercent} / ${s.agentSim.cpuPercent}`,
+    `${s.carrierSim.loopDelayMs.p99} / ${s.agentSim.loopDelayMs.p99}`,
+    s.otherCpuPercent,
+    `${s.turns.spoken} / ${s.turns.answered}`,
+    s.pass ? "pass" : `**fail**: ${s.problems.join("; ")}`
+  ])
+  const lines = [
+    `### ${title}`,
+    "",
+    `Idle RSS ${figures.idleRssMb} MB. Sustained (< ${PASS_LOSS_PERCENT} % lost, p99 < ${PASS_P99_MS} ms both ways, no call failed or cut): ` +
+      `**${figures.sustainedCalls ?? "none"}** concurrent calls.` +
+      (figures.stoppedEarly ? ` Ramp stopped: ${figures.stoppedEarly}.` : ""),
+    "",
+    table(
+      [
+        "calls",
+        "open",
+        "carrier→agent lost",
+        "c→a delay p50/p99/max ms",
+        "agent→carrier lost",
+        "a→c delay p50/p99/max ms",
+        "CPU %",
+        "CPU ms per call·s",
+        "RSS MB",
+        "RSS KB per call",
+        "heap+ext KB per call",
+        "sim CPU % (carrier/agent)",
+        "sim timer lateness p99 ms",
+        "other CPU %",
+        "caller turns / answers heard",
+        "verdict"
+      ],
+      rows
+    )
+  ]
+  const setupErrors = figures.steps.flatMap((s) => s.setupErrors.map((e) => `- ${s.calls} calls: ${e}`))
+  if (setupErrors.length > 0) lines.push("", "Call setup errors (first few):", "", ...setupErrors.slice(0, 6))
+  if (figures.profile) {
+    const p = figures.profile
+    lines.push(
+      "",
+      `CPU profile (\`${p.file}\`): ${p.busyMs} ms busy of ${p.sampledMs} ms sampled${p.windowed ? " in the measurement windows" : " (whole run)"}. Self time:`,
+      "",
+      table(["area", "self ms", "% of busy"], p.byArea.map((e) => [e.name, e.selfMs, e.percent])),
+      "",
+      table(["function", "self ms", "% of busy"], p.topFunctions.map((e) => [`\`${e.name}\``, e.selfMs, e.percent]))
+    )
+  }
+  return lines.join("\n") + "\n"
+}
+
+const met = (value: boolean | null) => (value === null ? "not measured" : value ? "met" : "**not met**")
+
+const comparisonSection = (c: Comparison | undefined) => {
+  if (c === undefined) return ""
+  return [
+    "### callgate against the bare relay (issue 7 targets)",
+    "",
+    table(
+      ["target", "measured", "verdict"],
+      [
+        [
+          "sustains >= 90 % of the bare relay's concurrent calls",
+          `${c.gatewaySustained ?? "none"} vs ${c.baselineSustained ?? "none"} (${c.capacityRatio === null ? "n/a" : `${Math.round(c.capacityRatio * 100)} %`})`,
+          met(c.targets.capacityAtLeast90Percent)
+        ],
+        ["adds <= 1 ms p99 over the bare relay", c.worstAddedP99Ms === null ? "n/a" : `${c.worstAddedP99Ms} ms (worst step sustained)`, met(c.targets.addedP99AtMost1Ms)],
+        ["<= 100 KB RSS per active call", c.gatewayRssPerCallKb === null ? "n/a" : `${c.gatewayRssPerCallKb} KB`, met(c.targets.rssAtMost100KbPerCall)]
+      ]
+    ),
+    "",
+    "Added p99 delay per step (callgate p99 minus bare relay p99, ms): " +
+      (c.addedP99Ms.map((a) => `${a.calls} calls: c→a ${a.carrierToAgent}, a→c ${a.agentToCarrier}`).join("; ") || "none"),
+    ""
+  ].join("\n")
+}
+
+const webhookSection = (w: WebhookBenchFigures | PartError | undefined) => {
+  if (w === undefined) return ""
+  if (isError(w)) return `### Webhooks\n\nDid not run: ${w.error.split("\n")[0]}\n`
+  const l = w.latency.enqueueToFirstAttemptMs
+  return [
+    "### Webhook deliveries (issue 3)",
+    "",
+    table(
+      ["figure", "value", "target"],
+      [
+        [`drain: ${w.drain.deliveries} queued deliveries`, `${w.drain.deliveriesPerSecond}/s`, ">= 1000/s"],
+        [`pipeline: ${w.pipeline.deliveries} enqueued while delivering`, `${w.pipeline.deliveriesPerSecond}/s`, ">= 1000/s"],
+        [`enqueue to first attempt at ${w.latency.ratePerSecond}/s (${w.latency.events} events)`, `p50 ${l.p50} ms, p99 ${l.p99} ms, max ${l.max} ms`, "p99 < 50 ms"]
+      ]
+    ),
+    "",
+    `Redis: ${w.redis}; worker concurrency ${w.concurrency.overall} (per host ${w.concurrency.perHost}). Targets: deliveries/s ${met(w.targets.deliveriesPerSecondAtLeast1000)}, p99 ${met(w.targets.p99Below50ms)}.`,
+    ""
+  ].join("\n")
+}
+
+const breakerSection = (b: BreakerBenchFigures | PartError | undefined) => {
+  if (b === undefined) return ""
+  if (isError(b)) return `### Breaker timing\n\nDid not run: ${b.error.split("\n")[0]}\n`
+  const o = b.occurrenceLatenessMs
+  const e = b.latencyErrorMs
+  return [
+    "### Turn timing and breaker precision (issue 5)",
+    "",
+    table(
+      ["figure", "value", "target"],
+      [
+        [`occurrence recorded after its deadline (${b.sessions} sessions, ${b.store} store)`, `p50 ${o.p50} ms, p99 ${o.p99} ms, max ${o.max} ms (${o.count})`, "p99 < 20 ms"],
+        ["measured turn latency vs the agent's actual", `p50 ${e.p50} ms, p99 ${e.p99} ms, max ${e.max} ms; ${Math.round(e.withinOneFrame * 1000) / 10} % within 20 ms (${e.count})`, "within 20 ms"],
+        ["caller sentences / turns detected / matched", `${b.callerSentences} / ${b.turnsDetected} / ${b.turnsMatched}`, ""],
+        ["event-loop delay", `p50 ${b.eventLoopDelayMs.p50} ms, p99 ${b.eventLoopDelayMs.p99} ms`, ""]
+      ]
+    ),
+    ""
+  ].join("\n")
+}
+
+const delayRow = (name: string, d: FallbackBenchFigures["breakerTrip"]) => [
+  name,
+  d.count === 0 ? "no carrier request" : `p50 ${d.p50} ms, p99 ${d.p99} ms, max ${d.max} ms`,
+  `${d.count}${d.missing > 0 ? ` (${d.missing} got none)` : ""}${d.endedEarly > 0 ? ` (${d.endedEarly} ended early)` : ""}`,
+  Object.entries(d.requests)
+    .map(([k, v]) => `${k} x${v}`)
+    .join(", ")
+]
+
+const fallbackSection = (f: FallbackBenchFigures | PartError | undefined) => {
+  if (f === undefined) return ""
+  if (isError(f)) return `### Fallback delay\n\nDid not run: ${f.error.split("\n")[0]}\n`
+  const histogram = Object.entries(f.gatewayHistogram)
+  return [
+    "### Hard error to carrier request (issue 6, target p99 < 50 ms)",
+    "",
+    table(
+      ["trigger", "delay", "calls", "carrier requests"],
+      [
+        delayRow("agent socket dropped, fallback disabled", f.agentDrop.disabled),
+        delayRow("agent socket dropped, phone fallback", f.agentDrop.phone),
+        delayRow("breaker trip (from the deadline)", f.breakerTrip)
+      ]
+    ),
+    "",
+    `First hard error after start-up (measured apart): ${f.firstAfterStartMs} ms.` +
+      (histogram.length > 0
+        ? ` callgate's own histogram: ${histogram.map(([k, v]) => `${k}: p50 <= ${v.p50AtMostMs} ms, p99 <= ${v.p99AtMostMs} ms (${v.count})`).join("; ")}.`
+        : ""),
+    ""
+  ].join("\n")
+}
+
+export const renderMarkdown = (r: BenchResults): string =>
+  [
+    `# callgate benchmark, ${r.startedAt}`,
+    "",
+    `Machine: ${r.machine.cores} cores (${r.machine.cpuModel}), ${r.machine.memoryGb} GB, Node ${r.machine.node} on ${r.machine.platform}. ` +
+      `Load average at start/end: ${r.machine.loadAverage.atStart} / ${r.machine.loadAverage.atEnd}. Run took ${r.durationSeconds} s` +
+      ` (steps ${r.settings.steps.join(", ")}; ${r.settings.stepSeconds} s measured per step${r.settings.quick ? "; quick run" : ""}).` +
+      ` The systems ran ${r.settings.runtime === "node" ? "as compiled JavaScript on plain node (as npm start)" : "from the sources through tsx (as npm run dev)"}; built from the ${r.settings.source}.`,
+    "",
+    r.baseline || r.gateway
+      ? "Relay: delay is one way, from the frame's send stamp to its receipt, over the frames sent in the measured window; " +
+        "CPU and RSS are the system process's own (/proc); memory is read after a full garbage collection and compared with the idle process after a warm-up. Simulator columns show when the load generator itself was busy; " +
+        "\"other CPU\" is what the rest of the machine used meanwhile (percent of one core; high values mean the delays are the machine's).\n"
+      : "",
+    relaySection("Bare relay (baseline)", r.baseline),
+    relaySection("callgate", r.gateway),
+    comparisonSection(r.comparison),
+    webhookSection(r.webhooks),
+    breakerSection(r.breaker),
+    fallbackSection(r.fallback)
+  ]
+    .filter((section) => section !== "")
+    .join("\n")

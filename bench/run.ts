@@ -1,0 +1,204 @@
+/**
+ * `npm run bench`: callgate measured against a bare relay in one run, plus the webhook, breaker
+ * and fallback figures, written to bench/results/ (latest.md, latest.json and a timestamped copy)
+ * and printed. Every part runs in processes of its own; all of them stop by themselves.
+ *
+ *   npm run bench                          # the default run (under 10 minutes on 2 cores)
+ *   npm run bench -- --quick               # a 1-2 minute smoke run
+ *   npm run bench -- --steps 100,200,400 --step-seconds 30 --only gateway,baseline --profile
+ *
+ * See docs/benchmarks.md for what each figure means.
+ */
+import { cpus, loadavg, totalmem } from "node:os"
+import { mkdirSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { forkWorker, repoRoot } from "./benchProcess.js"
+import { buildForBench } from "./build.js"
+import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
+import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
+
+const PARTS = ["baseline", "gateway", "webhooks", "breaker", "fallback"] as const
+type Part = (typeof PARTS)[number]
+
+const USAGE = `Usage: npm run bench -- [options]
+
+  --quick               smoke run, about 1-2 minutes (small steps, short windows, small parts)
+  --steps LIST          concurrent-call steps for both relays (default 25,50,100,200,400,800)
+  --step-seconds S      measured steady state per step (default 15)
+  --only LIST           parts to run, of ${PARTS.join(", ")} (default all)
+  --profile             run callgate under --cpu-prof; the profile and its summary land in bench/results/
+  --tsx                 run callgate and the bare relay from the sources through tsx (npm run dev)
+                        instead of compiled JavaScript on plain node (npm start), the default
+  --ref REF             build and measure commit REF (e.g. HEAD) instead of the working tree
+  --out DIR             results directory (default bench/results)
+  --help`
+
+interface Settings {
+  readonly quick: boolean
+  readonly steps: ReadonlyArray<number>
+  readonly stepSeconds: number
+  readonly parts: ReadonlyArray<Part>
+  readonly profile: boolean
+  readonly tsx: boolean
+  readonly ref: string | undefined
+  readonly out: string
+}
+
+const parseArgs = (argv: ReadonlyArray<string>): Settings => {
+  const flags = new Map<string, string>()
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (!arg.startsWith("--")) throw new Error(`unexpected argument ${arg}`)
+    const [name, inline] = arg.slice(2).split("=", 2) as [string, string | undefined]
+    const next = argv[i + 1]
+    if (inline !== undefined) flags.set(name, inline)
+    else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
+    else flags.set(name, "true")
+  }
+  const known = new Set(["quick", "steps", "step-seconds", "only", "profile", "tsx", "ref", "out", "help"])
+  for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
+  if (flags.has("help")) {
+    process.stdout.write(`${USAGE}\n`)
+    process.exit(0)
+  }
+  const quick = flags.has("quick")
+  const numbers = (text: string, name: string) =>
+    text.split(",").map((part) => {
+      const n = Number(part)
+      if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} takes positive integers, got "${part}"`)
+      return n
+    })
+  const steps = flags.has("steps") ? numbers(flags.get("steps")!, "steps") : quick ? [10, 40] : [25, 50, 100, 200, 400, 800]
+  const stepSeconds = flags.has("step-seconds") ? Number(flags.get("step-seconds")) : quick ? 5 : 15
+  if (!(stepSeconds >= 1)) throw new Error(`--step-seconds takes a number of seconds >= 1`)
+  if (flags.has("tsx") && flags.has("ref")) throw new Error("--ref builds a commit; --tsx runs the working tree's sources: pick one")
+  const parts = flags.has("only")
+    ? flags
+        .get("only")!
+        .split(",")
+        .map((part) => {
+          if (!(PARTS as ReadonlyArray<string>).includes(part)) throw new Error(`--only takes ${PARTS.join(", ")}; got "${part}"`)
+          return part as Part
+        })
+    : [...PARTS]
+  return { quick, steps: [...steps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+}
+
+const machine = (atStart: number): Machine => ({
+  cores: cpus().length,
+  cpuModel: cpus()[0]?.model.trim() ?? "unknown",
+  node: process.version,
+  platform: `${process.platform} ${process.arch}`,
+  memoryGb: Math.round(totalmem() / 2 ** 30),
+  loadAverage: { atStart, atEnd: Math.round(loadavg()[0]! * 100) / 100 }
+})
+
+const log = (line: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}\n`)
+
+/** One self-contained part in a process of its own. */
+const runPart = async <T>(part: string, options: object, timeoutMs: number): Promise<T> => {
+  const worker = forkWorker("bench/partWorker.ts")
+  try {
+    return await worker.request<T>("run", { part, options }, timeoutMs)
+  } finally {
+    await worker.stop(5000)
+  }
+}
+
+const attempt = async <T>(name: string, run: () => Promise<T>): Promise<T | PartError> => {
+  log(`${name}: starting`)
+  const started = performance.now()
+  try {
+    const result = await run()
+    log(`${name}: done in ${Math.round((performance.now() - started) / 1000)} s`)
+    return result
+  } catch (error) {
+    log(`${name}: FAILED: ${(error as Error).message}`)
+    return { error: (error as Error).message }
+  }
+}
+
+const main = async () => {
+  const settings = parseArgs(process.argv.slice(2))
+  const startedAt = new Date()
+  const loadAtStart = Math.round(loadavg()[0]! * 100) / 100
+  const has = (part: Part) => settings.parts.includes(part)
+  const q = settings.quick
+
+  mkdirSync(settings.out, { recursive: true })
+  const results: { -readonly [K in keyof BenchResults]: BenchResults[K] } = {
+    startedAt: startedAt.toISOString(),
+    durationSeconds: 0,
+    machine: machine(loadAtStart),
+    settings: {
+      steps: settings.steps,
+      stepSeconds: settings.stepSeconds,
+      parts: settings.parts,
+      quick: q,
+      profile: settings.profile,
+      runtime: settings.tsx ? "tsx" : "node",
+      source: "working tree (sources through tsx)"
+    }
+  }
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fallback"))
+  let build: string | undefined
+  if (needsBuild) {
+    log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
+    const built = await buildForBench(settings.ref)
+    build = built.dir
+    results.settings = { ...results.settings, source: built.source }
+  }
+  const systems = (["baseline", "gateway"] as const).filter(has)
+  if (systems.length > 0) {
+    const relay = await attempt(`relay (${systems.join(" and ")}, interleaved)`, () =>
+      runRelayLoad({
+        systems,
+        steps: settings.steps,
+        stepSeconds: settings.stepSeconds,
+        settleSeconds: q ? 1.5 : 3,
+        ...(settings.profile ? { profileDir: settings.out } : {}),
+        build,
+        log
+      })
+    )
+    for (const system of systems) results[system] = isError(relay) ? relay : relay[system]
+  }
+  if (results.baseline && results.gateway && !isError(results.baseline) && !isError(results.gateway)) {
+    results.comparison = compare(results.baseline as SystemFigures, results.gateway as SystemFigures)
+  }
+  if (has("webhooks")) {
+    results.webhooks = await attempt("webhooks", () =>
+      runPart("webhooks", q ? { backlog: 1000, rate: 100, seconds: 3 } : { backlog: 10_000, rate: 100, seconds: 10 }, 300_000)
+    )
+  }
+  if (has("breaker")) {
+    results.breaker = await attempt("breaker", () =>
+      runPart("breaker", q ? { sessions: 100, durationMs: 12_000 } : { sessions: 500, durationMs: 20_000 }, 180_000)
+    )
+  }
+  if (has("fallback")) {
+    results.fallback = await attempt("fallback", () =>
+      runPart("fallback", { ...(q ? { calls: 20, breakerCalls: 4 } : { calls: 100, breakerCalls: 20 }), build }, 180_000)
+    )
+  }
+
+  results.durationSeconds = Math.round((Date.now() - startedAt.getTime()) / 1000)
+  results.machine = machine(loadAtStart)
+  const markdown = renderMarkdown(results)
+  const json = JSON.stringify(results, null, 2) + "\n"
+  const stamp = startedAt.toISOString().replace(/[:.]/g, "-")
+  writeFileSync(join(settings.out, "latest.md"), markdown)
+  writeFileSync(join(settings.out, "latest.json"), json)
+  writeFileSync(join(settings.out, `run-${stamp}.md`), markdown)
+  writeFileSync(join(settings.out, `run-${stamp}.json`), json)
+  process.stdout.write(`\n${markdown}\n`)
+  log(`results: ${join(settings.out, "latest.md")} and latest.json (copies run-${stamp}.*)`)
+}
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    process.stderr.write(`bench: ${(error as Error).message}\n\n${USAGE}\n`)
+    process.exit(2)
+  }
+)
