@@ -28,6 +28,7 @@ import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
 import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
 import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
 import { RedisOutboxStoreLive } from "./webhooks/RedisOutboxStore.js"
+import { SessionTurnObserversLive } from "./turns/SessionTurnObservers.js"
 import { TurnTiming } from "./turns/TurnTiming.js"
 import { VoiceActivity } from "./turns/VoiceActivity.js"
 import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
@@ -88,11 +89,13 @@ const TelephonyLive = CarriersLive.pipe(
 
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
- * sessions. Rescue: a hard error or a breaker trip runs the environment's error fallback.
+ * sessions, each timed turn by turn. Rescue: a hard error or a breaker trip runs the environment's
+ * error fallback.
  */
 const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(SessionRegistry.Default),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
+  Layer.provideMerge(SessionTurnObserversLive),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallbackLive)),
   Layer.provideMerge(FallbackMetrics.Default)
 )

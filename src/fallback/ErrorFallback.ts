@@ -8,40 +8,13 @@ import { Carriers, type CarrierError } from "../telephony/Carrier.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import { FallbackMetrics } from "./FallbackMetrics.js"
+import type { FallbackOutcome, FallbackRecord } from "./FallbackRecord.js"
 import {
   classifyFallbackAnswer,
   type FallbackWebhookBody,
   fallbackUrl,
   MAX_FALLBACK_BODY_BYTES
 } from "./FallbackWebhook.js"
-
-export type FallbackOutcome =
-  /** Type disabled: the call was ended. */
-  | "hung_up"
-  /** Type phone: the call was moved to the fallback number. */
-  | "transferred"
-  /** Type webhook: its <Response> document took the call over. */
-  | "markup_applied"
-  /** Type webhook: a 2xx that was not telephony markup; the call was ended. */
-  | "unexpected_response"
-  /** Type webhook: non-2xx, timeout, refused address or connection failure; the call was ended. */
-  | "webhook_failed"
-  /** The carrier refused the transfer or the markup; the call was ended. */
-  | "carrier_failed"
-
-/** What a session records of its fallback (issue 6 item 1). */
-export interface FallbackRecord {
-  readonly trigger: string
-  readonly errorMessage: string
-  readonly type: "disabled" | "phone" | "webhook"
-  readonly outcome: FallbackOutcome
-  readonly startedAt: string
-  /** When the carrier request that decided the call's fate was sent. */
-  readonly carrierRequestAt: string | null
-  readonly finishedAt: string
-  readonly webhookStatus: number | null
-  readonly detail: string | null
-}
 
 interface Decision {
   readonly outcome: FallbackOutcome

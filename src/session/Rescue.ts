@@ -1,5 +1,6 @@
 import { Context, Effect, Layer } from "effect"
 import { Carriers } from "../telephony/Carrier.js"
+import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { HardError } from "./HardError.js"
 import type { SessionInfo } from "./SessionInfo.js"
 
@@ -8,7 +9,7 @@ export interface RescueOutcome {
   /** Replaces the hard error kind as the session's endReason (e.g. "fallback_phone"). */
   readonly endReason?: string | undefined
   /** Stored as the session's `fallback` field. */
-  readonly fallback?: unknown
+  readonly fallback?: FallbackRecord | undefined
 }
 
 /**

@@ -4,7 +4,6 @@ import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
 import { Carriers, type CarrierError } from "../telephony/Carrier.js"
-import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import type { CallSession, SessionEnding } from "./CallSession.js"
 import { HardError } from "./HardError.js"
@@ -12,7 +11,7 @@ import { Rescue } from "./Rescue.js"
 import type { SessionInfo } from "./SessionInfo.js"
 import type { Session } from "./SessionSchema.js"
 import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
-import { TurnObservers } from "./TurnObservers.js"
+import { type ObservedSession, type SessionControl, TurnObservers, unobserved } from "./TurnObservers.js"
 import { CloseCode } from "./WireSocket.js"
 
 /** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
@@ -78,10 +77,10 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         Effect.zipRight(Effect.logInfo("session started", { provider: info.provider, callId: info.call.callId }))
       )
 
-    const observerFor = (info: SessionInfo): Effect.Effect<TurnObserver> =>
-      observers.forSession(info).pipe(
+    const observerFor = (info: SessionInfo, control: SessionControl): Effect.Effect<ObservedSession> =>
+      observers.forSession(info, control).pipe(
         Effect.catchAllCause((cause) =>
-          Effect.as(Effect.logError("the turn observer could not be created; the call goes on unobserved", cause), nullTurnObserver)
+          Effect.as(Effect.logError("the turn observer could not be created; the call goes on unobserved", cause), unobserved)
         )
       )
 
@@ -138,7 +137,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
       }
     }
 
-    const finish = (relay: CallSession, ending: SessionEnding) =>
+    const finish = (relay: CallSession, ending: SessionEnding, observed: ObservedSession = unobserved) =>
       Effect.gen(function* () {
         const { info } = relay
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
@@ -146,7 +145,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         relay.release(CloseCode.normal, "the call ended")
         const outcome = yield* settle(relay, ending)
         relay.carrier.close(CloseCode.normal, "the call ended")
-        const end: SessionEnd = { ...outcome, endedAt: new Date() }
+        const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: observed.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
         if (relay.observerFailure !== undefined) {
           yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))

@@ -115,8 +115,13 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         // The caller is on the line: the agent is sought first, the record is written beside it.
         const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
         const recording = yield* Effect.fork(lifecycle.begin(relay.info))
-        const observer: TurnObserver = yield* lifecycle.observerFor(relay.info)
-        relay.observeWith(observer)
+        const observed = yield* lifecycle.observerFor(relay.info, {
+          fail: (error) => {
+            const standing = relay.end(SessionEnding.Failed({ error }))
+            return standing._tag === "Failed" && standing.error === error
+          }
+        })
+        relay.observeWith(observed.observer)
         const ending = yield* Deferred.await(ended).pipe(
           Effect.timeoutOption(config.sessionMaxDuration),
           Effect.map(Option.getOrElse(() => relay.end(SessionEnding.Timeout())))
@@ -124,7 +129,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         yield* Fiber.interrupt(connecting)
         // The end is recorded over the start, so the start must be written first.
         yield* Fiber.join(recording)
-        yield* lifecycle.finish(relay, ending).pipe(Effect.uninterruptible)
+        yield* lifecycle.finish(relay, ending, observed).pipe(Effect.uninterruptible)
       }).pipe(
         // Cut without a chance to finish (the shutdown grace ran out): at least close both sockets.
         Effect.onInterrupt(() =>

@@ -1,9 +1,11 @@
 import { Schema } from "effect"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
+import { FallbackRecord } from "../fallback/FallbackRecord.js"
+import { TurnRecord } from "../turns/TurnRecord.js"
 
 /**
  * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
- * `fallback` by the error fallback; both stay opaque here.
+ * `fallback` by the error fallback.
  */
 export const SessionStatus = Schema.Literal("active", "completed", "failed", "timeout").annotations({
   message: () => "must be one of active, completed, failed, timeout"
@@ -28,8 +30,8 @@ export const Session = Schema.Struct({
         "caller_hangup, agent_hangup, agent_transfer, max_duration, or the hard error kind (no_idle_agent, agent_disconnected, ...)"
     })
   ),
-  turns: Schema.Array(Schema.Unknown).annotations({ description: "Caller turns and agent response latencies" }),
-  fallback: Schema.NullOr(Schema.Unknown).annotations({ description: "What the error fallback did, when it ran" })
+  turns: Schema.Array(TurnRecord).annotations({ description: "Caller turns and agent response latencies" }),
+  fallback: Schema.NullOr(FallbackRecord).annotations({ description: "What the error fallback did, when it ran" })
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

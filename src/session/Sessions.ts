@@ -1,5 +1,7 @@
 import { Data, Effect, Option, Schema } from "effect"
 import { isE164 } from "../environments/EnvironmentSchema.js"
+import type { FallbackRecord } from "../fallback/FallbackRecord.js"
+import type { TurnRecord } from "../turns/TurnRecord.js"
 import type { SessionEndedEvent } from "../webhooks/SessionEndedEvent.js"
 import { DEFAULT_PAGE_SIZE, type Session, type SessionListQuery, type SessionStatus } from "./SessionSchema.js"
 import { type SessionCursor, SessionStore } from "./SessionStore.js"
@@ -25,7 +27,9 @@ export interface SessionEnd {
   readonly status: Exclude<SessionStatus, "active">
   readonly endReason: string
   readonly endedAt: Date
-  readonly fallback?: unknown
+  readonly fallback?: FallbackRecord | undefined
+  /** The turns the session's observer saw, when it had one. */
+  readonly turns?: ReadonlyArray<TurnRecord> | undefined
 }
 
 /**
@@ -82,7 +86,8 @@ export class Sessions extends Effect.Service<Sessions>()("callgate/Sessions", {
                 status: end.status,
                 endReason: end.endReason,
                 endedAt: end.endedAt.toISOString(),
-                fallback: end.fallback === undefined ? current.fallback : end.fallback
+                fallback: end.fallback === undefined ? current.fallback : end.fallback,
+                turns: end.turns === undefined ? current.turns : end.turns
               }
         ),
       /** For the turn tracker and the fallback: a pure change applied without losing concurrent ones. */

@@ -16,6 +16,8 @@ export interface WatchCallOptions {
   /** The environment's breaker settings; defaults to reading the environment afresh each evaluation. */
   readonly settings?: Effect.Effect<BreakerSettings, unknown>
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
+  /** Called (synchronously, on the media path: keep it cheap) after a turn is added or updated. */
+  readonly onTurnsChanged?: () => void
 }
 
 export interface WatchedCall {
@@ -84,6 +86,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             })
             if (records.length > MAX_TURNS) records.shift()
             watchdog.turnEnded(turn.endedAtMs, turn.detectedAtMs)
+            options.onTurnsChanged?.()
           },
           onCallerResumed: (turn) => {
             const occurrences = watchdog.occurrences
@@ -100,6 +103,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             }))
             metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
             watchdog.agentResponded()
+            options.onTurnsChanged?.()
           },
           onCallbackError: (error) =>
             Runtime.runFork(runtime)(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))

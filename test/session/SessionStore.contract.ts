@@ -1,3 +1,4 @@
+import type { TurnRecord } from "../../src/turns/TurnRecord.js"
 import { expect, layer } from "@effect/vitest"
 import { Effect, type Layer, Option } from "effect"
 import type { Session } from "../../src/session/SessionSchema.js"
@@ -46,12 +47,22 @@ const readAll = (agentId: string, options: { environmentId?: string; status?: Se
  * The behaviour every SessionStore adapter must have, run by one test file per adapter so the
  * in-memory store and the Redis store are held to the same rules.
  */
+/** A valid turn record, told apart by its index. */
+const turn = (index: number): TurnRecord => ({
+  index,
+  input: "speech",
+  callerEndedAt: new Date(1_700_000_000_000 + index * 1000).toISOString(),
+  agentRespondedAt: null,
+  latencyMs: null,
+  timeoutOccurrences: 0
+})
+
 export const sessionStoreContract = (adapter: string, storeLayer: Layer.Layer<SessionStore, unknown>) =>
   layer(storeLayer, { excludeTestServices: true, timeout: "30 seconds" })(`SessionStore contract (${adapter})`, (it) => {
     it.effect("get returns what insert stored, only under its own agent", () =>
       Effect.gen(function* () {
         const store = yield* SessionStore
-        const session = sampleSession(uniqueId("agent"), { turns: [{ n: 1 }], from: null })
+        const session = sampleSession(uniqueId("agent"), { turns: [turn(1)], from: null })
         yield* store.insert(session)
         expect(yield* store.get(session.agentId, session.id)).toEqual(Option.some(session))
         expect(yield* store.get(session.agentId, uniqueId("missing"))).toEqual(Option.none())
@@ -82,13 +93,15 @@ export const sessionStoreContract = (adapter: string, storeLayer: Layer.Layer<Se
         yield* store.insert(session)
         yield* Effect.forEach(
           Array.from({ length: 20 }, (_, n) => n),
-          (n) => store.update(session.agentId, session.id, (current) => ({ ...current, turns: [...current.turns, n] })),
+          (n) => store.update(session.agentId, session.id, (current) => ({ ...current, turns: [...current.turns, turn(n)] })),
           { concurrency: "unbounded" }
         )
         const stored = yield* store.get(session.agentId, session.id)
-        expect(Option.getOrThrow(stored).turns.slice().sort((a, b) => (a as number) - (b as number))).toEqual(
-          Array.from({ length: 20 }, (_, n) => n)
-        )
+        expect(
+          Option.getOrThrow(stored)
+            .turns.map((t) => t.index)
+            .sort((a, b) => a - b)
+        ).toEqual(Array.from({ length: 20 }, (_, n) => n))
       }))
 
     it.effect("list is newest first, paginates without gaps or repeats, and holds only the agent's sessions", () =>

@@ -1,3 +1,6 @@
+import { ErrorFallbackLive } from "../../src/fallback/ErrorFallback.js"
+import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
+import { SessionTurnObserversLive } from "../../src/turns/SessionTurnObservers.js"
 import { readFileSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
@@ -22,7 +25,7 @@ import { Outbox } from "../../src/webhooks/Outbox.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
-import { ADMIN_KEY, domainLayer, type StoreKind, uniqueId } from "../support/testApp.js"
+import { ADMIN_KEY, domainLayer, type StoreKind, turnsLayer, uniqueId } from "../support/testApp.js"
 
 /**
  * End-to-end call harness: callgate listening on 127.0.0.1 with the real relay, carrier REST
@@ -338,10 +341,12 @@ const ListeningLive = Layer.scoped(
 export interface GatewayOptions {
   readonly store?: StoreKind
   readonly env?: Record<string, string>
-  /** Replaces the default rescue (hang up). */
-  readonly rescue?: Layer.Layer<Rescue, never, Carriers>
+  /** Replaces the default rescue (hang up); "fallback" is the real error fallback, as in main.ts. */
+  readonly rescue?: Layer.Layer<Rescue, never, Carriers> | "fallback"
   /** Plugs a turn observer hook in. */
   readonly observers?: Layer.Layer<TurnObservers>
+  /** Times every turn with the real turn tracker and no-response breaker (as main.ts does). */
+  readonly timing?: boolean
   /**
    * The real outbox and a delivery worker instead of the recording outbox (`outbox.events` then
    * stays empty): session.ended goes to the environment's webhookUrl, signed.
@@ -358,15 +363,19 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
   const [twilio, telnyx] = await Promise.all([startFakeTwilio(), startFakeTelnyx()])
   const recording = recordingOutbox()
   const env = { PUBLIC_URL, ...twilio.env, ...telnyx.env, RATE_LIMIT_PER_MINUTE: "0", SHUTDOWN_DRAIN_TIMEOUT: "2s", ...options.env }
+  const rescue = options.rescue === "fallback" ? ErrorFallbackLive.pipe(Layer.provide(FallbackMetrics.Default)) : (options.rescue ?? HangUpRescueLive)
+  const observers =
+    options.observers ?? (options.timing === true ? SessionTurnObserversLive.pipe(Layer.provide(turnsLayer(options.store ?? "memory"))) : undefined)
   const calls = CarrierStreams.Default.pipe(
     Layer.provideMerge(SessionRegistry.Default),
     Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-    Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, options.rescue ?? HangUpRescueLive))
+    Layer.provideMerge(observers ?? Layer.empty),
+    Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, rescue))
   )
   const runtime = ManagedRuntime.make(
     Layer.mergeAll(ListeningLive, SessionDrainLive).pipe(
       Layer.provideMerge(HttpApp.Default),
-      Layer.provideMerge(options.observers === undefined ? calls : calls.pipe(Layer.provide(options.observers))),
+      Layer.provideMerge(calls),
       Layer.provideMerge(options.deliver === true ? deliveryWorkerLayer({ pollInterval: "100 millis" }) : recording.layer),
       Layer.provideMerge(domainLayer(options.store ?? "memory", env))
     )

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { HardError } from "../../src/session/HardError.js"
 import { Rescue } from "../../src/session/Rescue.js"
 import type { SessionInfo } from "../../src/session/SessionInfo.js"
-import { TurnObservers } from "../../src/session/TurnObservers.js"
+import { type ObservedSession, TurnObservers } from "../../src/session/TurnObservers.js"
+import type { FallbackRecord } from "../../src/fallback/FallbackRecord.js"
 import type { TurnObserver } from "../../src/turns/TurnObserver.js"
 import { uniqueId } from "../support/testApp.js"
 import {
@@ -31,6 +32,19 @@ interface Observed {
   times: Array<number>
 }
 
+/** A fallback record a test rescue reports, recognisable by its detail. */
+const testFallback = (error: HardError): FallbackRecord => ({
+  trigger: error.kind,
+  errorMessage: error.message,
+  type: "disabled",
+  outcome: "hung_up",
+  startedAt: "2026-01-01T00:00:00.000Z",
+  carrierRequestAt: null,
+  finishedAt: "2026-01-01T00:00:00.000Z",
+  webhookStatus: null,
+  detail: "test rescue"
+})
+
 describe("session hooks: turn observer, rescue, live sessions, maximum duration", () => {
   let gateway: Gateway
   const observed = new Map<string, Observed>()
@@ -41,10 +55,10 @@ describe("session hooks: turn observer, rescue, live sessions, maximum duration"
   beforeAll(async () => {
     const observers = Layer.succeed(TurnObservers, {
       forSession: (info) =>
-        Effect.sync((): TurnObserver => {
+        Effect.sync((): ObservedSession => {
           const seen: Observed = { callerFrames: [], agentFrames: [], digits: [], closes: 0, times: [] }
           observed.set(info.sessionId, seen)
-          return {
+          const observer: TurnObserver = {
             callerAudio: (frame, atMs) => {
               if (info.sessionId === throwingSession) throw new Error("observer bug")
               // The frame is only valid during the call: copy it.
@@ -55,6 +69,7 @@ describe("session hooks: turn observer, rescue, live sessions, maximum duration"
             agentAudio: (frame) => void seen.agentFrames.push(Buffer.from(frame).toString("base64")),
             close: () => void seen.closes++
           }
+          return { observer, turns: () => [] }
         })
     })
     const rescue = Layer.succeed(
@@ -64,7 +79,7 @@ describe("session hooks: turn observer, rescue, live sessions, maximum duration"
           Effect.sync(() => {
             const carrier = carriersBySession.get(info.sessionId)
             rescues.push({ info, error, carrierOpen: carrier !== undefined && carrier.closed === undefined })
-            return { endReason: `rescued_${error.kind}`, fallback: { type: "test", ran: true } }
+            return { endReason: `rescued_${error.kind}`, fallback: testFallback(error) }
           })
       })
     )
@@ -135,7 +150,7 @@ describe("session hooks: turn observer, rescue, live sessions, maximum duration"
     expect(await storedSession(gateway, agentId, sessionId)).toMatchObject({
       status: "failed",
       endReason: "rescued_agent_error",
-      fallback: { type: "test", ran: true }
+      fallback: { trigger: "agent_error", detail: "test rescue" }
     })
     await call.peer.waitClosed()
   })

@@ -1,3 +1,9 @@
+import { Breaker } from "../../src/breaker/Breaker.js"
+import { BreakerMetrics } from "../../src/breaker/BreakerMetrics.js"
+import { MemoryBreakerStoreLive } from "../../src/breaker/MemoryBreakerStore.js"
+import { RedisBreakerStoreLive } from "../../src/breaker/RedisBreakerStore.js"
+import { TurnTiming } from "../../src/turns/TurnTiming.js"
+import { VoiceActivity } from "../../src/turns/VoiceActivity.js"
 import { ConfigProvider, Layer, ManagedRuntime } from "effect"
 import type { FastifyInstance } from "fastify"
 import { inject } from "vitest"
@@ -82,6 +88,13 @@ export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =
     Layer.provideMerge(AppConfig.Default),
     Layer.provide(Logger.remove(Logger.defaultLogger)),
     Layer.provide(testConfigLayer(configFor(kind, env)))
+  )
+
+/** Turn timing and the no-response breaker, on the chosen store, as main.ts assembles them. */
+export const turnsLayer = (kind: StoreKind) =>
+  TurnTiming.Default.pipe(
+    Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
+    Layer.provideMerge(Layer.mergeAll(BreakerMetrics.Default, kind === "redis" ? RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)) : MemoryBreakerStoreLive))
   )
 
 /** Live calls (media streams, agent connections, relay, sessions) as main.ts assembles them. */

@@ -1,0 +1,68 @@
+import { Effect, Layer, Runtime } from "effect"
+import { describeRescue } from "../breaker/ResponseWatchdog.js"
+import { HardError } from "../session/HardError.js"
+import { Sessions } from "../session/Sessions.js"
+import { TurnObservers } from "../session/TurnObservers.js"
+import type { TurnRecord } from "./TurnRecord.js"
+import { TurnTiming } from "./TurnTiming.js"
+
+/**
+ * Puts turn timing on every call: each session gets a TurnTiming watch (voice activity, turn
+ * tracker, response watchdog, breaker). A breaker trip fails the session with
+ * `agent_unresponsive`, which runs the error fallback. The session's stored `turns` follow the
+ * call: one store write per changed turn, never more than one in flight, off the media path.
+ */
+export const SessionTurnObserversLive = Layer.effect(
+  TurnObservers,
+  Effect.gen(function* () {
+    const timing = yield* TurnTiming
+    const sessions = yield* Sessions
+    const runtime = yield* Effect.runtime<never>()
+    const fork = Runtime.runFork(runtime)
+
+    return TurnObservers.of({
+      forSession: (info, control) =>
+        Effect.gen(function* () {
+          let turns: () => ReadonlyArray<TurnRecord> = () => []
+          let writing = false
+          let pending = false
+          const persist = (): void => {
+            if (writing) {
+              pending = true
+              return
+            }
+            writing = true
+            fork(
+              sessions
+                .update(info.agentId, info.sessionId, (current) =>
+                  // A session already closed keeps the turns its ending recorded.
+                  current.status === "active" ? { ...current, turns: [...turns()] } : current
+                )
+                .pipe(
+                  Effect.ignore,
+                  Effect.ensuring(
+                    Effect.sync(() => {
+                      writing = false
+                      if (pending) {
+                        pending = false
+                        persist()
+                      }
+                    })
+                  )
+                )
+            )
+          }
+          const watched = yield* timing.observe({
+            agentId: info.agentId,
+            environmentId: info.environmentId,
+            sessionId: info.sessionId,
+            onTrip: (rescue) =>
+              Effect.sync(() => control.fail(new HardError({ kind: "agent_unresponsive", message: describeRescue(rescue) }))),
+            onTurnsChanged: persist
+          })
+          turns = watched.turns
+          return { observer: watched.observer, turns: watched.turns }
+        })
+    })
+  })
+)
