@@ -259,9 +259,13 @@ export const runFallbackBench = async (options: FallbackBenchOptions = {}): Prom
       }
     }
     await Promise.allSettled(placing)
-    // Every trigger has happened; give the last ones time to reach the carrier.
-    const waitUntil = performance.now() + 8000
-    while (performance.now() < waitUntil && twilio.firstRequest.size < dropCalls + deadlines.size) await sleep(100)
+    // Wait for the last drops (up to 4 s after their call started) and for every trigger's request;
+    // a trigger that gets none within 8 s counts as missing.
+    const triggered = () => dropTimes.disabled.size + dropTimes.phone.size >= dropCalls
+    const answered = () =>
+      [...dropTimes.disabled.keys(), ...dropTimes.phone.keys(), ...deadlines.keys()].every((index) => twilio.firstRequest.has(callSidOf(index)))
+    const waitUntil = performance.now() + 12_000
+    while (performance.now() < waitUntil && !(triggered() && answered())) await sleep(50)
 
     const metrics = await fetch(`${gateway.baseUrl}/metrics`).then((res) => res.text(), () => "")
     const first = twilio.firstRequest.get(callSidOf(firstIndex))
