@@ -14,7 +14,8 @@
  * - each simulator's own CPU and event-loop delay (when they are saturated, the figures say so).
  *
  * A step passes with under 0.1 % of frames lost and p99 delay under 5 ms in both directions and
- * no call failed or cut; the ramp stops once a step clearly fails.
+ * no call failed or cut; the ramp stops once a step clearly fails. A window during which the rest
+ * of the machine was busy (other processes: a shared machine) is measured again, once.
  */
 import { join } from "node:path"
 import { nowUs } from "../src/sim/FrameStamp.js"
@@ -29,6 +30,8 @@ import { createBenchEnvironment, type RunningSystem, startBaselineRelay, startGa
 
 export const PASS_LOSS_PERCENT = 0.1
 export const PASS_P99_MS = 5
+/** A window during which the rest of the machine used more than this (percent of one core) is measured again, once. */
+const BUSY_MACHINE_PERCENT = 50
 /** A step this bad ends the ramp: larger steps would only be worse and slow the run down. */
 const FAIL_LOSS_PERCENT = 2
 const FAIL_P99_MS = 100
@@ -80,6 +83,8 @@ export interface StepFigures {
    * hypervisor steal), percent of one core: when high, delays are the machine's, not the relay's.
    */
   readonly otherCpuPercent: number
+  /** Set when a first window was measured again because the rest of the machine was busy (its other CPU %). */
+  readonly remeasuredAfterOtherCpuPercent?: number
   /** Caller turns spoken, answers the callers heard, replies the agents sent (all within the window). */
   readonly turns: { readonly spoken: number; readonly answered: number; readonly replies: number }
   readonly pass: boolean
@@ -331,9 +336,15 @@ export const runRelayLoad = async (
       for (const [name, rig] of rigs) {
         if (stopped.has(name)) continue
         try {
-          const step = await rig.measure(calls, options)
-          steps.get(name)!.push(step)
+          let step = await rig.measure(calls, options)
           log(describeStep(name, step))
+          if (step.otherCpuPercent > BUSY_MACHINE_PERCENT) {
+            // Someone else's work took the cores: once more, and the second reading stands.
+            log(`${name} ${calls} calls: the rest of the machine used ${step.otherCpuPercent} % of a core; measuring again`)
+            step = { ...(await rig.measure(calls, options)), remeasuredAfterOtherCpuPercent: step.otherCpuPercent }
+            log(describeStep(name, step))
+          }
+          steps.get(name)!.push(step)
           if (clearlyFailed(step)) stopped.set(name, `${calls} calls clearly failed (${step.problems.join(", ")})`)
         } catch (error) {
           stopped.set(name, `${calls} calls: ${(error as Error).message.split("\n")[0]}`)
