@@ -1,0 +1,222 @@
+import type { Socket } from "node:net"
+import { expect } from "vitest"
+import { WebSocket } from "ws"
+import type { CallKind } from "../../src/telephony/Carrier.js"
+import type { RecordedRequest } from "../support/recordingServer.js"
+import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
+import {
+  audioFrames,
+  type CarrierCall,
+  dialInAgent,
+  type Gateway,
+  type Peer,
+  telnyxCall,
+  twilioCall,
+  until
+} from "../session/callHarness.js"
+
+/**
+ * Live calls for the error fallback's end-to-end tests: one call of any carrier kind through the
+ * call harness, the triggers that fail it, and the carrier REST requests it caused. Everything
+ * goes over real sockets: /v1 over HTTP, streams and agents over WebSocket, carrier REST to the
+ * fake Twilio and Telnyx servers.
+ */
+
+export const CALLER = "+14155550100"
+/** The agent's own number: the To of an inbound call, shown as the caller id of a transfer. */
+export const AGENT_NUMBER = "+14155550199"
+export const FALLBACK_NUMBER = "+14155550123"
+export const TEXML_ACCOUNT = "texml-account-1"
+
+export const CALL_KINDS: ReadonlyArray<CallKind> = ["twilio", "telnyx-texml", "telnyx-call-control"]
+
+/** Real speech (a caller turn), then mu-law silence. */
+export const CALLER_SPEECH = audioFrames("caller-appointment.ulaw", 100)
+export const SILENCE = Buffer.alloc(160, 0xff).toString("base64")
+
+/** Gateway settings for these tests: the fallback webhook receiver is on loopback with the test CA. */
+export const fallbackGatewayEnv = (caFile: string) => ({
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+  WEBHOOK_CA_FILE: caFile,
+  FALLBACK_WEBHOOK_TIMEOUT: "2s",
+  // A short end-of-turn silence keeps the breaker cases quick; the trip still needs the 1 s timeout.
+  TURN_END_SILENCE_MS: "200"
+})
+
+// ---------------------------------------------------------------------------------------------
+// /v1 over HTTP
+
+export const api = async (gateway: Gateway, method: string, path: string, body?: unknown) => {
+  const res = await fetch(`${gateway.httpBase}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${ADMIN_KEY}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {})
+  })
+  const json = (await res.json()) as any
+  expect(res.status, `${method} ${path}: ${JSON.stringify(json)}`).toBeLessThan(300)
+  return json.data
+}
+
+export interface TestEnvironment {
+  readonly agentId: string
+  readonly environmentId: string
+  /** The error fallback webhook secret as the create response showed it (null unless type webhook). */
+  readonly secret: string | null
+}
+
+export const createEnvironment = async (gateway: Gateway, settings: Record<string, unknown>): Promise<TestEnvironment> => {
+  const agentId = uniqueId("agent")
+  const view = await api(gateway, "POST", `/v1/agents/${agentId}/environments`, { name: "fallback line", ...settings })
+  return { agentId, environmentId: view.id, secret: view.errorFallbackWebhookSecret }
+}
+
+export const getSession = (gateway: Gateway, agentId: string, sessionId: string) =>
+  api(gateway, "GET", `/v1/agents/${agentId}/sessions/${sessionId}`)
+
+// ---------------------------------------------------------------------------------------------
+// Calls
+
+export interface LiveCall {
+  readonly kind: CallKind
+  readonly callId: string
+  readonly carrier: CarrierCall
+  /** The dial-in agent serving the call, when one was connected. */
+  readonly agent: Peer | undefined
+}
+
+const newCallId = (kind: CallKind) =>
+  kind === "twilio"
+    ? `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    : kind === "telnyx-call-control"
+      ? `v3:${uniqueId("cc")}`
+      : `texml-${uniqueId("t").replace(/[^A-Za-z0-9]/g, "")}`
+
+/**
+ * Places an inbound call (from CALLER to AGENT_NUMBER) of `kind` on the environment: a dial-in
+ * agent first when `withAgent`, then the carrier's media stream, started. Resolves once the agent
+ * has its `start` (or, without an agent, once the stream is started).
+ */
+export const placeCall = async (gateway: Gateway, env: TestEnvironment, kind: CallKind, withAgent = true): Promise<LiveCall> => {
+  const { agentId, environmentId } = env
+  let agent: Peer | undefined
+  if (withAgent) {
+    agent = await dialInAgent(gateway, agentId, environmentId)
+    await until(() => gateway.idleAgents(agentId, environmentId) === 1, "the agent to be idle")
+  }
+  const callId = newCallId(kind)
+  const token = gateway.issueToken({
+    agentId,
+    environmentId,
+    kind,
+    callId,
+    from: CALLER,
+    to: AGENT_NUMBER,
+    ...(kind === "telnyx-texml" ? { accountSid: TEXML_ACCOUNT } : {})
+  })
+  const carrier =
+    kind === "twilio"
+      ? await twilioCall(gateway, { token, callSid: callId })
+      : await telnyxCall(gateway, {
+          token,
+          // A TeXML call's stream names its own call_control_id, not the TeXML CallSid.
+          callControlId: kind === "telnyx-call-control" ? callId : `v3:${uniqueId("texml-leg")}`,
+          headers: { authorization: `Bearer ${token}` }
+        })
+  carrier.start()
+  if (agent !== undefined) await agent.waitForEvent("start")
+  return { kind, callId, carrier, agent }
+}
+
+/**
+ * The carrier's stream fails. Telnyx: an `error` frame (as Telnyx sends it). Twilio has no error
+ * frame: a malformed WebSocket frame on the stream's connection (an unmasked client frame), which
+ * the socket layer reports as a fault.
+ */
+export const breakCarrierStream = (call: LiveCall) => {
+  if (call.kind === "twilio") {
+    const raw = (call.carrier.peer.ws as unknown as { _socket: Socket })._socket
+    raw.write(Buffer.from([0x81, 0x02, 0x68, 0x69]))
+    return
+  }
+  call.carrier.peer.send({
+    event: "error",
+    sequence_number: "999",
+    stream_id: call.carrier.streamId,
+    payload: { code: 100002, title: "unknown_error", detail: "An unknown error has occurred" }
+  })
+}
+
+/**
+ * A caller turn of real speech, then silence paced like a live line (a frame every 20 ms) until
+ * callgate closes the stream or the returned stop is called.
+ */
+export const speakThenListen = (call: LiveCall): (() => void) => {
+  for (const frame of CALLER_SPEECH) call.carrier.media(frame)
+  const timer = setInterval(() => {
+    if (call.carrier.peer.ws.readyState === WebSocket.OPEN) call.carrier.media(SILENCE)
+    else clearInterval(timer)
+  }, 20)
+  return () => clearInterval(timer)
+}
+
+// ---------------------------------------------------------------------------------------------
+// What happened
+
+/** Every carrier REST request (at either fake carrier) that names this call. */
+export const carrierRequestsFor = (gateway: Gateway, callId: string): ReadonlyArray<RecordedRequest> =>
+  [...gateway.twilio.requests, ...gateway.telnyx.requests].filter((r) => decodeURIComponent(r.path).includes(callId))
+
+/** The session.ended events of a call (there must be exactly one). */
+export const endedEventsFor = (gateway: Gateway, callId: string) => gateway.outbox.events.filter((e) => e.callId === callId)
+
+export const waitForEnded = async (gateway: Gateway, callId: string) => {
+  await until(() => endedEventsFor(gateway, callId).length > 0, `session.ended for ${callId}`, 10_000)
+  return endedEventsFor(gateway, callId)[0]!
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+/** The exact REST request that `action` is for a call of `kind`: path, auth, and form or JSON body. */
+export const expectCarrierRequest = (
+  gateway: Gateway,
+  call: { kind: CallKind; callId: string },
+  request: RecordedRequest,
+  action: { hangup: true } | { dial: string; callerId: string } | { twiml: string }
+) => {
+  expect(request.method).toBe("POST")
+  if (call.kind === "twilio") {
+    const { accountSid, authToken } = gateway.twilio
+    expect(request.path).toBe(`/2010-04-01/Accounts/${accountSid}/Calls/${call.callId}.json`)
+    expect(request.headers.authorization).toBe(`Basic ${Buffer.from(`${accountSid}:${authToken}`).toString("base64")}`)
+    expect(request.form).toEqual(
+      "hangup" in action
+        ? { Status: "completed" }
+        : "dial" in action
+          ? { Twiml: `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${action.callerId}">${action.dial}</Dial></Response>` }
+          : { Twiml: action.twiml }
+    )
+    return
+  }
+  expect(request.headers.authorization).toBe(`Bearer ${gateway.telnyx.apiKey}`)
+  if (call.kind === "telnyx-texml") {
+    expect(decodeURIComponent(request.path)).toBe(`/v2/texml/Accounts/${TEXML_ACCOUNT}/Calls/${call.callId}`)
+    expect(request.form).toEqual(
+      "hangup" in action
+        ? { Status: "completed" }
+        : "dial" in action
+          ? { Texml: `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${action.callerId}">${action.dial}</Dial></Response>` }
+          : { Texml: action.twiml }
+    )
+    return
+  }
+  if ("twiml" in action) throw new Error("a Call Control call gets translated commands, not markup")
+  const name = "hangup" in action ? "hangup" : "transfer"
+  expect(decodeURIComponent(request.path)).toBe(`/v2/calls/${call.callId}/actions/${name}`)
+  expect(request.json).toEqual(
+    "hangup" in action
+      ? { command_id: expect.stringMatching(UUID) }
+      : { to: action.dial, from: action.callerId, command_id: expect.stringMatching(UUID) }
+  )
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
