@@ -1,7 +1,7 @@
 import { Either } from "effect"
-import type { CallerEvents, CarrierLeg } from "../../session/CallLegs.js"
-import { type FrameProblem, makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
-import { CloseCode, type WireListener, type WireSocket } from "../../session/WireSocket.js"
+import { makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
+import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
+import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
@@ -20,17 +20,16 @@ const clipText = (text: string | undefined, max = 200) =>
  * token header when present) were checked on the upgrade, so `claims` are trusted; `start` binds
  * the stream to the session. Media chunks are put back in order before they reach the session.
  */
-export class TelnyxStream implements WireListener, CarrierLeg {
-  private state: "awaiting-start" | "open" | "done" = "awaiting-start"
-  private events: CallerEvents | undefined
+export class TelnyxStream extends CarrierStreamLeg {
   private streamId = ""
   private readonly reorder: ChunkReorder
 
   constructor(
-    private readonly socket: WireSocket,
-    private readonly host: StreamHost,
+    socket: WireSocket,
+    host: StreamHost,
     private readonly claims: SessionClaims
   ) {
+    super(socket, host, "telnyx", "Telnyx")
     this.reorder = new ChunkReorder(TELNYX_REORDER_WINDOW, (payload) => this.events?.callerMedia(payload))
   }
 
@@ -58,24 +57,14 @@ export class TelnyxStream implements WireListener, CarrierLeg {
       case "start":
         return this.start(frame)
       case "media":
-        return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media frame before start" })
+        return this.mediaBeforeStart()
       case "dtmf":
-        if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: "telnyx: dtmf frame before start" })
-        return this.events.callerDtmf(frame.dtmf.digit)
+        return this.dtmf(frame.dtmf.digit)
       case "mark":
-        if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: "telnyx: mark frame before start" })
-        return this.events.carrierMark(frame.mark.name)
-      case "stop": {
-        const events = this.events
-        if (events === undefined) {
-          this.state = "done"
-          return this.socket.close(CloseCode.normal, "stream stopped before start")
-        }
+        return this.mark(frame.mark.name)
+      case "stop":
         // Audio held back for a missing chunk is still the caller's: deliver it before the end.
-        this.reorder.flush()
-        this.state = "done"
-        return events.carrierStopped()
-      }
+        return this.stop(() => this.reorder.flush())
       case "error": {
         const detail = clipText(frame.payload?.detail ?? frame.payload?.title) ?? "no detail"
         const code = frame.payload?.code !== undefined ? ` (code ${frame.payload.code})` : ""
@@ -88,14 +77,8 @@ export class TelnyxStream implements WireListener, CarrierLeg {
     }
   }
 
-  onClose(_code: number, _reason: string, fault: string | undefined): void {
-    if (this.state === "done") return
-    this.state = "done"
-    this.events?.carrierGone(fault === undefined ? undefined : { kind: "carrier_stream_error", message: `Telnyx stream socket failed: ${fault}` })
-  }
-
   private start(frame: Extract<TelnyxInbound, { event: "start" }>) {
-    if (this.state !== "awaiting-start") return this.fail({ code: CloseCode.protocolError, reason: "telnyx: second start frame" })
+    if (this.state !== "awaiting-start") return this.secondStart()
     const { exp: _exp, ...call } = this.claims
     if (call.kind === "twilio") return this.refuse("session token was not issued for a Telnyx stream")
     const callControlId = frame.start.call_control_id
@@ -103,37 +86,10 @@ export class TelnyxStream implements WireListener, CarrierLeg {
       return this.refuse("session token was issued for another call")
     }
     this.streamId = frame.stream_id
-    this.state = "open"
-    const opened = this.host.open({
-      ...call,
-      from: call.from ?? frame.start.from,
-      to: call.to ?? frame.start.to,
-      streamSid: frame.stream_id,
-      carrier: this
-    })
-    if (Either.isLeft(opened)) {
-      this.state = "done"
-      this.socket.close(opened.left.code, opened.left.reason)
-    }
-  }
-
-  private refuse(reason: string) {
-    this.state = "done"
-    this.socket.close(CloseCode.policyViolation, `telnyx: ${reason}`)
-  }
-
-  private fail(problem: FrameProblem) {
-    const events = this.events
-    this.state = "done"
-    this.socket.close(problem.code, problem.reason)
-    events?.carrierGone({ kind: "carrier_protocol_error", message: `Telnyx stream closed: ${problem.reason}` })
+    this.openSession({ ...call, from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
   }
 
   // CarrierLeg
-
-  bind(events: CallerEvents): void {
-    this.events = events
-  }
 
   sendMedia(payload: string): void {
     if (this.state === "open") this.socket.send(telnyxOutboundEncoder.media(payload))
@@ -145,10 +101,5 @@ export class TelnyxStream implements WireListener, CarrierLeg {
 
   sendClear(): void {
     if (this.state === "open") this.socket.send(telnyxOutboundEncoder.clear())
-  }
-
-  close(code: number, reason: string): void {
-    this.state = "done"
-    this.socket.close(code, reason)
   }
 }

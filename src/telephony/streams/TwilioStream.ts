@@ -1,7 +1,7 @@
-import { Either, Option, Schema } from "effect"
-import type { CallerEvents, CarrierLeg } from "../../session/CallLegs.js"
-import { type FrameProblem, makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
-import { CloseCode, type WireListener, type WireSocket } from "../../session/WireSocket.js"
+import { Either, Option } from "effect"
+import { makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
+import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
+import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import { isTwilioMediaFrame as isMedia, TWILIO_INBOUND_EVENTS, TwilioInbound, twilioOutboundEncoder } from "./TwilioFrames.js"
 
@@ -14,16 +14,13 @@ type Encoder = ReturnType<typeof twilioOutboundEncoder>
  * bound to this CallSid), then turns its frames into CallerEvents and the session's requests into
  * Twilio frames. Anything malformed closes this socket, and only this one.
  */
-export class TwilioStream implements WireListener, CarrierLeg {
-  private state: "awaiting-start" | "open" | "done" = "awaiting-start"
-  private events: CallerEvents | undefined
+export class TwilioStream extends CarrierStreamLeg {
   private encoder: Encoder | undefined
   private streamSid = ""
 
-  constructor(
-    private readonly socket: WireSocket,
-    private readonly host: StreamHost
-  ) {}
+  constructor(socket: WireSocket, host: StreamHost) {
+    super(socket, host, "twilio", "Twilio")
+  }
 
   onText(text: string): void {
     if (this.state === "done") return
@@ -46,30 +43,18 @@ export class TwilioStream implements WireListener, CarrierLeg {
       case "start":
         return this.start(frame)
       case "media":
-        return this.fail({ code: CloseCode.protocolError, reason: "twilio: media frame before start" })
+        return this.mediaBeforeStart()
       case "dtmf":
-        if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: "twilio: dtmf frame before start" })
-        return this.events.callerDtmf(frame.dtmf.digit)
+        return this.dtmf(frame.dtmf.digit)
       case "mark":
-        if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: "twilio: mark frame before start" })
-        return this.events.carrierMark(frame.mark.name)
-      case "stop": {
-        const events = this.events
-        this.state = "done"
-        if (events === undefined) return this.socket.close(CloseCode.normal, "stream stopped before start")
-        return events.carrierStopped()
-      }
+        return this.mark(frame.mark.name)
+      case "stop":
+        return this.stop()
     }
   }
 
-  onClose(_code: number, _reason: string, fault: string | undefined): void {
-    if (this.state === "done") return
-    this.state = "done"
-    this.events?.carrierGone(fault === undefined ? undefined : { kind: "carrier_stream_error", message: `Twilio stream socket failed: ${fault}` })
-  }
-
   private start(frame: Extract<TwilioInbound, { event: "start" }>) {
-    if (this.state !== "awaiting-start") return this.fail({ code: CloseCode.protocolError, reason: "twilio: second start frame" })
+    if (this.state !== "awaiting-start") return this.secondStart()
     const token = frame.start.customParameters?.token
     if (token === undefined || token.length === 0) return this.refuse("missing session token parameter")
     const claims = this.host.verifyToken(token)
@@ -78,38 +63,11 @@ export class TwilioStream implements WireListener, CarrierLeg {
     if (claims.value.callId !== frame.start.callSid) return this.refuse("session token was issued for another call")
     this.streamSid = frame.start.streamSid
     this.encoder = twilioOutboundEncoder(frame.start.streamSid)
-    this.state = "open"
     const { exp: _exp, ...call } = claims.value
-    const opened = this.host.open({
-      ...call,
-      accountSid: call.accountSid ?? frame.start.accountSid,
-      streamSid: frame.start.streamSid,
-      carrier: this
-    })
-    if (Either.isLeft(opened)) {
-      this.state = "done"
-      this.socket.close(opened.left.code, opened.left.reason)
-    }
-  }
-
-  private refuse(reason: string) {
-    this.state = "done"
-    this.socket.close(CloseCode.policyViolation, `twilio: ${reason}`)
-  }
-
-  /** Closes this stream for a protocol violation; a live session hears it as a hard error. */
-  private fail(problem: FrameProblem) {
-    const events = this.events
-    this.state = "done"
-    this.socket.close(problem.code, problem.reason)
-    events?.carrierGone({ kind: "carrier_protocol_error", message: `Twilio stream closed: ${problem.reason}` })
+    this.openSession({ ...call, accountSid: call.accountSid ?? frame.start.accountSid, streamSid: frame.start.streamSid })
   }
 
   // CarrierLeg
-
-  bind(events: CallerEvents): void {
-    this.events = events
-  }
 
   sendMedia(payload: string): void {
     if (this.encoder !== undefined) this.socket.send(this.encoder.media(payload))
@@ -121,10 +79,5 @@ export class TwilioStream implements WireListener, CarrierLeg {
 
   sendClear(): void {
     if (this.encoder !== undefined) this.socket.send(this.encoder.clear())
-  }
-
-  close(code: number, reason: string): void {
-    this.state = "done"
-    this.socket.close(code, reason)
   }
 }
