@@ -79,6 +79,11 @@ const FLOOR_RISE = 0.02
 const MAX_ONSET_MS = 100
 /** mu-law 8 kHz: bytes per millisecond. */
 const BYTES_PER_MS = 8
+/**
+ * The agent's audio may arrive this late after the end of what it sent before (arrival jitter)
+ * and still continue it; after a longer pause it is a new stretch of talk.
+ */
+const AGENT_GAP_MS = 100
 
 /** Audibly speech: above about -60 dBFS and clear of the line's noise floor (-1: not known yet). */
 const isLoud = (power: number, floor: number) => power >= MIN_SPEECH_POWER && (floor < 0 || power >= floor * SPEECH_OVER_FLOOR)
@@ -114,6 +119,12 @@ export class TurnTracker implements TurnObserver {
   /** The current stretch of loud agent audio (voiced or not): where it began, how long it is. */
   private agentLoudSince = 0
   private agentLoudMs = 0
+  /**
+   * Where the agent's audio so far ends when played back to back from its arrival, as carriers
+   * play it: an agent that stops sending mid-word (cut off, or a reply that ends on a voiced
+   * frame) is not still talking once that audio has played.
+   */
+  private agentAudioEndAt = -Infinity
 
   constructor(private readonly options: TurnTrackerOptions) {}
 
@@ -185,6 +196,12 @@ export class TurnTracker implements TurnObserver {
     const voiced = this.options.agent.isVoiced(frame)
     const power = this.options.agent.lastPower
     const frameMs = frame.length / BYTES_PER_MS
+    if (atMs > this.agentAudioEndAt + AGENT_GAP_MS) {
+      // The agent went quiet by sending nothing: its last voiced run is over, whatever its last frame was.
+      this.agentRunMs = 0
+      this.agentLoudMs = 0
+    }
+    this.agentAudioEndAt = Math.max(this.agentAudioEndAt, atMs) + frameMs
     const loudBefore = this.agentLoudMs
     if (isLoud(power, this.agentFloor)) {
       if (this.agentLoudMs === 0) this.agentLoudSince = atMs
@@ -275,8 +292,13 @@ export class TurnTracker implements TurnObserver {
     const turn: EndedTurn = { index: ++this.turnCount, input, endedAtMs, detectedAtMs }
     this.pending = turn
     this.notify(() => this.options.onTurnEnded?.(turn))
-    // An agent already speaking when the turn ends answers it right away.
-    if (this.pending === turn && this.agentRunMs >= this.options.agentMinSpeechMs) {
+    // An agent already speaking when the turn ends answers it right away: its voiced audio reaches
+    // the caller's last word. Audio that stopped before that (a reply long over) answers nothing.
+    if (
+      this.pending === turn &&
+      this.agentRunMs >= this.options.agentMinSpeechMs &&
+      this.agentAudioEndAt + AGENT_GAP_MS >= endedAtMs
+    ) {
       this.respond(Math.max(this.agentOnset, endedAtMs))
     }
   }

@@ -220,6 +220,41 @@ describe("TurnTracker", () => {
     expect(t.answered[0]!.latencyMs).toBe(answer - t.ended[0]!.endedAtMs)
   })
 
+  it("an agent still talking when a digit ends the turn answers it at once", () => {
+    const t = setup()
+    t.play(10, frames.quiet, frames.loud)
+    const digitAt = t.now()
+    t.tracker.callerDtmf("5", digitAt)
+    expect(t.answered).toEqual([{ index: 1, input: "dtmf", endedAtMs: digitAt, detectedAtMs: digitAt, respondedAtMs: digitAt, latencyMs: 0 }])
+  })
+
+  it("an agent whose audio stopped on a voiced frame is not still talking: a later turn waits for its next answer", () => {
+    const t = setup()
+    /** Caller frames only: the agent sends nothing (agents send audio when they speak, not silence). */
+    const callerOnly = (count: number, frame: Uint8Array) => {
+      const start = t.now()
+      for (let i = 0; i < count; i++) {
+        t.tracker.callerAudio(frame, t.now())
+        t.advance(FRAME_MS)
+      }
+      return start
+    }
+    t.play(20, frames.quiet, frames.loud) // a reply cut off mid-word: its last frame is voiced
+    callerOnly(25, frames.quiet)
+    t.tracker.callerDtmf("1", t.now())
+    expect(t.answered).toEqual([])
+    const speech = callerOnly(20, frames.loud)
+    callerOnly(40, frames.quiet)
+    expect(t.ended.map((turn) => turn.index)).toEqual([1, 2])
+    expect(t.answered).toEqual([])
+    expect(t.tracker.pendingTurn?.endedAtMs).toBe(speech + 19 * FRAME_MS)
+    // The agent's next reply answers the turn, dated at its own first frame.
+    const answer = t.play(5, frames.quiet, frames.loud)
+    expect(t.answered).toEqual([
+      expect.objectContaining({ index: 2, respondedAtMs: answer, latencyMs: answer - (speech + 19 * FRAME_MS) })
+    ])
+  })
+
   it("a second digit before the answer restarts the response timer from the new digit", () => {
     const t = setup()
     t.tracker.callerDtmf("1", t.now())
