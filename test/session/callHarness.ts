@@ -345,7 +345,10 @@ export interface GatewayOptions {
   readonly rescue?: Layer.Layer<Rescue, never, Carriers> | "fallback"
   /** Plugs a turn observer hook in. */
   readonly observers?: Layer.Layer<TurnObservers>
-  /** Times every turn with the real turn tracker and no-response breaker (as main.ts does). */
+  /**
+   * Times every turn with the real turn tracker and no-response breaker (as main.ts does); `run`
+   * then reaches `Breaker` and `TurnTiming` too.
+   */
   readonly timing?: boolean
   /**
    * The real outbox and a delivery worker instead of the recording outbox (`outbox.events` then
@@ -365,7 +368,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
   const env = { PUBLIC_URL, ...twilio.env, ...telnyx.env, RATE_LIMIT_PER_MINUTE: "0", SHUTDOWN_DRAIN_TIMEOUT: "2s", ...options.env }
   const rescue = options.rescue === "fallback" ? ErrorFallbackLive.pipe(Layer.provide(FallbackMetrics.Default)) : (options.rescue ?? HangUpRescueLive)
   const observers =
-    options.observers ?? (options.timing === true ? SessionTurnObserversLive.pipe(Layer.provide(turnsLayer(options.store ?? "memory"))) : undefined)
+    options.observers ?? (options.timing === true ? SessionTurnObserversLive.pipe(Layer.provideMerge(turnsLayer(options.store ?? "memory"))) : undefined)
   const calls = CarrierStreams.Default.pipe(
     Layer.provideMerge(SessionRegistry.Default),
     Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),

@@ -1,0 +1,305 @@
+import { Effect } from "effect"
+import { afterEach, describe, expect, it } from "vitest"
+import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
+import { type SilentAgent, startSilentAgent } from "../../examples/agents/silent-agent.js"
+import { Breaker } from "../../src/breaker/Breaker.js"
+import type { UpdateEnvironmentBody } from "../../src/environments/EnvironmentSchema.js"
+import { readUlawFile, silence, speechLike } from "../../src/sim/AudioSource.js"
+import { twilioSid } from "../../src/sim/CallEntry.js"
+import { FRAME_BYTES, FRAME_MS } from "../../src/sim/Mulaw.js"
+import type { SimCall } from "../../src/sim/SimCall.js"
+import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { type Gateway, startGateway } from "../session/callHarness.js"
+import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
+
+/**
+ * Turn timing and the no-response breaker on real calls: callgate wired as main.ts wires it
+ * (TurnTiming on every call, the real error fallback), listening on 127.0.0.1 with the fake Twilio
+ * REST server; the caller is the simulator, the agents are the example agents.
+ */
+
+const PUBLIC_URL = "https://callgate.test"
+const AGENT_NUMBER = "+15550100002"
+const FALLBACK_NUMBER = "+14155550123"
+const WINDOW_SECONDS = 300
+
+/** A caller's sentence (1.6 s of speech-like audio); the line stays silent after it. */
+const sentence = () => speechLike({ durationMs: 1600 })
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Polls `read` until `check` holds for its value, or fails after `timeoutMs`. */
+const eventually = async <A>(read: () => Promise<A> | A, check: (value: A) => boolean, what: string, timeoutMs = 5000): Promise<A> => {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await read()
+    if (check(value)) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(value)})`)
+    await sleep(20)
+  }
+}
+
+describe("turn timing and the no-response breaker on real calls", () => {
+  let gateway: Gateway | undefined
+  const agents: Array<SilentAgent | AnsweringAgent> = []
+  const calls: Array<SimCall> = []
+
+  afterEach(async () => {
+    await Promise.all(calls.splice(0).map((call) => call.hangup()))
+    await Promise.all(agents.splice(0).map((agent) => agent.close()))
+    await gateway?.close()
+    gateway = undefined
+  })
+
+  const setup = async (patch: UpdateEnvironmentBody) => {
+    gateway = await startGateway({ timing: true, rescue: "fallback" })
+    const agentId = uniqueId("agent")
+    const { id: environmentId } = await gateway.createEnvironment(agentId, patch)
+    const g = gateway
+
+    const connection = { gatewayUrl: g.httpBase, agentId, environmentId, apiKey: ADMIN_KEY }
+    /** A silent agent with one idle socket, so the next call is its. */
+    const silentAgent = async () => {
+      const agent = await startSilentAgent(connection)
+      agents.push(agent)
+      await agent.ready()
+      return agent
+    }
+    const answeringAgent = async (responseLatencyMs: number) => {
+      const agent = await startAnsweringAgent({ ...connection, responseLatencyMs, reply })
+      agents.push(agent)
+      await agent.ready()
+      return agent
+    }
+    const closeAgent = async (agent: SilentAgent | AnsweringAgent) => {
+      agents.splice(agents.indexOf(agent), 1)
+      await agent.close()
+    }
+    const placeCall = async () => {
+      const callSid = twilioSid("CA")
+      const call = await placeTwilioCall({
+        gatewayUrl: g.httpBase,
+        agentId,
+        environmentId,
+        callSid,
+        to: AGENT_NUMBER,
+        streamVia: "gateway",
+        authToken: g.twilio.authToken,
+        publicUrl: PUBLIC_URL
+      })
+      calls.push(call)
+      return { call, callSid }
+    }
+    /** The session of a call, as GET /v1/agents/:agentId/sessions/:sessionId shows it. */
+    const session = async (callSid: string): Promise<any> => {
+      const listed = await eventually(
+        async () => {
+          const res = await fetch(`${g.httpBase}/v1/agents/${agentId}/sessions?environmentId=${environmentId}&limit=100`, { headers: adminAuth })
+          return ((await res.json()) as any).data.sessions as Array<any>
+        },
+        (sessions) => sessions.some((s) => s.callId === callSid),
+        `the session of ${callSid}`
+      )
+      const { id } = listed.find((s) => s.callId === callSid)
+      const res = await fetch(`${g.httpBase}/v1/agents/${agentId}/sessions/${id}`, { headers: adminAuth })
+      expect(res.status).toBe(200)
+      return ((await res.json()) as any).data
+    }
+    /** Occurrences in the environment's window now. */
+    const occurrences = () => g.run(Effect.flatMap(Breaker, (breaker) => breaker.count(agentId, environmentId, WINDOW_SECONDS)))
+    /** The breaker's occurrence counter for the environment (every expiry, refreshes included). */
+    const occurrencesRecorded = async () => {
+      const text = await (await fetch(`${g.httpBase}/metrics`)).text()
+      const line = text.split("\n").find((l) => l.startsWith("callgate_breaker_occurrences_total{") && l.includes(`environment="${environmentId}"`))
+      return line === undefined ? 0 : Number(line.split(" ").at(-1))
+    }
+    return { gateway: g, agentId, environmentId, silentAgent, answeringAgent, closeAgent, placeCall, session, occurrences, occurrencesRecorded }
+  }
+
+  // The agent's reply starts on a voiced frame, so "began answering" is one unambiguous frame, and
+  // ends on one, like a reply cut off mid-word: the agent then sends nothing, which must not pass
+  // for an agent still talking when the caller's next turn ends (it did, with latency 0).
+  const greeting = readUlawFile("examples/agents/audio/agent-greeting.ulaw")
+  const reply = greeting.subarray(5 * FRAME_BYTES, 45 * FRAME_BYTES)
+
+  describe("threshold 2, timeout 1 s: the second stalled call trips the breaker", () => {
+    const cases = [
+      { type: "disabled", value: null, outcome: "hung_up", request: () => ({ Status: "completed" }) },
+      {
+        type: "phone",
+        value: FALLBACK_NUMBER,
+        outcome: "transferred",
+        request: () => ({
+          Twiml: `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${AGENT_NUMBER}">${FALLBACK_NUMBER}</Dial></Response>`
+        })
+      }
+    ] as const
+
+    it.each(cases)("fallback $type: both stalled calls are rescued with $outcome", async ({ type, value, outcome, request }) => {
+      const t = await setup({
+        errorFallbackType: type,
+        errorFallbackValue: value,
+        errorFallbackTimeout: 1,
+        errorFallbackOccurrenceThreshold: 2,
+        errorFallbackTimeWindow: WINDOW_SECONDS
+      })
+      await t.silentAgent()
+      const first = await t.placeCall()
+      await first.call.play(sentence())
+
+      // The first deadline passes: one occurrence, below the threshold; the call keeps waiting.
+      await eventually(t.occurrences, (n) => n === 1, "the first occurrence")
+      // Each later expiry refreshes that session's occurrence: recorded again, still counted once.
+      await eventually(t.occurrencesRecorded, (n) => n >= 2, "the first call's re-armed timer to expire again", 4000)
+      expect(await t.occurrences()).toBe(1)
+      expect(t.gateway.twilio.requests).toEqual([])
+      expect(first.call.isOpen).toBe(true)
+      expect(await t.session(first.callSid)).toMatchObject({ status: "active", endReason: null, fallback: null })
+
+      // A second stalled call: its first occurrence is the environment's second, the threshold.
+      await t.silentAgent()
+      const second = await t.placeCall()
+      await second.call.play(sentence())
+      const spokeAt = Date.now()
+      const requestTimes = new Map<string, number>()
+      await eventually(
+        () => {
+          for (const callSid of [first.callSid, second.callSid]) {
+            if (!requestTimes.has(callSid) && t.gateway.twilio.callUpdates(callSid).length > 0) requestTimes.set(callSid, Date.now())
+          }
+          return requestTimes.size
+        },
+        (n) => n === 2,
+        "the fallback's carrier requests for both calls",
+        6000
+      )
+      // The trip came about a second after the second caller's last word (the deadline), and it
+      // rescued the first call, stalled past its own deadline, at the same time.
+      const trippedAfter = requestTimes.get(second.callSid)! - spokeAt
+      expect(trippedAfter).toBeGreaterThanOrEqual(900)
+      expect(trippedAfter).toBeLessThan(3000)
+      expect(Math.abs(requestTimes.get(first.callSid)! - requestTimes.get(second.callSid)!)).toBeLessThan(1000)
+
+      // Exactly one carrier request per call: the fallback's.
+      for (const { callSid } of [first, second]) {
+        expect(t.gateway.twilio.callUpdates(callSid).map((r) => r.form)).toEqual([request()])
+      }
+      for (const { call } of [first, second]) {
+        expect(await call.closed).toMatchObject({ by: "gateway", code: 1000 })
+      }
+
+      const message = "The agent did not begin responding within 1 s of the caller's input: 2 no-response occurrences in the environment's time window reached the threshold of 2."
+      for (const { callSid } of [first, second]) {
+        const stored = await eventually(() => t.session(callSid), (s) => s.status !== "active", `the end of ${callSid}`)
+        expect(stored).toMatchObject({
+          status: "failed",
+          endReason: "agent_unresponsive",
+          fallback: { trigger: "agent_unresponsive", type, outcome, errorMessage: message }
+        })
+        expect(stored.fallback.carrierRequestAt).not.toBeNull()
+        // One caller turn, never answered, during which the response timer expired.
+        expect(stored.turns).toHaveLength(1)
+        expect(stored.turns[0]).toMatchObject({ index: 1, input: "speech", agentRespondedAt: null, latencyMs: null })
+        expect(stored.turns[0].timeoutOccurrences).toBeGreaterThanOrEqual(1)
+        const event = await t.gateway.outbox.forSession(stored.id)
+        expect(event).toMatchObject({ event: "session.ended", sessionId: stored.id, status: "failed", endReason: "agent_unresponsive", callId: callSid })
+      }
+    }, 40_000)
+  })
+
+  it("a voiced answer in between clears the occurrences: the next stalled call counts 1 and does not trip", async () => {
+    const t = await setup({ errorFallbackTimeout: 1, errorFallbackOccurrenceThreshold: 2, errorFallbackTimeWindow: WINDOW_SECONDS })
+
+    // A stalled call: one occurrence. Its caller gives up and hangs up; the occurrence stays.
+    const silent = await t.silentAgent()
+    const stalled = await t.placeCall()
+    await stalled.call.play(sentence())
+    await eventually(t.occurrences, (n) => n === 1, "the stalled call's occurrence")
+    expect(await stalled.call.hangup()).toMatchObject({ by: "simulator" })
+    expect(await eventually(() => t.session(stalled.callSid), (s) => s.status !== "active", "the stalled call's end")).toMatchObject({
+      status: "completed",
+      endReason: "caller_hangup"
+    })
+    expect(await t.occurrences()).toBe(1)
+    await t.closeAgent(silent)
+
+    // A call whose agent answers: the environment's occurrences are cleared.
+    const answering = await t.answeringAgent(200)
+    const answered = await t.placeCall()
+    const turn = await answered.call.turn(sentence(), { answerTimeoutMs: 5000 })
+    expect(turn.answer.answered).toBe(true)
+    await eventually(t.occurrences, (n) => n === 0, "the occurrences to be cleared")
+    await answered.call.hangup()
+    await t.closeAgent(answering)
+
+    // One more stalled call: one occurrence, below the threshold of 2, so no trip.
+    await t.silentAgent()
+    const next = await t.placeCall()
+    await next.call.play(sentence())
+    await eventually(t.occurrences, (n) => n === 1, "the next stalled call's occurrence")
+    // Its timer re-arms and expires again: a refresh of the same session, never a second count.
+    const recorded = await t.occurrencesRecorded()
+    await eventually(t.occurrencesRecorded, (n) => n > recorded, "the re-armed timer to expire again", 4000)
+    expect(await t.occurrences()).toBe(1)
+    expect(next.call.isOpen).toBe(true)
+    expect(await t.session(next.callSid)).toMatchObject({ status: "active", fallback: null })
+    // No fallback ran for any of the three calls.
+    expect(t.gateway.twilio.requests).toEqual([])
+  }, 40_000)
+
+  describe("what counts as a caller turn", () => {
+    const RESPONSE_LATENCY_MS = 300
+    /** The answering agent's own end of turn: 700 ms (its default) of quiet after the caller's last loud frame. */
+    const AGENT_END_SILENCE_MS = 700
+
+    it("speech-like audio and a recorded caller are turns; the agent's answer is timed within a frame or two", async () => {
+      const t = await setup({ errorFallbackTimeout: 5, errorFallbackOccurrenceThreshold: 1 })
+      await t.answeringAgent(RESPONSE_LATENCY_MS)
+      const { call, callSid } = await t.placeCall()
+
+      const simulated: Array<number> = []
+      for (const audio of [sentence(), readUlawFile("test/fixtures/audio/caller-appointment.ulaw")]) {
+        const turn = await call.turn(audio, { answerTimeoutMs: 5000 })
+        expect(turn.answer.answered).toBe(true)
+        if (turn.answer.answered) simulated.push(turn.answer.latencyMs)
+        expect(turn.agentBytes).toBe(reply.length)
+      }
+
+      const { turns } = await eventually(() => t.session(callSid), (s) => s.turns.length === 2 && s.turns.every((x: any) => x.latencyMs !== null), "two answered turns")
+      expect(turns.map((turn: any) => [turn.index, turn.input, turn.timeoutOccurrences])).toEqual([
+        [1, "speech", 0],
+        [2, "speech", 0]
+      ])
+      for (const [i, turn] of turns.entries()) {
+        // The latency is the span between the two stamps it reports...
+        expect(Math.abs(turn.latencyMs - (Date.parse(turn.agentRespondedAt) - Date.parse(turn.callerEndedAt)))).toBeLessThanOrEqual(1)
+        // ...it is what the caller heard: the simulator times the same agent frame, from its last
+        // frame above -30 dBFS; the gateway's VAD also hears the quiet tail of the last word (up to
+        // two frames more), and the frames' trips through the sockets only shorten its figure...
+        expect(turn.latencyMs - simulated[i]!).toBeGreaterThanOrEqual(-2 * FRAME_MS - 20)
+        expect(turn.latencyMs - simulated[i]!).toBeLessThanOrEqual(FRAME_MS)
+        // ...and it is what the agent did: wait out its own end-of-turn silence, then its response
+        // latency. A late timer on this loaded machine can only add to that.
+        expect(turn.latencyMs).toBeGreaterThanOrEqual(AGENT_END_SILENCE_MS + RESPONSE_LATENCY_MS - 2 * FRAME_MS - 20)
+        expect(turn.latencyMs).toBeLessThanOrEqual(AGENT_END_SILENCE_MS + RESPONSE_LATENCY_MS + 100)
+      }
+      expect(await t.occurrences()).toBe(0)
+      expect(t.gateway.twilio.requests).toEqual([])
+    }, 40_000)
+
+    it("pure silence and line noise are no turn and never record an occurrence, even with timeout 1 s and threshold 1", async () => {
+      const t = await setup({ errorFallbackTimeout: 1, errorFallbackOccurrenceThreshold: 1 })
+      await t.silentAgent()
+      const { call, callSid } = await t.placeCall()
+      await call.play(silence(2000))
+      await call.play(readUlawFile("test/fixtures/audio/line-noise.ulaw"))
+      // More than the timeout after the noise: a turn would have recorded an occurrence by now and tripped.
+      await call.pause(1500)
+      expect(call.isOpen).toBe(true)
+      expect(await t.occurrences()).toBe(0)
+      expect(await t.occurrencesRecorded()).toBe(0)
+      expect(await t.session(callSid)).toMatchObject({ status: "active", turns: [], fallback: null })
+      expect(t.gateway.twilio.requests).toEqual([])
+    }, 30_000)
+  })
+})
