@@ -36,11 +36,18 @@ interface Held {
 const faultError = (fault: LegFault) => new HardError({ kind: fault.kind, message: fault.message })
 
 /**
+ * The one buffer every call decodes its audio into for the turn observer. Decoding and observing
+ * are synchronous and observers copy what they keep (see TurnObserver), so no two calls ever use
+ * it at once; one per process instead of 45 KB per call.
+ */
+const sharedAudio = Buffer.allocUnsafeSlow(MAX_MEDIA_BYTES)
+
+/**
  * The relay of one call: carrier frames to the agent and agent frames to the carrier, unchanged
  * and in order, with the turn observer told about each. Everything here is synchronous and runs
  * per frame: no Effect, no Promise, and per frame no allocation beyond the outgoing string (the
- * base64 payload is pasted into it; the bytes the observer sees are decoded into one reused
- * buffer). The session ends exactly once: `end` keeps the first ending and reports it to the
+ * base64 payload is pasted into it; the bytes the observer sees are decoded into one buffer
+ * shared by every call). The session ends exactly once: `end` keeps the first ending and reports it to the
  * session fiber, which does the slow part (REST calls, store, webhook).
  */
 export class CallSession implements CallerEvents, AgentEvents {
@@ -48,8 +55,7 @@ export class CallSession implements CallerEvents, AgentEvents {
   private agent: AgentLink | undefined
   private held: Array<Held> | undefined = []
   private ending: SessionEnding | undefined
-  private readonly audio = Buffer.allocUnsafe(MAX_MEDIA_BYTES)
-  private view: Uint8Array = new Uint8Array(0)
+  private view: Uint8Array = sharedAudio.subarray(0, 0)
   private readonly startedAtMs = performance.now()
   /** Caller frames dropped because the agent took too long to connect. */
   droppedFrames = 0
@@ -187,10 +193,10 @@ export class CallSession implements CallerEvents, AgentEvents {
 
   // Internals
 
-  /** Base64 to bytes in the reused buffer; the view is re-made only when the frame size changes. */
+  /** Base64 to bytes in the shared buffer; the view is re-made only when the frame size changes. */
   private decode(payload: string): Uint8Array {
-    const length = this.audio.write(payload, 0, "base64")
-    if (length !== this.view.length) this.view = this.audio.subarray(0, length)
+    const length = sharedAudio.write(payload, 0, "base64")
+    if (length !== this.view.length) this.view = sharedAudio.subarray(0, length)
     return this.view
   }
 
