@@ -103,9 +103,12 @@ const serveCall = (call: AgentCall) => {
   })
 }
 
+let lastConnectError: string | undefined
+
 const addPool = (url: string, capacity: number, apiKey?: string) => {
   const pool = new DialInPool({ url, capacity, apiKey, reconnectDelayMs: 100 })
   pool.on("call", serveCall)
+  pool.on("connectError", (message) => (lastConnectError = message))
   pools.push(pool.start())
   return pool
 }
@@ -126,7 +129,9 @@ const grow = async ({ to }: { to: number }) => {
   const have = target.mode === "gateway" ? gatewaySockets : relaySockets
   const deadline = performance.now() + 60_000
   while (idleSockets() < have) {
-    if (performance.now() > deadline) throw new Error(`only ${idleSockets()} of ${have} agent sockets idle after 60 s`)
+    if (performance.now() > deadline) {
+      throw new Error(`only ${idleSockets()} of ${have} agent sockets idle after 60 s; last connect error: ${lastConnectError ?? "none"}`)
+    }
     await sleep(50)
   }
   return { sockets: have }

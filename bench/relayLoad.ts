@@ -14,7 +14,9 @@
  * - each simulator's own CPU and event-loop delay (when they are saturated, the figures say so).
  *
  * A step passes with under 0.1 % of frames lost and p99 delay under 5 ms in both directions and
- * no call failed or cut; the ramp stops once a step clearly fails. A window during which the rest
+ * no call failed or cut; the ramp stops once a step clearly fails (over 2 % lost, p99 over 50 ms,
+ * calls that cannot be placed) or a simulator is at its limit (over 75 % of its core, or timers
+ * over 20 ms late), since it could not generate a larger step faithfully. A window during which the rest
  * of the machine was busy (other processes: a shared machine) is measured again, once.
  */
 import { join } from "node:path"
@@ -36,7 +38,13 @@ const BUSY_MACHINE_PERCENT = 50
 const MAX_REMEASURES = 4
 /** A step this bad ends the ramp: larger steps would only be worse and slow the run down. */
 const FAIL_LOSS_PERCENT = 2
-const FAIL_P99_MS = 100
+const FAIL_P99_MS = 50
+/**
+ * A simulator this busy (percent of its one core) or this late (timer lateness p99, ms) cannot
+ * generate a larger step faithfully: its pacers would fall behind and catch up in bursts.
+ */
+const GENERATOR_MAX_CPU_PERCENT = 75
+const GENERATOR_MAX_LATENESS_MS = 20
 
 export interface RelayLoadOptions {
   /** The systems to measure; with both, their steps interleave (bare relay N, callgate N, ...). */
@@ -139,9 +147,21 @@ const judge = (step: Omit<StepFigures, "pass" | "problems">): ReadonlyArray<stri
   return problems
 }
 
-const clearlyFailed = (step: StepFigures) =>
-  [step.carrierToAgent, step.agentToCarrier].some((d) => !(d.lossPercent < FAIL_LOSS_PERCENT) || !(d.delayMs.p99 < FAIL_P99_MS)) ||
-  step.failedSetups > Math.max(2, step.calls * 0.02)
+/** Why the ramp ends after this step, if it does: the system clearly failed, or the load generator is at its limit. */
+const rampEnd = (step: StepFigures): string | undefined => {
+  if (
+    [step.carrierToAgent, step.agentToCarrier].some((d) => !(d.lossPercent < FAIL_LOSS_PERCENT) || !(d.delayMs.p99 < FAIL_P99_MS)) ||
+    step.failedSetups > Math.max(2, step.calls * 0.02)
+  ) {
+    return `${step.calls} calls clearly failed (${step.problems.join(", ")})`
+  }
+  const busiest = [step.carrierSim, step.agentSim].reduce((a, b) => (a.cpuPercent >= b.cpuPercent ? a : b))
+  const latest = Math.max(step.carrierSim.loopDelayMs.p99, step.agentSim.loopDelayMs.p99)
+  if (busiest.cpuPercent > GENERATOR_MAX_CPU_PERCENT || latest > GENERATOR_MAX_LATENESS_MS) {
+    return `the load generator is at its limit at ${step.calls} calls (a simulator at ${busiest.cpuPercent} % CPU, timers up to ${latest} ms late)`
+  }
+  return undefined
+}
 
 /**
  * One system with its two simulators, kept up for the whole ramp. `measure(calls)` places the
@@ -207,11 +227,13 @@ class RelayRig {
   async measure(calls: number, options: RelayLoadOptions): Promise<StepFigures> {
     const { system, carriers, agents } = this
     // Agents first: callgate hands each call an idle dial-in socket; the relay pairs by key.
-    await agents.request("grow", { to: this.name === "gateway" ? calls + 2 : calls }, 180_000)
+    // Placing the calls takes calls / rampPerSecond seconds; four times that (and a minute) is a generator in trouble.
+    const rampBudgetMs = 60_000 + (4000 * calls) / (options.rampPerSecond ?? 100)
+    await agents.request("grow", { to: this.name === "gateway" ? calls + 2 : calls }, rampBudgetMs + 60_000)
     const grown = await carriers.request<{ open: number; failed: number; errors: Array<string> }>(
       "grow",
       { to: calls, perSecond: options.rampPerSecond ?? 100, concurrency: 16 },
-      300_000
+      rampBudgetMs
     )
     await sleep((options.settleSeconds ?? 3) * 1000)
 
@@ -269,6 +291,14 @@ class RelayRig {
     }
     const problems = judge(measured)
     return { ...measured, pass: problems.length === 0, problems }
+  }
+
+  /** Whether the system process still runs, and what it last wrote (for error reports). */
+  describeSystem(): string {
+    const { child } = this.system
+    const state = child.exitCode !== null || child.signalCode !== null ? `exited (${child.signalCode ?? child.exitCode})` : "running"
+    const out = "stdout" in this.system ? (this.system as { stdout: () => string }).stdout().split("\n").slice(-6).join("\n") : ""
+    return `${this.name} is ${state}; its last output:\n${out}\n${this.system.stderr().slice(-2000)}`
   }
 
   /** Stops the simulators, then the system (callgate writes its CPU profile as it exits). */
@@ -349,10 +379,11 @@ export const runRelayLoad = async (
             log(describeStep(name, step))
           }
           steps.get(name)!.push(step)
-          if (clearlyFailed(step)) stopped.set(name, `${calls} calls clearly failed (${step.problems.join(", ")})`)
+          const end = rampEnd(step)
+          if (end !== undefined) stopped.set(name, end)
         } catch (error) {
           stopped.set(name, `${calls} calls: ${(error as Error).message.split("\n")[0]}`)
-          log(`${name} ${calls} calls: ERROR ${(error as Error).message}`)
+          log(`${name} ${calls} calls: ERROR ${(error as Error).message}\n${rig.describeSystem()}`)
         }
       }
       if ([...rigs.keys()].every((name) => stopped.has(name))) break
