@@ -1,25 +1,11 @@
-import { Duration, Effect, Layer, Option, Schema } from "effect"
+import { Duration, Effect, Either, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { keys } from "../store/keys.js"
 import { RedisConnection, redisCall } from "../store/RedisConnection.js"
-import { MAX_CAS_ATTEMPTS, StoreError } from "../store/StoreError.js"
+import { compareAndSet } from "../store/RedisCompareAndSet.js"
+import { StoreError } from "../store/StoreError.js"
 import { Session } from "./SessionSchema.js"
 import { type SessionCursor, SessionStore } from "./SessionStore.js"
-
-/**
- * Each session is a hash {v: version, doc: JSON} that expires after the retention; the agent's
- * sessions are indexed in two sorted sets scored by createdAt (all sessions, and per environment).
- * All of one agent's session keys carry the hash tag {agentId}: a MULTI writes record and indexes
- * together. Updates go through a compare-and-set script, so a turn appended while the session
- * ends is never lost.
- */
-const CAS_SCRIPT = `
-local current = redis.call('HGET', KEYS[1], 'v')
-if current == false then return -1 end
-if current ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'doc', ARGV[3])
-return 1
-`
 
 /** Index entries read per round trip while listing, and the most read for one page. */
 const SCAN_BATCH = 100
@@ -27,10 +13,13 @@ const SCAN_LIMIT = 2000
 
 const decodeDoc = Schema.decodeUnknown(Schema.parseJson(Session))
 
-class CasConflict {
-  readonly _tag = "CasConflict"
-}
-
+/**
+ * Each session is a hash {v: version, doc: JSON} that expires after the retention; the agent's
+ * sessions are indexed in two sorted sets scored by createdAt (all sessions, and per environment).
+ * All of one agent's session keys carry the hash tag {agentId}: a MULTI writes record and indexes
+ * together. Updates go through compare-and-set (RedisCompareAndSet), so a turn appended while
+ * the session ends is never lost.
+ */
 export const makeRedisSessionStore = (retention: Duration.Duration) =>
   Effect.gen(function* () {
     const { client } = yield* RedisConnection
@@ -48,27 +37,16 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
         )
       )
 
-    const update = (agentId: string, sessionId: string, change: (current: Session) => Session) => {
-      const key = keys.session(agentId, sessionId)
-      const attempt: Effect.Effect<Option.Option<Session>, StoreError | CasConflict> = Effect.gen(function* () {
-        const current = yield* read("session.update", agentId, sessionId)
-        if (Option.isNone(current)) return Option.none()
-        const next = change(current.value.session)
-        const written = yield* redisCall("session.update", () =>
-          client.eval(CAS_SCRIPT, 1, key, current.value.version, String(Number(current.value.version) + 1), JSON.stringify(next))
-        )
-        if (written === -1) return Option.none()
-        if (written !== 1) return yield* Effect.fail(new CasConflict())
-        return Option.some(next)
+    const update = (agentId: string, sessionId: string, change: (current: Session) => Session) =>
+      compareAndSet({
+        client,
+        key: keys.session(agentId, sessionId),
+        operation: "session.update",
+        read: read("session.update", agentId, sessionId).pipe(
+          Effect.map(Option.map((current) => ({ version: Number(current.version), value: current.session })))
+        ),
+        change: (current: Session) => Either.right(change(current))
       })
-      return attempt.pipe(
-        Effect.retry({ while: (error) => error instanceof CasConflict, times: MAX_CAS_ATTEMPTS }),
-        Effect.catchIf(
-          (error): error is CasConflict => error instanceof CasConflict,
-          () => Effect.fail(new StoreError({ operation: "session.update (too many concurrent writers)" }))
-        )
-      )
-    }
 
     /** Reads index entries newest first from `after` (exclusive), skipping the ties already seen. */
     const scan = (index: string, after: SessionCursor | undefined, offset: number) =>

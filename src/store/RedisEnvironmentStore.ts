@@ -3,27 +3,16 @@ import { StoredEnvironment } from "../environments/EnvironmentSchema.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
 import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
-import { MAX_CAS_ATTEMPTS, StoreError } from "./StoreError.js"
+import { compareAndSet } from "./RedisCompareAndSet.js"
+import { StoreError } from "./StoreError.js"
 
 /**
- * Each environment is a hash {v: version, doc: JSON}. Writes go through a compare-and-set script
- * that only writes when `v` is still the version the writer read, so concurrent PATCHes of one
- * environment re-read and re-apply instead of overwriting each other.
+ * Each environment is a hash {v: version, doc: JSON}, changed through compare-and-set
+ * (RedisCompareAndSet), so concurrent PATCHes of one environment re-read and re-apply instead of
+ * overwriting each other.
  */
-const CAS_SCRIPT = `
-local current = redis.call('HGET', KEYS[1], 'v')
-if current == false then return -1 end
-if current ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'doc', ARGV[3])
-return 1
-`
-
 const decodeDoc = Schema.decodeUnknown(Schema.parseJson(StoredEnvironment))
 const encodeDoc = (env: StoredEnvironment) => JSON.stringify(env)
-
-class CasConflict {
-  readonly _tag = "CasConflict"
-}
 
 export const makeRedisEnvironmentStore = Effect.gen(function* () {
   const { client } = yield* RedisConnection
@@ -45,28 +34,15 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
     agentId: string,
     environmentId: string,
     change: (current: StoredEnvironment) => Either.Either<StoredEnvironment, E>
-  ): Effect.Effect<Option.Option<StoredEnvironment>, StoreError | E> => {
-    const key = keys.environment(agentId, environmentId)
-    const attempt: Effect.Effect<Option.Option<StoredEnvironment>, StoreError | E | CasConflict> = Effect.gen(function* () {
-      const current = yield* get(agentId, environmentId)
-      if (Option.isNone(current)) return Option.none()
-      const next = yield* Either.match(change(current.value), { onLeft: Effect.fail, onRight: Effect.succeed })
-      const stored = { ...next, version: current.value.version + 1 }
-      const written = yield* redisCall("environment.update", () =>
-        client.eval(CAS_SCRIPT, 1, key, String(current.value.version), String(stored.version), encodeDoc(stored))
-      )
-      if (written === -1) return Option.none()
-      if (written !== 1) return yield* Effect.fail(new CasConflict())
-      return Option.some(stored)
+  ): Effect.Effect<Option.Option<StoredEnvironment>, StoreError | E> =>
+    compareAndSet({
+      client,
+      key: keys.environment(agentId, environmentId),
+      operation: "environment.update",
+      read: get(agentId, environmentId).pipe(Effect.map(Option.map((value) => ({ version: value.version, value })))),
+      change,
+      stamp: (next, version) => ({ ...next, version })
     })
-    return attempt.pipe(
-      Effect.retry({ while: (error) => error instanceof CasConflict, times: MAX_CAS_ATTEMPTS }),
-      Effect.catchIf(
-        (error): error is CasConflict => error instanceof CasConflict,
-        () => Effect.fail(new StoreError({ operation: "environment.update (too many concurrent writers)" }))
-      )
-    )
-  }
 
   return EnvironmentStore.of({
     insert: (env) =>
