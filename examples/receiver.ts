@@ -30,10 +30,10 @@ export interface ReceiverOptions {
 }
 
 /** Largest body accepted; a session.ended payload is well under 2 KiB. */
-const MAX_BODY_BYTES = 64 * 1024
+export const MAX_BODY_BYTES = 64 * 1024
 
 /** The body, or undefined when it is larger than MAX_BODY_BYTES (read to the end and dropped). */
-const readBody = (request: IncomingMessage) =>
+export const readBody = (request: IncomingMessage) =>
   new Promise<Buffer | undefined>((resolve, reject) => {
     const chunks: Array<Buffer> = []
     let size = 0

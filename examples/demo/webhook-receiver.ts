@@ -11,9 +11,10 @@
  * so they are handed over afterwards with `useSecrets`.
  */
 import { createServer, type Server } from "node:https"
-import type { IncomingMessage, ServerResponse } from "node:http"
+import type { ServerResponse } from "node:http"
 import type { AddressInfo, Socket } from "node:net"
 import { verifySignature } from "../../src/webhooks/Signing.js"
+import { readBody } from "../receiver.js"
 import { Inbox } from "./steps.js"
 
 export interface ReceivedWebhook {
@@ -34,19 +35,6 @@ export interface DemoReceiver {
   readonly close: () => Promise<void>
 }
 
-const MAX_BODY_BYTES = 64 * 1024
-
-const readBody = (request: IncomingMessage) =>
-  new Promise<Buffer | undefined>((resolve, reject) => {
-    const chunks: Array<Buffer> = []
-    let size = 0
-    request.on("data", (chunk: Buffer) => {
-      size += chunk.length
-      if (size <= MAX_BODY_BYTES) chunks.push(chunk)
-    })
-    request.on("end", () => resolve(size <= MAX_BODY_BYTES ? Buffer.concat(chunks) : undefined))
-    request.on("error", reject)
-  })
 
 export const startDemoReceiver = async (options: {
   readonly key: Buffer
