@@ -3,7 +3,9 @@
 FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
+# npm install installs the locked versions; see README (npm ci needs every platform's optional
+# packages in the lock, which a single-platform registry mirror cannot provide).
+RUN npm install --no-audit --no-fund
 COPY tsconfig.json ./
 COPY config ./config
 COPY src ./src
