@@ -41,10 +41,6 @@ export interface ResolvedEnvironment {
   readonly errorFallbackWebhookSecret: Option.Option<string>
 }
 
-export interface Saved {
-  readonly view: EnvironmentView
-}
-
 const newEnvironmentId = () => `env_${randomBytes(12).toString("base64url").replace(/[^A-Za-z0-9]/g, "x")}`
 
 export const last4 = (secret: string) => secret.slice(-4)

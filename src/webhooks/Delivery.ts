@@ -51,8 +51,6 @@ export type StoredDelivery = typeof StoredDelivery.Type
 /** Kept per delivery; older attempts are dropped (manual retries could grow it without bound). */
 export const MAX_RECORDED_ATTEMPTS = 50
 
-export const isPending = (delivery: StoredDelivery) => delivery.state === "pending"
-
 export const hostOf = (url: string): string => {
   try {
     return new URL(url).host

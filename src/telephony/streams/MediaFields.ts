@@ -36,5 +36,9 @@ export const isBase64Payload = (value: unknown): value is string =>
 
 export const isNumberLike = (value: unknown): boolean => (typeof value === "string" && value.length <= 20) || typeof value === "number"
 
+/** Media of the caller's own track: carriers name it "inbound" or "inbound_track", or leave it out. */
+export const isCallerTrack = (track: string | undefined): boolean =>
+  track === undefined || track === "inbound" || track === "inbound_track"
+
 export const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)

@@ -2,6 +2,7 @@ import { Either } from "effect"
 import { makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
 import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
 import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
+import { isCallerTrack } from "./MediaFields.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
@@ -40,8 +41,7 @@ export class TelnyxStream extends CarrierStreamLeg {
       if (raw.stream_id !== this.streamId) {
         return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media frame for another stream_id" })
       }
-      const track = raw.media.track
-      if (track !== undefined && track !== "inbound" && track !== "inbound_track") return
+      if (!isCallerTrack(raw.media.track)) return
       const chunk = raw.media.chunk
       if (!this.reorder.push(typeof chunk === "number" ? chunk : +chunk, raw.media.payload)) {
         return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media chunks out of order beyond repair" })

@@ -2,6 +2,7 @@ import { Either, Option } from "effect"
 import { makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
 import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
 import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
+import { isCallerTrack } from "./MediaFields.js"
 import type { StreamHost } from "./StreamHost.js"
 import { isTwilioMediaFrame as isMedia, TWILIO_INBOUND_EVENTS, TwilioInbound, twilioOutboundEncoder } from "./TwilioFrames.js"
 
@@ -30,8 +31,7 @@ export class TwilioStream extends CarrierStreamLeg {
       if (raw.streamSid !== undefined && raw.streamSid !== this.streamSid) {
         return this.fail({ code: CloseCode.protocolError, reason: "twilio: media frame for another streamSid" })
       }
-      const track = raw.media.track
-      if (track === undefined || track === "inbound" || track === "inbound_track") this.events.callerMedia(raw.media.payload)
+      if (isCallerTrack(raw.media.track)) this.events.callerMedia(raw.media.payload)
       return
     }
     const decoded = decodeFrame(raw)
