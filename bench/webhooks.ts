@@ -33,7 +33,7 @@ import { Deliveries, OutboxLive } from "../src/webhooks/Deliveries.js"
 import { DeliveryMetrics } from "../src/webhooks/DeliveryMetrics.js"
 import { deliveryWorkerLayer } from "../src/webhooks/DeliveryWorker.js"
 import { Outbox } from "../src/webhooks/Outbox.js"
-import { redisOutboxStoreLayer } from "../src/webhooks/RedisOutboxStore.js"
+import { redisOutboxStoreLayer } from "../src/store/RedisOutboxStore.js"
 import { SafeHttpClient } from "../src/webhooks/SafeHttpClient.js"
 import type { SessionEndedEvent } from "../src/webhooks/SessionEndedEvent.js"
 

@@ -1,8 +1,8 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../session/CallLegs.js"
-import { makeFrameDecoder, parseJson } from "../session/FrameDecoding.js"
-import type { WireListener, WireSocket } from "../session/WireSocket.js"
-import { twilioInboundEncoder } from "../telephony/streams/TwilioFrames.js"
+import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
+import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
+import type { WireListener, WireSocket } from "../core/WireSocket.js"
+import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
 import { AGENT_MESSAGE_EVENTS, AgentMessage, isAgentMediaFrame } from "./AgentDialect.js"
 
 const isMedia = isAgentMediaFrame

@@ -1,8 +1,8 @@
 import { Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import { HardError } from "../session/HardError.js"
+import { HardError } from "../core/HardError.js"
 import type { AgentConnection } from "./AgentConnection.js"
-import { dialAgent } from "./AgentDialer.js"
+import { dialAgent } from "../ws/WsAgentDialer.js"
 import { AgentPool } from "./AgentPool.js"
 
 export interface AgentTarget {

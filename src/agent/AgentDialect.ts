@@ -11,7 +11,7 @@ import {
   TwilioOutboundMedia,
   TwilioStart,
   TwilioStop
-} from "../telephony/streams/TwilioFrames.js"
+} from "../wire/TwilioFrames.js"
 
 /**
  * The agent dialect, in one place: Twilio Media Streams, so a Twilio-stream bot works unchanged,

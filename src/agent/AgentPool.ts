@@ -2,7 +2,7 @@ import { Duration, Effect, Option, Schedule } from "effect"
 import { Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { Metrics } from "../observability/Metrics.js"
-import { CloseCode } from "../session/WireSocket.js"
+import { CloseCode } from "../core/WireSocket.js"
 import type { AgentConnection } from "./AgentConnection.js"
 
 const poolKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`

@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { Effect, Option, Redacted, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
-import { ApiKeyStore } from "../store/ApiKeyStore.js"
+import { ApiKeyStore } from "./ApiKeyStore.js"
 
 /** Who is calling: the operator's admin key, or a key limited to some agents. */
 export type Principal =

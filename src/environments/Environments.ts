@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto"
 import { Data, Effect, Either, Option, PubSub } from "effect"
 import { SecretBox } from "../secrets/SecretBox.js"
-import { EnvironmentStore } from "../store/EnvironmentStore.js"
+import { EnvironmentStore } from "./EnvironmentStore.js"
 import {
   type CreateEnvironmentBody,
   type EnvironmentView,

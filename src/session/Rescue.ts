@@ -1,8 +1,8 @@
 import { Context, Effect, Layer } from "effect"
-import { Carriers } from "../telephony/Carrier.js"
+import { Carriers } from "../core/Carrier.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
-import type { HardError } from "./HardError.js"
-import type { SessionInfo } from "./SessionInfo.js"
+import type { HardError } from "../core/HardError.js"
+import type { SessionInfo } from "../core/SessionInfo.js"
 
 /** What the rescue did, recorded on the session (status is always `failed`). */
 export interface RescueOutcome {

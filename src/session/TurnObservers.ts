@@ -1,8 +1,8 @@
 import { Context, Effect } from "effect"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
-import type { HardError } from "./HardError.js"
-import type { SessionInfo } from "./SessionInfo.js"
+import type { HardError } from "../core/HardError.js"
+import type { SessionInfo } from "../core/SessionInfo.js"
 
 /** What an observer may do to its session: fail it (returns true when this decided the ending). */
 export interface SessionControl {

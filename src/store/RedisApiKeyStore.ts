@@ -1,8 +1,8 @@
 import { Effect, Layer, Option, Schema } from "effect"
-import { ApiKeyStore, StoredApiKey } from "./ApiKeyStore.js"
+import { ApiKeyStore, StoredApiKey } from "../apikeys/ApiKeyStore.js"
 import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
-import { StoreError } from "./StoreError.js"
+import { StoreError } from "../core/StoreError.js"
 
 const decodeKey = Schema.decodeUnknown(Schema.parseJson(StoredApiKey))
 

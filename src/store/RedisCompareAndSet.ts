@@ -1,7 +1,7 @@
 import { Effect, Either, Option } from "effect"
 import type { Redis } from "ioredis"
 import { redisCall } from "./RedisConnection.js"
-import { MAX_CAS_ATTEMPTS, StoreError } from "./StoreError.js"
+import { MAX_CAS_ATTEMPTS, StoreError } from "../core/StoreError.js"
 
 /**
  * Records kept as a hash {v: version, doc: JSON} are changed through this script: it writes only

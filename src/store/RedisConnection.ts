@@ -1,7 +1,7 @@
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
-import { StoreError } from "./StoreError.js"
+import { StoreError } from "../core/StoreError.js"
 
 /**
  * The shared ioredis connection, opened for the lifetime of the layer and closed on shutdown.

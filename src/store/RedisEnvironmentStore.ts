@@ -1,10 +1,10 @@
 import { Effect, Either, Layer, Option, Schema } from "effect"
 import { StoredEnvironment } from "../environments/EnvironmentSchema.js"
-import { EnvironmentStore } from "./EnvironmentStore.js"
+import { EnvironmentStore } from "../environments/EnvironmentStore.js"
 import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
-import { StoreError } from "./StoreError.js"
+import { StoreError } from "../core/StoreError.js"
 
 /**
  * Each environment is a hash {v: version, doc: JSON}, changed through compare-and-set

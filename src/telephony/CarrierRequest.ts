@@ -1,6 +1,6 @@
 import { Duration, Effect, Schedule } from "effect"
 import { Counter, Histogram, type Registry } from "prom-client"
-import { CarrierError, type Provider } from "./Carrier.js"
+import { CarrierError, type Provider } from "../core/Carrier.js"
 
 /**
  * How one failed carrier REST request is read. Shared by the Twilio and Telnyx adapters so both

@@ -1,5 +1,5 @@
 import { Effect, Layer } from "effect"
-import { type CallRef, Carriers } from "./Carrier.js"
+import { type CallRef, Carriers } from "../core/Carrier.js"
 import { TelnyxCarrier } from "./TelnyxCarrier.js"
 import { TwilioCarrier } from "./TwilioCarrier.js"
 

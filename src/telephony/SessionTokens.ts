@@ -1,6 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
 import { Effect, Option, Schema } from "effect"
-import type { CallKind } from "./Carrier.js"
+import type { CallKind } from "../core/Carrier.js"
 
 /**
  * Short-lived tokens that callgate's call entry endpoints hand to the carrier (as a stream

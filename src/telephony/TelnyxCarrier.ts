@@ -4,7 +4,7 @@ import Telnyx, { APIConnectionTimeoutError, APIError } from "telnyx"
 import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import { Metrics } from "../observability/Metrics.js"
-import { type CallRef, CarrierError, type CarrierShape } from "./Carrier.js"
+import { type CallRef, CarrierError, type CarrierShape } from "../core/Carrier.js"
 import {
   carrierInstruments,
   type ClassifiedFailure,

@@ -3,7 +3,7 @@ import twilio from "twilio"
 import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import { Metrics } from "../observability/Metrics.js"
-import { type CallRef, CarrierError, type CarrierShape } from "./Carrier.js"
+import { type CallRef, CarrierError, type CarrierShape } from "../core/Carrier.js"
 import {
   carrierInstruments,
   type ClassifiedFailure,

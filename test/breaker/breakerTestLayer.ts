@@ -8,7 +8,7 @@ import { AppConfig } from "../../src/config/AppConfig.js"
 import { Environments } from "../../src/environments/Environments.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { SecretBox } from "../../src/secrets/SecretBox.js"
-import { MemoryEnvironmentStoreLive } from "../../src/store/MemoryEnvironmentStore.js"
+import { MemoryEnvironmentStoreLive } from "../../src/environments/MemoryEnvironmentStore.js"
 import { testConfigLayer, uniqueId } from "../support/testApp.js"
 
 /** Collects log lines (level and message) instead of printing them. */

@@ -1,6 +1,6 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { CallKind } from "../../src/telephony/Carrier.js"
+import type { CallKind } from "../../src/core/Carrier.js"
 import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"
 import { type Gateway, startGateway, until } from "../session/callHarness.js"

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
 import { inject } from "vitest"
-import { makeRedisSessionStore } from "../../src/session/RedisSessionStore.js"
+import { makeRedisSessionStore } from "../../src/store/RedisSessionStore.js"
 import { SessionStore } from "../../src/session/SessionStore.js"
 import { keys } from "../../src/store/keys.js"
 import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { createHash } from "node:crypto"
 import { Effect, type Layer, Option } from "effect"
-import { ApiKeyStore, type StoredApiKey } from "../../src/store/ApiKeyStore.js"
+import { ApiKeyStore, type StoredApiKey } from "../../src/apikeys/ApiKeyStore.js"
 import { uniqueId } from "../support/testApp.js"
 
 export const sampleApiKey = (overrides: Partial<StoredApiKey> = {}): StoredApiKey => ({

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either, Exit, Layer, Option } from "effect"
 import { FALLBACK_DEFAULTS, type StoredEnvironment } from "../../src/environments/EnvironmentSchema.js"
-import { EnvironmentStore } from "../../src/store/EnvironmentStore.js"
+import { EnvironmentStore } from "../../src/environments/EnvironmentStore.js"
 import { uniqueId } from "../support/testApp.js"
 
 /** A stored environment with no secrets, created at `createdAt`; tests override what they need. */

@@ -1,4 +1,4 @@
-import { MemoryApiKeyStoreLive } from "../../src/store/MemoryApiKeyStore.js"
+import { MemoryApiKeyStoreLive } from "../../src/apikeys/MemoryApiKeyStore.js"
 import { apiKeyStoreContract } from "./ApiKeyStore.contract.js"
 
 apiKeyStoreContract("memory", MemoryApiKeyStoreLive)

@@ -1,4 +1,4 @@
-import { MemoryEnvironmentStoreLive } from "../../src/store/MemoryEnvironmentStore.js"
+import { MemoryEnvironmentStoreLive } from "../../src/environments/MemoryEnvironmentStore.js"
 import { environmentStoreContract } from "./EnvironmentStore.contract.js"
 
 environmentStoreContract("memory", MemoryEnvironmentStoreLive)

@@ -3,7 +3,7 @@ import { Effect, Layer } from "effect"
 import { inject } from "vitest"
 import { RedisApiKeyStoreLive } from "../../src/store/RedisApiKeyStore.js"
 import { RedisConnection, makeRedisConnection } from "../../src/store/RedisConnection.js"
-import { ApiKeyStore } from "../../src/store/ApiKeyStore.js"
+import { ApiKeyStore } from "../../src/apikeys/ApiKeyStore.js"
 import { keys } from "../../src/store/keys.js"
 import { apiKeyStoreContract, sampleApiKey } from "./ApiKeyStore.contract.js"
 

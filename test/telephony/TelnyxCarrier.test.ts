@@ -1,6 +1,6 @@
 import { Effect, Either } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
-import type { CallRef } from "../../src/telephony/Carrier.js"
+import type { CallRef } from "../../src/core/Carrier.js"
 import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { carrierOp, type CarrierRuntime, makeCarrierRuntime, metricsText } from "./carrierRuntime.js"

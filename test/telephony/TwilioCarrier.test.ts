@@ -1,6 +1,6 @@
 import { Either } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
-import type { CallRef } from "../../src/telephony/Carrier.js"
+import type { CallRef } from "../../src/core/Carrier.js"
 import { startFakeTwilio, type FakeTwilio } from "../support/fakeTwilio.js"
 import { freePort } from "../support/redisServer.js"
 import { carrierOp, type CarrierRuntime, makeCarrierRuntime, metricsText } from "./carrierRuntime.js"

@@ -1,7 +1,7 @@
 import { Effect, Layer, Logger, ManagedRuntime } from "effect"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/telephony/Carrier.js"
+import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/core/Carrier.js"
 import { CarriersLive } from "../../src/telephony/CarriersLive.js"
 import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
 import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"

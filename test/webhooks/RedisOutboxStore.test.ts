@@ -3,7 +3,7 @@ import { Effect, Layer } from "effect"
 import { inject } from "vitest"
 import { keys } from "../../src/store/keys.js"
 import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
-import { makeRedisOutboxStore } from "../../src/webhooks/RedisOutboxStore.js"
+import { makeRedisOutboxStore } from "../../src/store/RedisOutboxStore.js"
 import { uniqueId } from "../support/testApp.js"
 import { outboxStoreContract, sampleDelivery } from "./OutboxStore.contract.js"
 

@@ -1,6 +1,6 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
-import { CarrierCallEvent, CarrierCallEvents } from "../CarrierCallEvents.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { TelnyxCarrier } from "../TelnyxCarrier.js"
 import { admitCall, decodeEntry } from "./CallAdmission.js"

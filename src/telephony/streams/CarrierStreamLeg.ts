@@ -1,7 +1,7 @@
 import { Either } from "effect"
-import type { CallerEvents, CarrierLeg, StreamOpening } from "../../session/CallLegs.js"
-import type { FrameProblem } from "../../session/FrameDecoding.js"
-import { CloseCode, type WireListener, type WireSocket } from "../../session/WireSocket.js"
+import type { CallerEvents, CarrierLeg, StreamOpening } from "../../core/CallLegs.js"
+import type { FrameProblem } from "../../wire/FrameDecoding.js"
+import { CloseCode, type WireListener, type WireSocket } from "../../core/WireSocket.js"
 import type { StreamHost } from "./StreamHost.js"
 
 /**

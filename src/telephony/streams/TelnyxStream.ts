@@ -1,12 +1,12 @@
 import { Either } from "effect"
-import { makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
-import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
+import { makeFrameDecoder, parseJson } from "../../wire/FrameDecoding.js"
+import { CloseCode, type WireSocket } from "../../core/WireSocket.js"
 import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
-import { isCallerTrack } from "./MediaFields.js"
+import { isCallerTrack } from "../../wire/MediaFields.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
-import { isTelnyxMediaFrame as isMedia, TELNYX_INBOUND_EVENTS, TelnyxInbound, telnyxOutboundEncoder } from "./TelnyxFrames.js"
+import { isTelnyxMediaFrame as isMedia, TELNYX_INBOUND_EVENTS, TelnyxInbound, telnyxOutboundEncoder } from "../../wire/TelnyxFrames.js"
 
 const decodeFrame = makeFrameDecoder("telnyx", TelnyxInbound, TELNYX_INBOUND_EVENTS)
 

@@ -1,10 +1,10 @@
 import { Either, Option } from "effect"
-import { makeFrameDecoder, parseJson } from "../../session/FrameDecoding.js"
-import { CloseCode, type WireSocket } from "../../session/WireSocket.js"
+import { makeFrameDecoder, parseJson } from "../../wire/FrameDecoding.js"
+import { CloseCode, type WireSocket } from "../../core/WireSocket.js"
 import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
-import { isCallerTrack } from "./MediaFields.js"
+import { isCallerTrack } from "../../wire/MediaFields.js"
 import type { StreamHost } from "./StreamHost.js"
-import { isTwilioMediaFrame as isMedia, TWILIO_INBOUND_EVENTS, TwilioInbound, twilioOutboundEncoder } from "./TwilioFrames.js"
+import { isTwilioMediaFrame as isMedia, TWILIO_INBOUND_EVENTS, TwilioInbound, twilioOutboundEncoder } from "../../wire/TwilioFrames.js"
 
 const decodeFrame = makeFrameDecoder("twilio", TwilioInbound, TWILIO_INBOUND_EVENTS)
 

@@ -1,15 +1,15 @@
 import { Either, Schema } from "effect"
 import { describe, expect, it } from "vitest"
 import { AgentMessage, CallgateMessage } from "../../../src/agent/AgentDialect.js"
-import { makeFrameDecoder } from "../../../src/session/FrameDecoding.js"
-import { TelnyxInbound, TelnyxOutbound, telnyxOutboundEncoder, TELNYX_INBOUND_EVENTS } from "../../../src/telephony/streams/TelnyxFrames.js"
+import { makeFrameDecoder } from "../../../src/wire/FrameDecoding.js"
+import { TelnyxInbound, TelnyxOutbound, telnyxOutboundEncoder, TELNYX_INBOUND_EVENTS } from "../../../src/wire/TelnyxFrames.js"
 import {
   TWILIO_INBOUND_EVENTS,
   TwilioInbound,
   twilioInboundEncoder,
   TwilioOutbound,
   twilioOutboundEncoder
-} from "../../../src/telephony/streams/TwilioFrames.js"
+} from "../../../src/wire/TwilioFrames.js"
 
 const payload = Buffer.alloc(160, 0x7f).toString("base64")
 const decodes = (schema: Schema.Schema<any, any>, text: string) => Either.isRight(Schema.decodeUnknownEither(schema)(JSON.parse(text)))
@@ -110,7 +110,7 @@ describe("hot-path media guards agree with the schemas", () => {
   }
 
   it("Twilio inbound media", async () => {
-    const { TwilioMedia, isTwilioMediaFrame } = await import("../../../src/telephony/streams/TwilioFrames.js")
+    const { TwilioMedia, isTwilioMediaFrame } = await import("../../../src/wire/TwilioFrames.js")
     const base = { event: "media", sequenceNumber: "3", streamSid: "MZ1", media: { track: "inbound", chunk: "1", timestamp: "20", payload } }
     agree(
       "twilio",
@@ -121,7 +121,7 @@ describe("hot-path media guards agree with the schemas", () => {
   })
 
   it("Telnyx inbound media", async () => {
-    const { TelnyxMedia, isTelnyxMediaFrame } = await import("../../../src/telephony/streams/TelnyxFrames.js")
+    const { TelnyxMedia, isTelnyxMediaFrame } = await import("../../../src/wire/TelnyxFrames.js")
     const base = { event: "media", sequence_number: "4", stream_id: "s-1", media: { track: "inbound", chunk: "2", timestamp: "40", payload } }
     agree(
       "telnyx",

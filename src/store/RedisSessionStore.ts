@@ -1,11 +1,11 @@
 import { Duration, Effect, Either, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import { keys } from "../store/keys.js"
-import { RedisConnection, redisCall } from "../store/RedisConnection.js"
-import { compareAndSet } from "../store/RedisCompareAndSet.js"
-import { StoreError } from "../store/StoreError.js"
-import { Session } from "./SessionSchema.js"
-import { type SessionCursor, SessionStore } from "./SessionStore.js"
+import { keys } from "./keys.js"
+import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { compareAndSet } from "./RedisCompareAndSet.js"
+import { StoreError } from "../core/StoreError.js"
+import { Session } from "../session/SessionSchema.js"
+import { type SessionCursor, SessionStore } from "../session/SessionStore.js"
 
 /** Index entries read per round trip while listing, and the most read for one page. */
 const SCAN_BATCH = 100

@@ -1,8 +1,8 @@
 import { Runtime } from "effect"
 import type { FastifyInstance } from "fastify"
-import { wsWireSocket } from "../../session/WsWireSocket.js"
-import { EntryPaths } from "../entry/EntryWire.js"
-import { CarrierStreams } from "./CarrierStreams.js"
+import { wsWireSocket } from "../../ws/WsWireSocket.js"
+import { EntryPaths } from "../../telephony/entry/EntryWire.js"
+import { CarrierStreams } from "../../telephony/streams/CarrierStreams.js"
 
 /**
  * The carriers' media stream WebSockets. The handler adapts the socket and hands it to its

@@ -1,4 +1,4 @@
-import type { CallKind, Provider } from "../telephony/Carrier.js"
+import type { CallKind, Provider } from "./Carrier.js"
 import type { HardErrorKind } from "./HardError.js"
 
 /**

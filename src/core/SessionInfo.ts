@@ -1,4 +1,4 @@
-import type { CallRef, Provider } from "../telephony/Carrier.js"
+import type { CallRef, Provider } from "./Carrier.js"
 
 /** Who and what a live session is: fixed when its stream starts. */
 export interface SessionInfo {

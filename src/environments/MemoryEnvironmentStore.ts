@@ -1,5 +1,5 @@
 import { Effect, Either, Layer, Option } from "effect"
-import type { StoredEnvironment } from "../environments/EnvironmentSchema.js"
+import type { StoredEnvironment } from "./EnvironmentSchema.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
 
 const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`

@@ -1,5 +1,5 @@
 import type { RawData, WebSocket } from "ws"
-import { CloseCode, closeReason, type WireListener, type WireSocket } from "./WireSocket.js"
+import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
 
 const OPEN = 1
 

@@ -1,8 +1,8 @@
 import { Duration, Effect } from "effect"
 import { WebSocket } from "ws"
-import { HardError } from "../session/HardError.js"
-import { wsWireSocket } from "../session/WsWireSocket.js"
-import { AgentConnection } from "./AgentConnection.js"
+import { HardError } from "../core/HardError.js"
+import { wsWireSocket } from "./WsWireSocket.js"
+import { AgentConnection } from "../agent/AgentConnection.js"
 
 /** Same limit as the server side (HttpApp MAX_WS_MESSAGE_BYTES); kept here so agent/ needs no http/. */
 export const AGENT_MAX_MESSAGE_BYTES = 64 * 1024

@@ -1,10 +1,10 @@
 import { Effect, Layer, Runtime } from "effect"
 import { describeRescue } from "../breaker/ResponseWatchdog.js"
-import { HardError } from "../session/HardError.js"
-import { Sessions } from "../session/Sessions.js"
-import { TurnObservers } from "../session/TurnObservers.js"
-import type { TurnRecord } from "./TurnRecord.js"
-import { TurnTiming } from "./TurnTiming.js"
+import { HardError } from "../core/HardError.js"
+import { Sessions } from "./Sessions.js"
+import { TurnObservers } from "./TurnObservers.js"
+import type { TurnRecord } from "../turns/TurnRecord.js"
+import { TurnTiming } from "../turns/TurnTiming.js"
 
 /**
  * Puts turn timing on every call: each session gets a TurnTiming watch (voice activity, turn

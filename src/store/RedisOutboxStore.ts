@@ -1,10 +1,10 @@
 import { Effect, Layer, Option, Schema } from "effect"
 import type { Redis } from "ioredis"
-import { keys } from "../store/keys.js"
-import { RedisConnection, redisCall } from "../store/RedisConnection.js"
-import { StoreError } from "../store/StoreError.js"
-import { hostOf, type StoredDelivery, StoredDelivery as StoredDeliverySchema } from "./Delivery.js"
-import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "./OutboxStore.js"
+import { keys } from "./keys.js"
+import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { StoreError } from "../core/StoreError.js"
+import { hostOf, type StoredDelivery, StoredDelivery as StoredDeliverySchema } from "../webhooks/Delivery.js"
+import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "../webhooks/OutboxStore.js"
 
 /**
  * The outbox in Redis. A delivery is a hash (`meta` JSON for what never changes, one field per

@@ -1,9 +1,9 @@
 import { createHash } from "node:crypto"
 import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
 import type { Redis } from "ioredis"
-import { keys } from "../store/keys.js"
-import { RedisConnection, redisCall } from "../store/RedisConnection.js"
-import { BreakerStore, BreakerTrip } from "./BreakerStore.js"
+import { keys } from "./keys.js"
+import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { BreakerStore, BreakerTrip } from "../breaker/BreakerStore.js"
 
 /**
  * Record, trim, count and expire in one step, on Redis's clock (`TIME`), so instances with skewed

@@ -1,5 +1,5 @@
 import { Either, ParseResult, Schema } from "effect"
-import { CloseCode, closeReason } from "./WireSocket.js"
+import { CloseCode, closeReason } from "../core/WireSocket.js"
 
 /** Why a frame was refused: the close code and a reason the peer can act on. */
 export interface FrameProblem {
