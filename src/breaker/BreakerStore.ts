@@ -16,6 +16,24 @@ export const BreakerTrip = Schema.Struct({
 }).annotations({ identifier: "BreakerTrip" })
 export type BreakerTrip = typeof BreakerTrip.Type
 
+/** The most recent trip of an environment, as the store remembers it, stamped with the store's clock. */
+export interface LastTrip {
+  /** Epoch milliseconds (the store's clock) when the trip was published. */
+  readonly at: number
+  readonly sessionId: string
+  readonly count: number
+  readonly threshold: number
+}
+
+/** What the store knows of one environment's window right now (for reading, never for deciding). */
+export interface BreakerWindowState {
+  /** Occurrences within the window. */
+  readonly occurrences: number
+  /** When the newest counted occurrence was recorded (epoch ms), if any is counted. */
+  readonly newestAt: number | null
+  readonly lastTrip: LastTrip | null
+}
+
 /**
  * The no-response occurrence window of each (agent, environment), shared by every session and
  * every instance, and the channel trips are broadcast on. Two adapters (in-memory, Redis) pass one
@@ -35,9 +53,15 @@ export interface BreakerStoreShape {
   ) => Effect.Effect<number, StoreError>
   /** Occurrences within the window, without recording one. */
   readonly count: (agentId: string, environmentId: string, windowSeconds: number) => Effect.Effect<number, StoreError>
+  /**
+   * Occurrences within the window (expired ones dropped, as `count` does), the newest one's time,
+   * and the environment's last trip (kept for `LAST_TRIP_RETENTION_SECONDS`). For dashboards and
+   * /v1; the breaker decides on `recordOccurrence`'s count.
+   */
+  readonly state: (agentId: string, environmentId: string, windowSeconds: number) => Effect.Effect<BreakerWindowState, StoreError>
   /** Forgets every occurrence of the environment (a successful agent response). */
   readonly clear: (agentId: string, environmentId: string) => Effect.Effect<void, StoreError>
-  /** Tells every subscribed instance, this one included, about a trip. */
+  /** Remembers the trip as the environment's last one, and tells every subscribed instance, this one included. */
   readonly publishTrip: (trip: BreakerTrip) => Effect.Effect<void, StoreError>
   /**
    * Calls `handler` with every trip published from now until the scope closes; succeeds once the
@@ -47,5 +71,8 @@ export interface BreakerStoreShape {
   /** Fails when the store cannot be reached. */
   readonly ping: Effect.Effect<void, StoreError>
 }
+
+/** How long an environment's last trip stays readable after it happened. */
+export const LAST_TRIP_RETENTION_SECONDS = 30 * 24 * 3600
 
 export class BreakerStore extends Context.Tag("callgate/BreakerStore")<BreakerStore, BreakerStoreShape>() {}

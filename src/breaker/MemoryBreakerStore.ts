@@ -1,5 +1,5 @@
 import { Clock, Effect, Layer } from "effect"
-import { type BreakerTrip, BreakerStore } from "./BreakerStore.js"
+import { type BreakerTrip, BreakerStore, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "./BreakerStore.js"
 
 const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
@@ -12,6 +12,8 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
   /** Per environment: session id -> when its occurrence was (last) recorded, ms. */
   const windows = new Map<string, Map<string, number>>()
   const subscribers = new Set<(trip: BreakerTrip) => void>()
+  /** Per environment: its last trip. */
+  const lastTrips = new Map<string, LastTrip>()
 
   /** Drops entries older than the window; forgets the environment when nothing is left. */
   const trim = (key: string, now: number, windowSeconds: number) => {
@@ -36,9 +38,25 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
       }),
     count: (agentId, environmentId, windowSeconds) =>
       Effect.map(Clock.currentTimeMillis, (now) => trim(keyOf(agentId, environmentId), now, windowSeconds)),
+    state: (agentId, environmentId, windowSeconds) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const key = keyOf(agentId, environmentId)
+        const occurrences = trim(key, now, windowSeconds)
+        let newestAt: number | null = null
+        for (const at of windows.get(key)?.values() ?? []) newestAt = Math.max(newestAt ?? at, at)
+        const last = lastTrips.get(key)
+        if (last !== undefined && now - last.at > LAST_TRIP_RETENTION_SECONDS * 1000) lastTrips.delete(key)
+        return { occurrences, newestAt, lastTrip: lastTrips.get(key) ?? null }
+      }),
     clear: (agentId, environmentId) => Effect.sync(() => void windows.delete(keyOf(agentId, environmentId))),
     publishTrip: (trip) =>
-      Effect.sync(() => {
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        lastTrips.set(keyOf(trip.agentId, trip.environmentId), {
+          at: now,
+          sessionId: trip.sessionId,
+          count: trip.count,
+          threshold: trip.threshold
+        })
         for (const handler of [...subscribers]) handler(trip)
       }),
     subscribeTrips: (handler) =>

@@ -3,7 +3,7 @@ import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
 import type { Redis } from "ioredis"
 import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
-import { BreakerStore, BreakerTrip } from "../breaker/BreakerStore.js"
+import { BreakerStore, BreakerTrip, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "../breaker/BreakerStore.js"
 
 /**
  * Record, trim, count and expire in one step, on Redis's clock (`TIME`), so instances with skewed
@@ -30,14 +30,41 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now -
 return redis.call('ZCARD', KEYS[1])
 `
 
+/**
+ * The window as `count` sees it (expired entries dropped), the newest entry's score and the last
+ * trip, read together on Redis's clock. Both keys carry the environment's hash tag (one slot).
+ */
+const STATE_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[1])))
+local count = redis.call('ZCARD', KEYS[1])
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+return { count, newest[2] or false, redis.call('GET', KEYS[2]) }
+`
+
+/** Stamps the trip with Redis time, keeps it as the environment's last, and broadcasts the message as given. */
+const TRIP_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('SET', KEYS[1], string.format('{"at":%d,', now) .. ARGV[1], 'EX', tonumber(ARGV[2]))
+return redis.call('PUBLISH', ARGV[3], ARGV[4])
+`
+
+const LastTripDoc = Schema.Struct({ at: Schema.Number, sessionId: Schema.String, count: Schema.Number, threshold: Schema.Number })
+const decodeLastTrip = Schema.decodeUnknownOption(Schema.parseJson(LastTripDoc))
+
 const sha1 = (text: string) => createHash("sha1").update(text).digest("hex")
 
 /** EVALSHA, falling back to EVAL (which caches the script) the first time a server lacks it. */
-const runScript = async (client: Redis, script: string, sha: string, key: string, ...args: Array<string>): Promise<number> => {
+const runScript = (client: Redis, script: string, sha: string, key: string, ...args: Array<string>): Promise<number> =>
+  runScriptOn(client, script, sha, [key], args) as Promise<number>
+
+const runScriptOn = async (client: Redis, script: string, sha: string, keys: ReadonlyArray<string>, args: ReadonlyArray<string>): Promise<unknown> => {
   try {
-    return (await client.evalsha(sha, 1, key, ...args)) as number
+    return await client.evalsha(sha, keys.length, ...keys, ...args)
   } catch (error) {
-    if (error instanceof Error && error.message.startsWith("NOSCRIPT")) return (await client.eval(script, 1, key, ...args)) as number
+    if (error instanceof Error && error.message.startsWith("NOSCRIPT")) return await client.eval(script, keys.length, ...keys, ...args)
     throw error
   }
 }
@@ -72,6 +99,8 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
   }).pipe(Effect.timeout("2 seconds"), Effect.ignore)
   const recordSha = sha1(RECORD_SCRIPT)
   const countSha = sha1(COUNT_SCRIPT)
+  const stateSha = sha1(STATE_SCRIPT)
+  const tripSha = sha1(TRIP_SCRIPT)
   const windowMs = (seconds: number) => String(Math.round(seconds * 1000))
 
   return BreakerStore.of({
@@ -83,10 +112,44 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
       redisCall("breaker.count", () =>
         runScript(client, COUNT_SCRIPT, countSha, keys.breakerOccurrences(agentId, environmentId), windowMs(windowSeconds))
       ),
+    state: (agentId, environmentId, windowSeconds) =>
+      redisCall("breaker.state", () =>
+        runScriptOn(
+          client,
+          STATE_SCRIPT,
+          stateSha,
+          [keys.breakerOccurrences(agentId, environmentId), keys.breakerLastTrip(agentId, environmentId)],
+          [windowMs(windowSeconds)]
+        )
+      ).pipe(
+        Effect.map((reply) => {
+          const [count, newest, lastTrip] = reply as [number, string | null, string | null]
+          const decoded = typeof lastTrip === "string" ? decodeLastTrip(lastTrip) : undefined
+          return {
+            occurrences: count,
+            newestAt: typeof newest === "string" ? Number(newest) : null,
+            lastTrip: decoded !== undefined && decoded._tag === "Some" ? (decoded.value satisfies LastTrip) : null
+          }
+        })
+      ),
     clear: (agentId, environmentId) =>
       redisCall("breaker.clear", () => client.del(keys.breakerOccurrences(agentId, environmentId))).pipe(Effect.asVoid),
     publishTrip: (trip) =>
-      redisCall("breaker.publishTrip", () => client.publish(keys.breakerTripsChannel, JSON.stringify(trip))).pipe(Effect.asVoid),
+      redisCall("breaker.publishTrip", () =>
+        runScriptOn(
+          client,
+          TRIP_SCRIPT,
+          tripSha,
+          [keys.breakerLastTrip(trip.agentId, trip.environmentId)],
+          [
+            // The rest of the last-trip document after the script's `{"at":<ms>,`.
+            JSON.stringify({ sessionId: trip.sessionId, count: trip.count, threshold: trip.threshold }).slice(1),
+            String(LAST_TRIP_RETENTION_SECONDS),
+            keys.breakerTripsChannel,
+            JSON.stringify(trip)
+          ]
+        )
+      ).pipe(Effect.asVoid),
     subscribeTrips: (handler) =>
       Effect.gen(function* () {
         // SUBSCRIBE takes a connection over, so trips get their own; a failed attempt closes it

@@ -13,6 +13,8 @@ export const keys = {
   apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`,
   /** Sorted set of the environment's no-response occurrences: member session id, score Redis time (ms). */
   breakerOccurrences: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:occurrences`,
+  /** The environment's last breaker trip: JSON {at, sessionId, count, threshold}, `at` in Redis time (ms). */
+  breakerLastTrip: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:last-trip`,
   /** Pub/sub channel (not a key) on which every instance hears every breaker trip. */
   breakerTripsChannel: `${KEY_PREFIX}breaker:trips`,
   /**

@@ -124,6 +124,51 @@ export const breakerStoreContract = (name: string, layer: () => Layer.Layer<Brea
         })
       ))
 
+    it("state reads the window and the last trip without recording anything", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          expect(yield* store.state(agentId, environmentId, 300)).toEqual({ occurrences: 0, newestAt: null, lastTrip: null })
+          yield* store.recordOccurrence(agentId, environmentId, "s1", 300)
+          const before = Date.now()
+          yield* store.recordOccurrence(agentId, environmentId, "s2", 300)
+          const state = yield* store.state(agentId, environmentId, 300)
+          expect(state.occurrences).toBe(2)
+          expect(state.lastTrip).toBeNull()
+          // Stamped by the store's clock (Redis TIME on the same machine): within a second of ours.
+          expect(Math.abs(state.newestAt! - before)).toBeLessThan(1000)
+          // Reading twice counts nothing more.
+          expect((yield* store.state(agentId, environmentId, 300)).occurrences).toBe(2)
+          expect(yield* store.count(agentId, environmentId, 300)).toBe(2)
+
+          yield* store.publishTrip({ agentId, environmentId, sessionId: "s2", count: 2, threshold: 2, origin: "instance-a" })
+          const tripped = yield* store.state(agentId, environmentId, 300)
+          expect(tripped.lastTrip).toMatchObject({ sessionId: "s2", count: 2, threshold: 2 })
+          expect(Math.abs(tripped.lastTrip!.at - Date.now())).toBeLessThan(1000)
+          // A successful response clears the window; the last trip stays on record.
+          yield* store.clear(agentId, environmentId)
+          const cleared = yield* store.state(agentId, environmentId, 300)
+          expect(cleared.occurrences).toBe(0)
+          expect(cleared.newestAt).toBeNull()
+          expect(cleared.lastTrip).toEqual(tripped.lastTrip)
+          // Another environment's trip is its own.
+          const other = env()
+          expect((yield* store.state(other.agentId, other.environmentId, 300)).lastTrip).toBeNull()
+        })
+      ))
+
+    it("state drops occurrences older than the window", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          yield* store.recordOccurrence(agentId, environmentId, "old", 0.2)
+          yield* Effect.sleep("300 millis")
+          expect(yield* store.state(agentId, environmentId, 0.2)).toEqual({ occurrences: 0, newestAt: null, lastTrip: null })
+        })
+      ))
+
     it("answers ping", () => run(Effect.flatMap(BreakerStore, (store) => store.ping)))
 
     it("serves many concurrent sessions with an exact count", () =>
