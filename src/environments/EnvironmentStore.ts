@@ -21,8 +21,15 @@ export interface EnvironmentStoreShape {
     change: (current: StoredEnvironment) => Either.Either<StoredEnvironment, E>
   ) => Effect.Effect<Option.Option<StoredEnvironment>, StoreError | E>
   readonly remove: (agentId: string, environmentId: string) => Effect.Effect<boolean, StoreError>
+  /** Every agent that has at least one environment, with how many, by agent id. */
+  readonly listAgents: Effect.Effect<ReadonlyArray<AgentEnvironmentCount>, StoreError>
   /** Fails when the backing store cannot be reached (readiness). */
   readonly ping: Effect.Effect<void, StoreError>
+}
+
+export interface AgentEnvironmentCount {
+  readonly agentId: string
+  readonly environments: number
 }
 
 export class EnvironmentStore extends Context.Tag("callgate/EnvironmentStore")<EnvironmentStore, EnvironmentStoreShape>() {}

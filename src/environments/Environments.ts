@@ -283,6 +283,8 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
             errorFallbackWebhookSecret: openSecret(stored, "errorFallbackWebhookSecret")
           })
         ),
+      /** Every agent that has environments, with how many (GET /v1/agents narrows it to the key's scope). */
+      listAgents: store.listAgents,
       changes,
       ping: store.ping
     } as const

@@ -34,6 +34,13 @@ export const makeMemoryEnvironmentStore = Effect.sync(() => {
         })
       }),
     remove: (agentId, environmentId) => Effect.sync(() => records.delete(keyOf(agentId, environmentId))),
+    listAgents: Effect.sync(() => {
+      const counts = new Map<string, number>()
+      for (const env of records.values()) counts.set(env.agentId, (counts.get(env.agentId) ?? 0) + 1)
+      return [...counts]
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([agentId, environments]) => ({ agentId, environments }))
+    }),
     ping: Effect.void
   })
 })

@@ -56,6 +56,7 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
         Effect.zipRight(
           redisCall("environment.insert", () => client.zadd(keys.agentEnvironments(env.agentId), Date.parse(env.createdAt), env.id))
         ),
+        Effect.zipRight(redisCall("environment.insert", () => client.sadd(keys.agents, env.agentId))),
         Effect.asVoid
       ),
     get,
@@ -74,6 +75,15 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
         Effect.tap(() => redisCall("environment.remove", () => client.zrem(keys.agentEnvironments(agentId), environmentId))),
         Effect.map((deleted) => deleted > 0)
       ),
+    // The index keeps every agent that ever had an environment (removing one from it could race an
+    // insert in another hash slot); agents whose environments are all gone are skipped here.
+    listAgents: Effect.gen(function* () {
+      const agentIds = (yield* redisCall("environment.listAgents", () => client.smembers(keys.agents))).sort()
+      const counts = yield* redisCall("environment.listAgents", () =>
+        Promise.all(agentIds.map((agentId) => client.zcard(keys.agentEnvironments(agentId))))
+      )
+      return agentIds.flatMap((agentId, i) => (counts[i]! > 0 ? [{ agentId, environments: counts[i]! }] : []))
+    }),
     ping: redisCall("ping", () => client.ping()).pipe(Effect.asVoid)
   })
 })

@@ -10,6 +10,8 @@ export const envTag = (agentId: string, environmentId: string) => `{${agentId}:$
 export const keys = {
   environment: (agentId: string, environmentId: string) => `${KEY_PREFIX}env:${envTag(agentId, environmentId)}`,
   agentEnvironments: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:environments`,
+  /** Set of every agent id that ever had an environment (the agents index; never shrinks: readers skip agents with none left). */
+  agents: `${KEY_PREFIX}agents`,
   apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`,
   /** Sorted set of the environment's no-response occurrences: member session id, score Redis time (ms). */
   breakerOccurrences: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:occurrences`,

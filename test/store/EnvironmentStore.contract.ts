@@ -49,6 +49,30 @@ export const environmentStoreContract = (adapter: string, storeLayer: Layer.Laye
         expect(yield* store.get(uniqueId("other"), env.id)).toEqual(Option.none())
       }))
 
+    it.effect("listAgents lists every agent with environments and how many, by agent id, and drops one whose last is gone", () =>
+      Effect.gen(function* () {
+        const store = yield* EnvironmentStore
+        // Other tests share the store: look only at this test's agents.
+        const prefix = uniqueId("la")
+        const [a, b] = [`${prefix}_a`, `${prefix}_b`]
+        const mine = (all: ReadonlyArray<{ agentId: string; environments: number }>) => all.filter((row) => row.agentId.startsWith(prefix))
+        const first = sampleEnvironment(b)
+        yield* store.insert(first)
+        yield* store.insert(sampleEnvironment(a))
+        yield* store.insert(sampleEnvironment(a))
+        expect(mine(yield* store.listAgents)).toEqual([
+          { agentId: a, environments: 2 },
+          { agentId: b, environments: 1 }
+        ])
+        expect(yield* store.remove(b, first.id)).toBe(true)
+        expect(mine(yield* store.listAgents)).toEqual([{ agentId: a, environments: 2 }])
+        yield* store.insert(sampleEnvironment(b))
+        expect(mine(yield* store.listAgents)).toEqual([
+          { agentId: a, environments: 2 },
+          { agentId: b, environments: 1 }
+        ])
+      }))
+
     it.effect("list returns the agent's environments oldest first, and only the agent's", () =>
       Effect.gen(function* () {
         const store = yield* EnvironmentStore
