@@ -1,7 +1,8 @@
-import { Effect, Either } from "effect"
+import { Effect, Either, TestClock } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { CallRef } from "../../src/core/Carrier.js"
 import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { translateTwiml } from "../../src/telephony/TwimlCallControl.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { carrierOp, type CarrierRuntime, makeCarrierRuntime, metricsText } from "./carrierRuntime.js"
 
@@ -10,7 +11,14 @@ const ACCOUNT = "f5586561-8ff0-4291-a0ac-84fe544797bd"
 const callControl = (callId: string): CallRef => ({ kind: "telnyx-call-control", callId })
 const texml = (callId: string, accountSid: string | null = ACCOUNT): CallRef => ({ kind: "telnyx-texml", callId, accountSid: accountSid ?? undefined })
 const anyCommandId = expect.stringMatching(/^[0-9a-f-]{36}$/)
-const settle = (ms = 150) => new Promise((resolve) => setTimeout(resolve, ms))
+/** Polls `check` until it holds, or fails after `timeoutMs`. */
+const until = async (check: () => Promise<boolean>, what: string, timeoutMs = 5000) => {
+  const deadline = Date.now() + timeoutMs
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+}
 
 describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible server)", () => {
   let telnyx: FakeTelnyx
@@ -89,33 +97,60 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
   })
 
   describe("Call Control calls: TwiML translated into commands", () => {
+    // The document runner on the TestClock: while it waits (for speak.ended, for a <Pause>) time
+    // stands still, so "nothing more was sent while it waited" holds for as long as the test looks,
+    // and TestClock.sleeps shows when it has reached its wait.
+    let clocked: CarrierRuntime
+    beforeAll(() => {
+      clocked = makeCarrierRuntime({ ...telnyx.env, CARRIER_REQUEST_TIMEOUT: "300ms" }, { clock: "test" })
+    })
+    afterAll(() => clocked.dispose())
+    const clockedProgress = (callId: string, event: "speak.ended" | "playback.ended" | "hangup") =>
+      clocked.runPromise(Effect.flatMap(TelnyxCarrier, (carrier) => carrier.callProgress(callId, event)))
+    /** Resolves once the runner waits `ms` from now on the TestClock (a speak.ended wait, a <Pause>). */
+    const waitingFor = async (ms: number) => {
+      const now = await clocked.runPromise(TestClock.currentTimeMillis)
+      await until(async () => [...(await clocked.runPromise(TestClock.sleeps()))].includes(now + ms), `a ${ms} ms wait of the document runner`)
+    }
+    /** How long the runner waits for speak.ended after speaking `payload` (see speakWait). */
+    const speakWaitMs = (payload: string) => Math.min(5_000 + payload.length * 100, 120_000)
+
     it("<Dial> becomes one transfer", async () => {
       const twiml = `${XML}<Response><Dial callerId="+14155550111" timeout="20"><Number>+14155550199</Number></Dial><Say>never</Say></Response>`
-      expect(Either.isRight(await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-1"), twiml)))).toBe(true)
-      await settle()
+      // <Dial> ends the document: the runner is given the transfer and nothing after it.
+      expect(Either.map(translateTwiml(twiml), (commands) => commands.map((c) => c._tag))).toEqual(Either.right(["Transfer"]))
+      expect(Either.isRight(await carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-1"), twiml)))).toBe(true)
+      // The call's hangup waits for whatever of the document still runs to stop; after it, nothing of the document can follow.
+      await clockedProgress("v3:tw-1", "hangup")
       expect(telnyx.requests.map((r) => r.path)).toEqual(["/v2/calls/v3:tw-1/actions/transfer"])
       expect(telnyx.requests[0]!.json).toEqual({ to: "+14155550199", from: "+14155550111", timeout_secs: 20, command_id: anyCommandId })
     })
 
     it("<Say> speaks, waits for call.speak.ended, then the next verb runs; the end of the document hangs up", async () => {
       const twiml = `<Response><Say voice="man" language="en-US">Please hold &amp; wait</Say><Play>https://cdn.example.com/hold.mp3</Play></Response>`
-      expect(Either.isRight(await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-2"), twiml)))).toBe(true)
+      expect(Either.isRight(await carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-2"), twiml)))).toBe(true)
       expect(telnyx.commands("v3:tw-2").map((r) => r.json)).toEqual([
         { payload: "Please hold & wait", voice: "male", language: "en-US", command_id: anyCommandId }
       ])
-      await settle()
+      // The runner now waits for speak.ended (with its time limit, on the stopped clock): the play is held back.
+      await waitingFor(speakWaitMs("Please hold & wait"))
       expect(telnyx.commands("v3:tw-2")).toHaveLength(1)
-      await progress("v3:tw-2", "speak.ended")
+      await clockedProgress("v3:tw-2", "speak.ended")
       await telnyx.waitFor(() => telnyx.commands("v3:tw-2", "playback_start").length === 1)
       expect(telnyx.commands("v3:tw-2", "playback_start")[0]!.json).toEqual({ audio_url: "https://cdn.example.com/hold.mp3", command_id: anyCommandId })
-      await progress("v3:tw-2", "playback.ended")
+      await clockedProgress("v3:tw-2", "playback.ended")
       await telnyx.waitFor(() => telnyx.commands("v3:tw-2", "hangup").length === 1)
       expect(telnyx.commands("v3:tw-2").map((r) => r.path.split("/").pop())).toEqual(["speak", "playback_start", "hangup"])
     })
 
     it("<Pause> waits locally before the next verb", async () => {
       const twiml = "<Response><Pause length=\"1\"/><Hangup/></Response>"
-      expect(Either.isRight(await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-3"), twiml)))).toBe(true)
+      const applied = carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-3"), twiml))
+      // The pause is a one-second wait on the clock; until it passes, nothing is sent.
+      await waitingFor(1000)
+      expect(telnyx.commands("v3:tw-3")).toHaveLength(0)
+      await clocked.runPromise(TestClock.adjust("1 second"))
+      expect(Either.isRight(await applied)).toBe(true)
       expect(telnyx.commands("v3:tw-3", "hangup")).toHaveLength(1)
     })
 
@@ -127,31 +162,38 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
       ["malformed XML", "<Response><Say>Hi</Response>"],
       ["a DOCTYPE", '<!DOCTYPE r [<!ENTITY a "b">]><Response><Say>&a;</Say></Response>']
     ])("%s is refused as unexpected and nothing is sent", async (_name, twiml) => {
-      const result = await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-4"), twiml))
+      const result = await carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-4"), twiml))
       expect(Either.isLeft(result) && result.left).toMatchObject({ provider: "telnyx", operation: "applyTwiml", unexpected: true, retryable: false })
-      await settle(50)
-      expect(telnyx.requests).toHaveLength(0)
+      // Refused before anything runs: no document is left for the call. The next order on the
+      // call (a hangup, which first stops any document still running) is the first request.
+      await clockedProgress("v3:tw-4", "hangup")
+      expect(Either.isRight(await carrierOp(clocked, (c) => c.hangup(callControl("v3:tw-4"))))).toBe(true)
+      expect(telnyx.requests.map((r) => r.path)).toEqual(["/v2/calls/v3:tw-4/actions/hangup"])
     })
 
     it("a failure of the first command is the caller's CarrierError", async () => {
       telnyx.failNext({ status: 400, code: "10015", title: "Bad Request" })
-      const result = await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-5"), "<Response><Say>Hi</Say></Response>"))
+      const result = await carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-5"), "<Response><Say>Hi</Say></Response>"))
       expect(Either.isLeft(result) && result.left).toMatchObject({ operation: "speak", status: 400, retryable: false })
     })
 
     it("the call hanging up stops a document still playing", async () => {
-      await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-6"), "<Response><Say>Hold on</Say><Dial>+14155550199</Dial></Response>"))
-      await progress("v3:tw-6", "hangup")
-      await progress("v3:tw-6", "speak.ended")
-      await settle()
+      await carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-6"), "<Response><Say>Hold on</Say><Dial>+14155550199</Dial></Response>"))
+      await waitingFor(speakWaitMs("Hold on"))
+      // The hangup event returns once the document has stopped: a speak.ended after it finds no one waiting.
+      await clockedProgress("v3:tw-6", "hangup")
+      await clockedProgress("v3:tw-6", "speak.ended")
+      // Past every limit the document could have waited for: still only the speak.
+      await clocked.runPromise(TestClock.adjust(speakWaitMs("Hold on")))
       expect(telnyx.commands("v3:tw-6").map((r) => r.path.split("/").pop())).toEqual(["speak"])
     })
 
     it("a newer order (hangup) supersedes a document still playing", async () => {
-      await carrierOp(runtime, (c) => c.applyTwiml(callControl("v3:tw-7"), "<Response><Say>Hold on</Say><Dial>+14155550199</Dial></Response>"))
-      await carrierOp(runtime, (c) => c.hangup(callControl("v3:tw-7")))
-      await progress("v3:tw-7", "speak.ended")
-      await settle()
+      await carrierOp(clocked, (c) => c.applyTwiml(callControl("v3:tw-7"), "<Response><Say>Hold on</Say><Dial>+14155550199</Dial></Response>"))
+      await waitingFor(speakWaitMs("Hold on"))
+      await carrierOp(clocked, (c) => c.hangup(callControl("v3:tw-7")))
+      await clockedProgress("v3:tw-7", "speak.ended")
+      await clocked.runPromise(TestClock.adjust(speakWaitMs("Hold on")))
       expect(telnyx.commands("v3:tw-7").map((r) => r.path.split("/").pop())).toEqual(["speak", "hangup"])
     })
   })

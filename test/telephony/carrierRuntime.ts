@@ -1,4 +1,4 @@
-import { Effect, Layer, Logger, ManagedRuntime } from "effect"
+import { Effect, Layer, Logger, ManagedRuntime, TestContext } from "effect"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/core/Carrier.js"
@@ -7,15 +7,20 @@ import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
 import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"
 import { testConfigLayer } from "../support/testApp.js"
 
-/** The carrier adapters and the `Carriers` port over them, configured with `env`, logs silenced. */
-export const makeCarrierRuntime = (env: Record<string, string>) =>
+/**
+ * The carrier adapters and the `Carriers` port over them, configured with `env`, logs silenced.
+ * `clock: "test"` runs them on the Effect TestClock (`TestClock.sleeps` shows what they wait for,
+ * `TestClock.adjust` moves time), for tests of what happens, or does not, while a wait lasts.
+ */
+export const makeCarrierRuntime = (env: Record<string, string>, options: { readonly clock?: "live" | "test" } = {}) =>
   ManagedRuntime.make(
     CarriersLive.pipe(
       Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default)),
       Layer.provideMerge(Metrics.Default),
       Layer.provideMerge(AppConfig.Default),
       Layer.provide(Logger.remove(Logger.defaultLogger)),
-      Layer.provide(testConfigLayer(env))
+      Layer.provide(testConfigLayer(env)),
+      Layer.provideMerge(options.clock === "test" ? TestContext.TestContext : Layer.empty)
     )
   )
 export type CarrierRuntime = ReturnType<typeof makeCarrierRuntime>
