@@ -117,12 +117,16 @@ describe("dial-in agent connections", () => {
     const agentId = uniqueId("agent")
     const env = await gateway.createEnvironment(agentId)
     const alive = await dialInAgent(gateway, agentId, env.id)
+    let alivePings = 0
+    alive.ws.on("ping", () => void alivePings++)
     const dead = await dialInAgent(gateway, agentId, env.id, undefined, { autoPong: false })
     await until(() => gateway.idleAgents(agentId, env.id) === 2, "two idle agents")
     await dead.waitClosed(3000)
     await until(() => gateway.idleAgents(agentId, env.id) === 1, "the dead socket to be pruned")
-    // The live one keeps answering pings and stays.
-    await new Promise((resolve) => setTimeout(resolve, 400))
+    // The live one keeps answering pings and stays: the pool pings it three more times after the
+    // prune, so its answers were checked at least twice by the rule that cut the dead one.
+    const pingsAtPrune = alivePings
+    await until(() => alivePings >= pingsAtPrune + 3, "three more pings of the live socket")
     expect(alive.closed).toBeUndefined()
     expect(gateway.idleAgents(agentId, env.id)).toBe(1)
     alive.close()

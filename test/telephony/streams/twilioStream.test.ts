@@ -245,12 +245,21 @@ describe("Twilio media streams end to end", () => {
       const closed = await call.peer.waitClosed()
       expect(closed.code).toBe(1008)
       expect(closed.reason).toContain(reasonPart)
-      // The agent heard nothing and is still idle capacity.
-      await new Promise((resolve) => setTimeout(resolve, 50))
-      expect(agent.received).toEqual([])
       expect(gateway.idleAgents(agentId, env.id)).toBe(1)
       expect(gateway.liveSessions(agentId, env.id)).toBe(0)
-      agent.close()
+      // The agent heard nothing and is still idle capacity: the environment's next, valid call
+      // reaches that same socket, and its connected and start are the first frames the socket got.
+      const validSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+      const valid = await twilioCall(gateway, {
+        token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: validSid }),
+        callSid: validSid
+      })
+      valid.start()
+      await agent.waitForEvent("start")
+      expect(agent.received.map((m) => m.event)).toEqual(["connected", "start"])
+      expect(await storedSession(gateway, agentId, sessionIdOf(agent))).toMatchObject({ callId: validSid })
+      valid.stop()
+      await agent.waitClosed()
     }
 
     it("no session token", () => refusedWith("missing session token", ({ callSid }) => ({ callSid })))
