@@ -1,7 +1,7 @@
 import twilio from "twilio"
 import { afterEach, beforeEach, describe, expect, it } from "vitest"
 import { readUlawFile, silence, speechLike } from "../../src/sim/AudioSource.js"
-import { readStamp } from "../../src/sim/FrameStamp.js"
+import { nowUs, readStamp, STAMP_BYTES } from "../../src/sim/FrameStamp.js"
 import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
 import { SimError, type SimCall } from "../../src/sim/SimCall.js"
 import { runScript } from "../../src/sim/Script.js"
@@ -179,20 +179,44 @@ describe("simulated Twilio call", () => {
   })
 
   it("reports the agent's answer latency from the caller's last voiced frame", async () => {
-    const call = await place()
+    // Stamped frames carry their send time (the shared monotonic clock), so the caller's last
+    // voiced frame can be placed in time on both sides.
+    const call = await place({ stampCallId: 7 })
     const stream = await gateway.stream()
     await stream.nth("start")
+    const heardAt = new Map<unknown, number>()
+    stream.socket.on("message", () => heardAt.set(stream.messages.at(-1), nowUs()))
+    const caller = speechLike({ durationMs: 400, trailingSilenceMs: 100 })
+    const callerFrames = framesOf(caller)
+    const lastVoiced = callerFrames.findLastIndex((frame) => isVoicedFrame(frame))
+    expect(lastVoiced).toBeGreaterThan(0)
+    expect(lastVoiced).toBeLessThan(callerFrames.length - 1)
+    // The stamp covers the first STAMP_BYTES of a frame; the rest is the caller's audio.
+    const isLastVoiced = (message: any) =>
+      Buffer.from(message.media.payload, "base64").subarray(STAMP_BYTES).equals(callerFrames[lastVoiced]!.subarray(STAMP_BYTES))
     const before = stream.events("media").length
-    const turn = call.turn(speechLike({ durationMs: 400, trailingSilenceMs: 100 }), { answerTimeoutMs: 3000, quietMs: 100 })
-    // The fake "agent" answers once the caller's speech is over.
+    const turn = call.turn(caller, { answerTimeoutMs: 3000, quietMs: 100 })
+    // The fake "agent" answers once the caller's speech is over (its last voiced frame and the silence after it have arrived).
     await stream.until(() => stream.events("media").length >= before + 26)
+    const agentAnsweredAt = nowUs()
     const voiced = framesOf(greeting).filter((frame) => isVoicedFrame(frame)).slice(0, 5)
     for (const frame of voiced) stream.sendMedia(frame)
     const result = await turn
     expect(result.answer.answered).toBe(true)
-    if (result.answer.answered) expect(result.answer.latencyMs).toBeGreaterThan(0)
+    if (!result.answer.answered) return
+    const heard = stream.events("media").slice(before).filter(isLastVoiced)
+    expect(heard).toHaveLength(1)
+    const lastVoicedSentAt = readStamp(Buffer.from(heard[0]!.media.payload, "base64"))!.sentUs
+    const lastVoicedHeardAt = heardAt.get(heard[0])!
+    expect(agentAnsweredAt).toBeGreaterThan(lastVoicedHeardAt)
+    // At least the time the agent held back after hearing the caller's last voiced frame (the
+    // caller sent it before the agent heard it; the simulator got the answer after it was sent),
+    // at most the time from sending that frame to receiving the answer.
+    expect(result.answer.latencyMs).toBeGreaterThanOrEqual((agentAnsweredAt - lastVoicedHeardAt) / 1000)
+    expect(result.answer.latencyMs).toBeLessThanOrEqual((result.answer.atUs - lastVoicedSentAt) / 1000)
+    expect(result.answer.atUs).toBeGreaterThanOrEqual(agentAnsweredAt)
     expect(result.agentMessages).toBe(5)
-    expect(call.stats.agentVoicedMessages).toBeGreaterThan(0)
+    expect(call.stats.agentVoicedMessages).toBe(5)
   })
 
   it("a turn nobody answers ends with answered false", async () => {
