@@ -10,6 +10,8 @@ export const defaults = {
   /** Base URL the carriers reach callgate on; the wss:// stream URLs are built from it. */
   PUBLIC_URL: "http://localhost:8080",
   LOG_LEVEL: "info",
+  /** Every Redis key and channel callgate uses starts with this, so several deployments can share one Redis. */
+  REDIS_KEY_PREFIX: "callgate:",
   TWILIO_API_BASE_URL: "https://api.twilio.com",
   TELNYX_API_BASE_URL: "https://api.telnyx.com/v2",
   /** How long one carrier REST request (hang up, transfer, apply TwiML) may take before it counts as failed. */

@@ -2,7 +2,7 @@ import { Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { HardError } from "../core/HardError.js"
 import type { AgentConnection } from "./AgentConnection.js"
-import { dialAgent } from "../ws/WsAgentDialer.js"
+import { AgentDialer } from "./AgentDialer.js"
 import { AgentPool } from "./AgentPool.js"
 
 export interface AgentTarget {
@@ -13,7 +13,7 @@ export interface AgentTarget {
 }
 
 /**
- * Finds the agent for one call (DESIGN.md section 4): dial-out to agentUrl when the environment
+ * Finds the agent for one call (docs/design.md, "Agent side"): dial-out to agentUrl when the environment
  * has one, otherwise an idle dial-in socket taken at once. No agent is a HardError, never a wait:
  * the caller is on the line.
  */
@@ -21,10 +21,11 @@ export class AgentConnector extends Effect.Service<AgentConnector>()("callgate/A
   effect: Effect.gen(function* () {
     const pool = yield* AgentPool
     const config = yield* AppConfig
+    const dialer = yield* AgentDialer
 
     const acquire = (target: AgentTarget): Effect.Effect<AgentConnection, HardError> => {
       if (target.agentUrl !== null) {
-        return dialAgent(target.agentUrl, config.agentConnectTimeout).pipe(Effect.tap((connection) => pool.track(connection)))
+        return dialer.dial(target.agentUrl, config.agentConnectTimeout).pipe(Effect.tap((connection) => pool.track(connection)))
       }
       return Option.match(pool.take(target.agentId, target.environmentId), {
         onSome: Effect.succeed,

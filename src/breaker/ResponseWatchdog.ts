@@ -23,7 +23,7 @@ import type { BreakerTrip } from "./BreakerStore.js"
  * Store calls happen on the watchdog's own fiber, never on the media path.
  */
 
-export interface Rescue {
+export interface NoResponseTrip {
   /** `threshold`: this session's occurrence reached the threshold; `environment`: another session's did, and this one was stalled too. */
   readonly reason: "threshold" | "environment"
   readonly count: number
@@ -35,9 +35,9 @@ export interface Rescue {
 }
 
 /** A sentence for the session's error (it becomes the fallback webhook's ErrorMessage): no ids, no secrets. */
-export const describeRescue = (rescue: Rescue): string =>
-  `The agent did not begin responding within ${rescue.timeoutSeconds} s of the caller's input: ` +
-  `${rescue.count} no-response occurrence${rescue.count === 1 ? "" : "s"} in the environment's time window reached the threshold of ${rescue.threshold}.`
+export const describeNoResponseTrip = (trip: NoResponseTrip): string =>
+  `The agent did not begin responding within ${trip.timeoutSeconds} s of the caller's input: ` +
+  `${trip.count} no-response occurrence${trip.count === 1 ? "" : "s"} in the environment's time window reached the threshold of ${trip.threshold}.`
 
 export interface OccurrenceRecorded {
   /** When the deadline was due and when the occurrence was recorded, Clock ms. */
@@ -51,11 +51,11 @@ export interface WatchdogOptions {
   /** The environment's current settings; read before every evaluation. */
   readonly settings: Effect.Effect<BreakerSettings, unknown>
   /**
-   * Runs at most once, when the breaker trips for this session. It runs detached from the
-   * watchdog (its own fiber, not interrupted when the session's scope closes), so it may end the
-   * session; its failures are logged.
+   * Runs at most once, synchronously on the watchdog's fiber, when the breaker trips for this
+   * session. It only decides (the session fails itself with `agent_unresponsive`); the session's
+   * own fiber then runs the fallback, so nothing here outlives the session's scope.
    */
-  readonly onTrip: (rescue: Rescue) => Effect.Effect<void, unknown>
+  readonly onTrip: (trip: NoResponseTrip) => void
   /**
    * True while the agent is producing voiced audio not yet long enough to count as an answer; an
    * expiring deadline then waits (a frame at a time) for the verdict instead of counting.
@@ -72,6 +72,8 @@ export interface ResponseWatchdog {
   callerResumed(): void
   /** The agent began a voiced answer. */
   agentResponded(): void
+  /** The session ended: stop timing (idempotent; the watchdog's fiber ends with its scope). */
+  stop(): void
   /** Occurrences recorded since the last turn ended. */
   readonly occurrences: number
   readonly rescued: boolean
@@ -101,6 +103,8 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       clearPending: false,
       environmentTrip: undefined as BreakerTrip | undefined,
       rescued: false,
+      /** The session ended: nothing is timed any more. */
+      stopped: false,
       occurrences: 0,
       verdictPolls: 0
     }
@@ -111,16 +115,21 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       Effect.catchAllCause(() => Effect.sync(() => settings))
     )
 
-    const rescue = (details: Rescue) =>
-      Effect.suspend(() => {
+    const rescue = (trip: NoResponseTrip) =>
+      Effect.sync(() => {
+        if (state.stopped) return
         state.rescued = true
         state.awaiting = false
-        return Effect.forkDaemon(
-          options.onTrip(details).pipe(
-            Effect.catchAllCause((cause) => Effect.logError("breaker rescue action failed", { agentId, environmentId, sessionId }, cause))
-          )
+        try {
+          options.onTrip(trip)
+        } catch (error) {
+          return error
+        }
+      }).pipe(
+        Effect.flatMap((error) =>
+          error === undefined ? Effect.void : Effect.logError("the breaker's trip action failed", { agentId, environmentId, sessionId }, error)
         )
-      })
+      )
 
     const expire = Effect.gen(function* () {
       if (state.verdictPolls < MAX_VERDICT_POLLS && options.agentStarting?.() === true) {
@@ -189,13 +198,13 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       yield* expire
     })
 
-    yield* Effect.repeat(step, { while: () => !state.rescued }).pipe(
+    yield* Effect.repeat(step, { while: () => !state.rescued && !state.stopped }).pipe(
       Effect.catchAllCause((cause) => Effect.logError("response watchdog stopped", { agentId, environmentId, sessionId }, cause)),
       Effect.forkScoped
     )
 
     yield* breaker.subscribeTrips(agentId, environmentId, (trip) => {
-      if (state.rescued || !state.awaiting || clock.unsafeCurrentTimeMillis() < state.firstDeadline) return
+      if (state.rescued || state.stopped || !state.awaiting || clock.unsafeCurrentTimeMillis() < state.firstDeadline) return
       state.environmentTrip = trip
       wake()
     })
@@ -227,6 +236,13 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
         nextGeneration()
         state.awaiting = false
         state.clearPending = true
+        wake()
+      },
+      stop: () => {
+        if (state.stopped) return
+        state.stopped = true
+        state.awaiting = false
+        nextGeneration()
         wake()
       },
       get occurrences() {

@@ -53,6 +53,13 @@ const httpUrl = (name: keyof typeof defaults) =>
     Config.map((text) => text.replace(/\/+$/, ""))
   )
 
+/** An integer setting with its default from config/defaults.ts, refused outside [min, max]. */
+const integerIn = (name: keyof typeof defaults, min: number, max: number, meaningOfMin?: string) =>
+  Config.integer(name).pipe(
+    Config.withDefault(defaults[name] as number),
+    check(name, `must be an integer from ${min}${meaningOfMin === undefined ? "" : ` (${meaningOfMin})`} to ${max}`, (n: number) => n >= min && n <= max)
+  )
+
 const optionalSecret = (name: string) => Config.option(Config.redacted(name))
 
 /** A 32-byte AES key, given as 64 hex characters or base64. */
@@ -85,6 +92,10 @@ const settings = Config.all({
     check("ADMIN_API_KEY", "must be at least 16 characters", (value: Redacted.Redacted) => Redacted.value(value).length >= 16)
   ),
   secretsKey,
+  redisKeyPrefix: Config.string("REDIS_KEY_PREFIX").pipe(
+    Config.withDefault(defaults.REDIS_KEY_PREFIX),
+    check("REDIS_KEY_PREFIX", "must be 1 to 64 letters, digits or _ - . : without braces", (text: string) => /^[A-Za-z0-9_.:-]{1,64}$/.test(text))
+  ),
   twilioAccountSid: Config.option(Config.string("TWILIO_ACCOUNT_SID")),
   twilioAuthToken: optionalSecret("TWILIO_AUTH_TOKEN"),
   twilioApiBaseUrl: httpUrl("TWILIO_API_BASE_URL"),
@@ -100,43 +111,19 @@ const settings = Config.all({
   ),
   /** Extra CA certificates (PEM file) trusted for webhook destinations, beside the system roots. */
   webhookCaFile: Config.option(Config.string("WEBHOOK_CA_FILE")),
-  webhookConcurrency: Config.integer("WEBHOOK_CONCURRENCY").pipe(
-    Config.withDefault(defaults.WEBHOOK_CONCURRENCY),
-    check("WEBHOOK_CONCURRENCY", "must be an integer from 1 to 4096", (n: number) => n >= 1 && n <= 4096)
-  ),
-  webhookConcurrencyPerHost: Config.integer("WEBHOOK_CONCURRENCY_PER_HOST").pipe(
-    Config.withDefault(defaults.WEBHOOK_CONCURRENCY_PER_HOST),
-    check("WEBHOOK_CONCURRENCY_PER_HOST", "must be an integer from 1 to 4096", (n: number) => n >= 1 && n <= 4096)
-  ),
-  httpBodyLimitBytes: Config.integer("HTTP_BODY_LIMIT_BYTES").pipe(
-    Config.withDefault(defaults.HTTP_BODY_LIMIT_BYTES),
-    check("HTTP_BODY_LIMIT_BYTES", "must be between 1024 and 10485760", (n: number) => n >= 1024 && n <= 10_485_760)
-  ),
+  webhookConcurrency: integerIn("WEBHOOK_CONCURRENCY", 1, 4096),
+  webhookConcurrencyPerHost: integerIn("WEBHOOK_CONCURRENCY_PER_HOST", 1, 4096),
+  httpBodyLimitBytes: integerIn("HTTP_BODY_LIMIT_BYTES", 1024, 10_485_760),
   shutdownDrainTimeout: duration("SHUTDOWN_DRAIN_TIMEOUT"),
   sessionMaxDuration: duration("SESSION_MAX_DURATION"),
   sessionRetention: duration("SESSION_RETENTION"),
   agentConnectTimeout: duration("AGENT_CONNECT_TIMEOUT"),
   agentPingInterval: duration("AGENT_PING_INTERVAL"),
-  rateLimitPerMinute: Config.integer("RATE_LIMIT_PER_MINUTE").pipe(
-    Config.withDefault(defaults.RATE_LIMIT_PER_MINUTE),
-    check("RATE_LIMIT_PER_MINUTE", "must be an integer from 0 (no limit) to 1000000", (n: number) => n >= 0 && n <= 1_000_000)
-  ),
-  vadMode: Config.integer("VAD_MODE").pipe(
-    Config.withDefault(defaults.VAD_MODE),
-    check("VAD_MODE", "must be an integer from 0 to 3", (n: number) => n >= 0 && n <= 3)
-  ),
-  vadMinSpeechMs: Config.integer("VAD_MIN_SPEECH_MS").pipe(
-    Config.withDefault(defaults.VAD_MIN_SPEECH_MS),
-    check("VAD_MIN_SPEECH_MS", "must be an integer from 20 to 2000", (n: number) => n >= 20 && n <= 2000)
-  ),
-  vadAgentMinSpeechMs: Config.integer("VAD_AGENT_MIN_SPEECH_MS").pipe(
-    Config.withDefault(defaults.VAD_AGENT_MIN_SPEECH_MS),
-    check("VAD_AGENT_MIN_SPEECH_MS", "must be an integer from 20 to 1000", (n: number) => n >= 20 && n <= 1000)
-  ),
-  turnEndSilenceMs: Config.integer("TURN_END_SILENCE_MS").pipe(
-    Config.withDefault(defaults.TURN_END_SILENCE_MS),
-    check("TURN_END_SILENCE_MS", "must be an integer from 100 to 5000", (n: number) => n >= 100 && n <= 5000)
-  ),
+  rateLimitPerMinute: integerIn("RATE_LIMIT_PER_MINUTE", 0, 1_000_000, "no limit"),
+  vadMode: integerIn("VAD_MODE", 0, 3),
+  vadMinSpeechMs: integerIn("VAD_MIN_SPEECH_MS", 20, 2000),
+  vadAgentMinSpeechMs: integerIn("VAD_AGENT_MIN_SPEECH_MS", 20, 1000),
+  turnEndSilenceMs: integerIn("TURN_END_SILENCE_MS", 100, 5000),
   breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT")
 })
 

@@ -1,8 +1,7 @@
-import { Clock, Effect, Layer, Option } from "effect"
+import { Clock, Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import type { HardError } from "../core/HardError.js"
-import { Rescue, type RescueOutcome } from "../session/Rescue.js"
 import type { SessionInfo } from "../core/SessionInfo.js"
 import { Carriers, type CarrierError } from "../core/Carrier.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
@@ -15,6 +14,14 @@ import {
   fallbackUrl,
   MAX_FALLBACK_BODY_BYTES
 } from "./FallbackWebhook.js"
+
+/** What the rescue did, recorded on the session (whose status is then always `failed`). */
+export interface RescueOutcome {
+  /** Replaces the hard error kind as the session's endReason (e.g. "fallback_phone"). */
+  readonly endReason?: string | undefined
+  /** Stored as the session's `fallback` field. */
+  readonly fallback?: FallbackRecord | undefined
+}
 
 interface Decision {
   readonly outcome: FallbackOutcome
@@ -42,13 +49,13 @@ export const fallbackWebhookBody = (session: SessionInfo, error: HardError): Fal
 const agentNumberOf = (session: SessionInfo) => (session.direction === "inbound" ? session.to : session.from) ?? undefined
 
 /**
- * The error fallback (spec 2.2, 3, 4.6, 4.7, 7): the `Rescue` a session calls, at most once, when its
- * breaker trips or it hits a hard error. It always leaves the call in a defined state: taken over
- * (transfer or markup) or ended. It never fails.
+ * The error fallback (docs/fallback.md): `rescue` is what a session calls, at most once, when its
+ * breaker trips or it hits a hard error, while the carrier stream is still open (so TwiML can still
+ * take the call over). It always leaves the call in a defined state: taken over (transfer or
+ * markup) or ended. It never fails.
  */
-export const ErrorFallbackLive = Layer.effect(
-  Rescue,
-  Effect.gen(function* () {
+export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/ErrorFallback", {
+  effect: Effect.gen(function* () {
     const carriers = yield* Carriers
     const environments = yield* Environments
     const http = yield* SafeHttpClient
@@ -159,6 +166,6 @@ export const ErrorFallbackLive = Layer.effect(
         )
       )
 
-    return Rescue.of({ rescue })
+    return { rescue } as const
   })
-)
+}) {}

@@ -1,13 +1,13 @@
-import { Cause, Duration, Effect, Option, Schedule } from "effect"
+import { Cause, Duration, Effect, Option, Schedule, type Scope } from "effect"
 import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
+import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { Metrics } from "../observability/Metrics.js"
 import { Carriers, type CarrierError } from "../core/Carrier.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import type { CallSession, SessionEnding } from "./CallSession.js"
 import { HardError } from "../core/HardError.js"
-import { Rescue } from "./Rescue.js"
 import type { SessionInfo } from "../core/SessionInfo.js"
 import type { Session } from "./SessionSchema.js"
 import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
@@ -48,7 +48,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
     const sessions = yield* Sessions
     const environments = yield* Environments
     const carriers = yield* Carriers
-    const rescue = yield* Rescue
+    const fallback = yield* ErrorFallback
     const outbox = yield* Outbox
     const observers = yield* TurnObservers
     const metrics = yield* Metrics
@@ -77,7 +77,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         Effect.zipRight(Effect.logInfo("session started", { provider: info.provider, callId: info.call.callId }))
       )
 
-    const observerFor = (info: SessionInfo, control: SessionControl): Effect.Effect<ObservedSession> =>
+    const observerFor = (info: SessionInfo, control: SessionControl): Effect.Effect<ObservedSession, never, Scope.Scope> =>
       observers.forSession(info, control).pipe(
         Effect.catchAllCause((cause) =>
           Effect.as(Effect.logError("the turn observer could not be created; the call goes on unobserved", cause), unobserved)
@@ -97,7 +97,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
       )
 
     const runRescue = (info: SessionInfo, error: HardError) =>
-      rescue.rescue(info, error).pipe(
+      fallback.rescue(info, error).pipe(
         Effect.catchAllCause((cause) =>
           Effect.as(Effect.logError("the rescue failed", cause), { endReason: undefined, fallback: undefined })
         ),

@@ -16,19 +16,6 @@ import type { SessionInfo } from "../core/SessionInfo.js"
 import { SessionLifecycle } from "./SessionLifecycle.js"
 import { CloseCode } from "../core/WireSocket.js"
 
-/** A live call, as the breaker and the turn tracker see it. */
-export interface LiveSession {
-  readonly info: SessionInfo
-  /** The first ending, once the session is ending. */
-  readonly ending: () => Option.Option<SessionEnding>
-  /**
-   * Triggers the hard-error path (the rescue) for this session unless it is already ending.
-   * True when this call decided the ending.
-   */
-  readonly fail: (error: HardError) => boolean
-}
-
-const envKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
 
@@ -37,8 +24,8 @@ const CUT_GRACE = Duration.seconds(15)
 
 /**
  * Every live session of this instance: opened synchronously by a carrier stream at `start`, run
- * as a scoped fiber (FiberMap keyed by session id), reachable by session id, by carrier call id
- * (a Telnyx call.hangup ends it) and per environment (the breaker rescues stalled ones).
+ * as a scoped fiber (FiberMap keyed by session id), reachable by carrier call id (a Telnyx
+ * call.hangup ends it).
  */
 export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate/SessionRegistry", {
   scoped: Effect.gen(function* () {
@@ -49,9 +36,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     const metrics = yield* Metrics
     const callEvents = yield* CarrierCallEvents
 
-    const bySession = new Map<string, { live: LiveSession; relay: CallSession }>()
+    const bySession = new Map<string, CallSession>()
     const byCall = new Map<string, CallSession>()
-    const byEnvironment = new Map<string, Set<LiveSession>>()
     let draining = false
 
     new Gauge({
@@ -72,13 +58,9 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     const fibers = yield* FiberMap.make<string, void, never>()
     const run = yield* FiberMap.runtime(fibers)<never>()
 
-    const unregister = (relay: CallSession, live: LiveSession) => {
+    const unregister = (relay: CallSession) => {
       bySession.delete(relay.info.sessionId)
       if (byCall.get(relay.info.call.callId) === relay) byCall.delete(relay.info.call.callId)
-      const key = envKey(relay.info.agentId, relay.info.environmentId)
-      const set = byEnvironment.get(key)
-      set?.delete(live)
-      if (set?.size === 0) byEnvironment.delete(key)
     }
 
     /** Finds the agent and connects it, unless the session ends first. */
@@ -131,6 +113,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         yield* Fiber.join(recording)
         yield* lifecycle.finish(relay, ending, observed).pipe(Effect.uninterruptible)
       }).pipe(
+        // The session's scope: its turn observer's watchdog and store writes end with the session.
+        Effect.scoped,
         // Cut without a chance to finish (the shutdown grace ran out): at least close both sockets.
         Effect.onInterrupt(() =>
           Effect.sync(() => {
@@ -166,22 +150,10 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
       const relay = new CallSession(info, opening.carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
-      const live: LiveSession = {
-        info,
-        ending: () => Option.fromNullable(relay.ended),
-        fail: (error) => {
-          const standing = relay.end(SessionEnding.Failed({ error }))
-          return standing._tag === "Failed" && standing.error === error
-        }
-      }
       opening.carrier.bind(relay)
-      bySession.set(info.sessionId, { live, relay })
+      bySession.set(info.sessionId, relay)
       byCall.set(info.call.callId, relay)
-      const key = envKey(info.agentId, info.environmentId)
-      let set = byEnvironment.get(key)
-      if (set === undefined) byEnvironment.set(key, (set = new Set()))
-      set.add(live)
-      run(info.sessionId, runSession(relay, ended).pipe(Effect.ensuring(Effect.sync(() => unregister(relay, live)))))
+      run(info.sessionId, runSession(relay, ended).pipe(Effect.ensuring(Effect.sync(() => unregister(relay)))))
       return Either.void
     }
 
@@ -212,7 +184,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       const drained = yield* FiberMap.awaitEmpty(fibers).pipe(Effect.interruptible, Effect.timeoutOption(config.shutdownDrainTimeout))
       if (Option.isSome(drained)) return
       yield* Effect.logWarning("drain timeout reached: cutting live calls", { live: liveCount() })
-      for (const { relay } of bySession.values()) {
+      for (const relay of bySession.values()) {
         relay.end(
           SessionEnding.Failed({ error: new HardError({ kind: "shutdown", message: "callgate shut down during the call." }) })
         )
@@ -224,15 +196,6 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       open,
       drain,
       isDraining: (): boolean => draining,
-      get: (sessionId: string): Option.Option<LiveSession> => Option.fromNullable(bySession.get(sessionId)?.live),
-      byCallId: (callId: string): Option.Option<LiveSession> => {
-        const relay = byCall.get(callId)
-        return relay === undefined ? Option.none() : Option.fromNullable(bySession.get(relay.info.sessionId)?.live)
-      },
-      /** The live sessions of one environment on this instance (a snapshot). */
-      liveSessions: (agentId: string, environmentId: string): ReadonlyArray<LiveSession> => [
-        ...(byEnvironment.get(envKey(agentId, environmentId)) ?? [])
-      ],
       liveCount
     } as const
   })

@@ -1,5 +1,5 @@
-import { Effect, Layer, Runtime } from "effect"
-import { describeRescue } from "../breaker/ResponseWatchdog.js"
+import { Effect, FiberSet, Layer } from "effect"
+import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { HardError } from "../core/HardError.js"
 import { Sessions } from "./Sessions.js"
 import { TurnObservers } from "./TurnObservers.js"
@@ -17,12 +17,12 @@ export const SessionTurnObserversLive = Layer.effect(
   Effect.gen(function* () {
     const timing = yield* TurnTiming
     const sessions = yield* Sessions
-    const runtime = yield* Effect.runtime<never>()
-    const fork = Runtime.runFork(runtime)
 
     return TurnObservers.of({
       forSession: (info, control) =>
         Effect.gen(function* () {
+          // The session's turn writes run in the session's scope: interrupted, if still running, when it closes.
+          const fork = yield* FiberSet.makeRuntime<never>()
           let turns: () => ReadonlyArray<TurnRecord> = () => []
           let writing = false
           let pending = false
@@ -52,12 +52,11 @@ export const SessionTurnObserversLive = Layer.effect(
                 )
             )
           }
-          const watched = yield* timing.observe({
+          const watched = yield* timing.watchCall({
             agentId: info.agentId,
             environmentId: info.environmentId,
             sessionId: info.sessionId,
-            onTrip: (rescue) =>
-              Effect.sync(() => control.fail(new HardError({ kind: "agent_unresponsive", message: describeRescue(rescue) }))),
+            onTrip: (trip) => void control.fail(new HardError({ kind: "agent_unresponsive", message: describeNoResponseTrip(trip) })),
             onTurnsChanged: persist
           })
           turns = watched.turns

@@ -1,4 +1,4 @@
-import { Context, Effect } from "effect"
+import { Context, type Effect, type Scope } from "effect"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
 import type { HardError } from "../core/HardError.js"
@@ -19,17 +19,16 @@ export interface TurnObserversShape {
   /**
    * The observer of one session, asked for once when its stream starts (before the agent is
    * connected). The relay then calls it synchronously for every caller frame, DTMF digit and
-   * agent frame, and calls `close` once when the session ends.
+   * agent frame, and calls `close` once when the session ends. Whatever the observer runs in the
+   * background (its response watchdog) lives in the session's scope.
    */
-  readonly forSession: (session: SessionInfo, control: SessionControl) => Effect.Effect<ObservedSession>
+  readonly forSession: (session: SessionInfo, control: SessionControl) => Effect.Effect<ObservedSession, never, Scope.Scope>
 }
 
 export const unobserved: ObservedSession = { observer: nullTurnObserver, turns: () => [] }
 
 /**
- * The hook the turn tracker plugs into: provide a layer for this tag (in src/main.ts) to observe
- * every call. Without one, sessions use the null observer.
+ * Turn timing on every call (SessionTurnObservers.ts). A required service: a wiring without it is a
+ * type error, never a call that silently goes untimed.
  */
-export class TurnObservers extends Context.Reference<TurnObservers>()("callgate/TurnObservers", {
-  defaultValue: (): TurnObserversShape => ({ forSession: () => Effect.succeed(unobserved) })
-}) {}
+export class TurnObservers extends Context.Tag("callgate/TurnObservers")<TurnObservers, TurnObserversShape>() {}

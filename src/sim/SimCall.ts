@@ -1,12 +1,12 @@
 import { EventEmitter } from "node:events"
 import { performance } from "node:perf_hooks"
-import { type ClientOptions, type RawData, WebSocket } from "ws"
 import type { EntryAnswer } from "./CallEntry.js"
 import type { CarrierDialect } from "./CarrierDialect.js"
 import { nowUs, writeStamp } from "./FrameStamp.js"
 import { FramePacer } from "./FramePacer.js"
 import { DEFAULT_VOICED_RMS, FRAME_BYTES, FRAME_MS, MULAW_SILENCE, isVoicedFrame, padToFrames } from "./Mulaw.js"
 import { Playout } from "./Playout.js"
+import { openSimSocket, SOCKET_CONNECTING, SOCKET_OPEN, type SimSocket, type SimSocketData, type SimSocketOptions } from "./WsSimSocket.js"
 import { seededRandom } from "./AudioSource.js"
 
 /** A simulated call could not be placed or failed, with a sentence saying what happened. */
@@ -26,7 +26,7 @@ export interface SimCallOptions {
   /** Extra headers on the WebSocket upgrade. */
   readonly headers?: Readonly<Record<string, string>>
   /** Options for the `ws` client (e.g. `ca` for a test CA). */
-  readonly wsOptions?: ClientOptions
+  readonly wsOptions?: SimSocketOptions
   /**
    * Stamp every outgoing frame with this call id (see FrameStamp): the frame's chunk number is the
    * sequence number and the send time is taken just before the frame is sent.
@@ -127,7 +127,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   /** For calls placed through an entry webhook: what the gateway answered (see CallEntry). */
   entry: EntryAnswer | undefined
 
-  private readonly ws: WebSocket
+  private readonly ws: SimSocket
   private readonly pacer: FramePacer
   private readonly playout: Playout
   private readonly queue: Array<PlayItem> = []
@@ -168,7 +168,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
     })
     // Never an unhandled rejection for callers that only listen to events.
     this.opened.catch(noop)
-    this.ws = new WebSocket(url, { ...options.wsOptions, headers: { ...options.wsOptions?.headers, ...options.headers } })
+    this.ws = openSimSocket(url, { ...options.wsOptions, headers: { ...options.wsOptions?.headers, ...options.headers } })
     this.ws.once("open", this.onOpen)
     this.ws.on("error", this.onSocketError)
     this.ws.on("message", this.receive)
@@ -184,7 +184,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   }
 
   get isOpen() {
-    return !this.isClosed && this.ws.readyState === WebSocket.OPEN
+    return !this.isClosed && this.ws.readyState === SOCKET_OPEN
   }
 
   /**
@@ -315,7 +315,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       this.flushShuffled()
       this.ws.send(this.dialect.stop(this.seq++))
       this.ws.close(1000, reason)
-    } else if (!this.isClosed && this.ws.readyState === WebSocket.CONNECTING) {
+    } else if (!this.isClosed && this.ws.readyState === SOCKET_CONNECTING) {
       this.hangingUp = true
       this.ws.terminate()
     }
@@ -332,7 +332,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   }
 
   private readonly sendFrame = (index: number): void => {
-    if (this.ws.readyState !== WebSocket.OPEN) return
+    if (this.ws.readyState !== SOCKET_OPEN) return
     const item = this.queue[0]
     let frame: Buffer
     if (item !== undefined) {
@@ -379,11 +379,11 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       window[i] = window[j]!
       window[j] = swap
     }
-    if (this.ws.readyState === WebSocket.OPEN) for (const message of window) this.ws.send(message)
+    if (this.ws.readyState === SOCKET_OPEN) for (const message of window) this.ws.send(message)
     window.length = 0
   }
 
-  private readonly receive = (data: RawData, isBinary: boolean): void => {
+  private readonly receive = (data: SimSocketData, isBinary: boolean): void => {
     if (isBinary) return this.emitProtocolError("binary frame from the gateway (carriers accept JSON text only)")
     let message: any
     try {
@@ -447,7 +447,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   }
 
   private readonly echoMark = (name: string, cleared: boolean) => {
-    if (this.ws.readyState !== WebSocket.OPEN) return
+    if (this.ws.readyState !== SOCKET_OPEN) return
     this.flushShuffled()
     this.ws.send(this.dialect.mark(this.seq++, name))
     this.stats.marksEchoed++

@@ -1,13 +1,12 @@
 import { Effect, Layer, Option, Schema } from "effect"
 import { ApiKeyStore, StoredApiKey } from "../apikeys/ApiKeyStore.js"
-import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { StoreError } from "../core/StoreError.js"
 
 const decodeKey = Schema.decodeUnknown(Schema.parseJson(StoredApiKey))
 
 export const makeRedisApiKeyStore = Effect.gen(function* () {
-  const { client } = yield* RedisConnection
+  const { client, keys } = yield* RedisConnection
   return ApiKeyStore.of({
     insert: (key) =>
       redisCall("apiKey.insert", () => client.set(keys.apiKey(key.keyHash), JSON.stringify(key))).pipe(Effect.asVoid),

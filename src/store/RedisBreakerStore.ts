@@ -1,7 +1,6 @@
 import { createHash } from "node:crypto"
 import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
 import type { Redis } from "ioredis"
-import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { BreakerStore, BreakerTrip, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "../breaker/BreakerStore.js"
 
@@ -73,7 +72,7 @@ const decodeTrip = Schema.decodeUnknownOption(Schema.parseJson(BreakerTrip))
 
 export const makeRedisBreakerStore = Effect.gen(function* () {
   const connection = yield* RedisConnection
-  const { duplicate } = connection
+  const { duplicate, keys } = connection
   // A connection of its own that never queues or replays commands: while Redis is away a command
   // fails at once (the breaker counts locally), and one given up on is never run later (a
   // stale DEL would wipe newer occurrences, a stale record would outlive its window).

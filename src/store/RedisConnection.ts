@@ -2,6 +2,7 @@ import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { StoreError } from "../core/StoreError.js"
+import { makeKeys, type RedisKeys } from "./keys.js"
 
 /**
  * The shared ioredis connection, opened for the lifetime of the layer and closed on shutdown.
@@ -11,6 +12,8 @@ import { StoreError } from "../core/StoreError.js"
 export interface RedisConnectionShape {
   readonly client: Redis
   readonly duplicate: Effect.Effect<Redis, never, import("effect").Scope.Scope>
+  /** Every key and channel name, under this deployment's REDIS_KEY_PREFIX. */
+  readonly keys: RedisKeys
 }
 
 export class RedisConnection extends Context.Tag("callgate/RedisConnection")<RedisConnection, RedisConnectionShape>() {}
@@ -38,11 +41,11 @@ const open = (url: string, name: string) =>
     )
   )
 
-export const makeRedisConnection = (url: string) =>
+export const makeRedisConnection = (url: string, keyPrefix = "callgate:") =>
   Effect.gen(function* () {
     const client = yield* open(url, "callgate")
     const duplicate = open(url, "callgate-sub")
-    return RedisConnection.of({ client, duplicate })
+    return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix) })
   })
 
 /** Connects to `REDIS_URL`; only built when it is set (see main.ts). */
@@ -51,7 +54,7 @@ export const RedisConnectionLive = Layer.scoped(
   Effect.gen(function* () {
     const config = yield* AppConfig
     const url = Option.getOrThrowWith(config.redisUrl, () => new Error("REDIS_URL is not set"))
-    return yield* makeRedisConnection(Redacted.value(url))
+    return yield* makeRedisConnection(Redacted.value(url), config.redisKeyPrefix)
   })
 )
 

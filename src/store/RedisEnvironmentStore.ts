@@ -1,7 +1,6 @@
 import { Effect, Either, Layer, Option, Schema } from "effect"
 import { StoredEnvironment } from "../environments/EnvironmentSchema.js"
 import { EnvironmentStore } from "../environments/EnvironmentStore.js"
-import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
 import { StoreError } from "../core/StoreError.js"
@@ -15,7 +14,7 @@ const decodeDoc = Schema.decodeUnknown(Schema.parseJson(StoredEnvironment))
 const encodeDoc = (env: StoredEnvironment) => JSON.stringify(env)
 
 export const makeRedisEnvironmentStore = Effect.gen(function* () {
-  const { client } = yield* RedisConnection
+  const { client, keys } = yield* RedisConnection
 
   const decode = (operation: string, doc: string | null) =>
     doc === null

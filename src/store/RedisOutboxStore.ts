@@ -1,6 +1,5 @@
 import { Effect, Layer, Option, Schema } from "effect"
 import type { Redis } from "ioredis"
-import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { StoreError } from "../core/StoreError.js"
 import { hostOf, type StoredDelivery, StoredDelivery as StoredDeliverySchema } from "../webhooks/Delivery.js"
@@ -231,7 +230,7 @@ const decodeOrFail = <A>(operation: string, decode: () => A) =>
 /** `queue` names an independent outbox in the same Redis (tests run several side by side). */
 export const makeRedisOutboxStore = (queue = "outbox") =>
   Effect.gen(function* () {
-    const { client } = yield* RedisConnection
+    const { client, keys } = yield* RedisConnection
     const scripts = defineScripts(client)
     const due = keys.outboxQueue(queue, "due")
     const leases = keys.outboxQueue(queue, "leases")

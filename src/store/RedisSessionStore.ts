@@ -1,6 +1,5 @@
 import { Duration, Effect, Either, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import { keys } from "./keys.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
 import { StoreError } from "../core/StoreError.js"
@@ -22,7 +21,7 @@ const decodeDoc = Schema.decodeUnknown(Schema.parseJson(Session))
  */
 export const makeRedisSessionStore = (retention: Duration.Duration) =>
   Effect.gen(function* () {
-    const { client } = yield* RedisConnection
+    const { client, keys } = yield* RedisConnection
     const retentionMs = Duration.toMillis(retention)
 
     const read = (operation: string, agentId: string, sessionId: string) =>

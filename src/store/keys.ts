@@ -1,5 +1,5 @@
 /**
- * The Redis key layout, in one place. Everything lives under one prefix; keys about one environment
+ * The Redis key layout, in one place. Everything lives under one prefix (REDIS_KEY_PREFIX); keys about one environment
  * carry the hash tag `{agentId:environmentId}` so a Redis Cluster keeps them in one slot and a Lua
  * script may touch several of them. Ids are validated (ResourceId) to hold no braces or colons.
  */
@@ -7,7 +7,8 @@ export const KEY_PREFIX = "callgate:"
 
 export const envTag = (agentId: string, environmentId: string) => `{${agentId}:${environmentId}}`
 
-export const keys = {
+/** The key layout under `prefix` (REDIS_KEY_PREFIX, default "callgate:"). */
+export const makeKeys = (KEY_PREFIX: string) => ({
   environment: (agentId: string, environmentId: string) => `${KEY_PREFIX}env:${envTag(agentId, environmentId)}`,
   agentEnvironments: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:environments`,
   /** Set of every agent id that ever had an environment (the agents index; never shrinks: readers skip agents with none left). */
@@ -31,4 +32,9 @@ export const keys = {
   session: (agentId: string, sessionId: string) => `${KEY_PREFIX}session:{${agentId}}:${sessionId}`,
   agentSessions: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:sessions`,
   environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`
-} as const
+})
+
+export type RedisKeys = ReturnType<typeof makeKeys>
+
+/** The layout under the default prefix. */
+export const keys: RedisKeys = makeKeys(KEY_PREFIX)

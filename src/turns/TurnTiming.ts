@@ -1,7 +1,7 @@
-import { Effect, Exit, Runtime, Scope } from "effect"
+import { Effect, Runtime, type Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
-import { type OccurrenceRecorded, type Rescue, startResponseWatchdog } from "../breaker/ResponseWatchdog.js"
+import { type OccurrenceRecorded, type NoResponseTrip, startResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
 import { TurnTracker } from "./TurnTracker.js"
@@ -11,8 +11,8 @@ export interface WatchCallOptions {
   readonly agentId: string
   readonly environmentId: string
   readonly sessionId: string
-  /** Runs once when the no-response breaker trips for this call (see ResponseWatchdog.onTrip). */
-  readonly onTrip: (rescue: Rescue) => Effect.Effect<void, unknown>
+  /** Runs once, synchronously, when the no-response breaker trips for this call (see ResponseWatchdog.onTrip). */
+  readonly onTrip: (trip: NoResponseTrip) => void
   /** The environment's breaker settings; defaults to reading the environment afresh each evaluation. */
   readonly settings?: Effect.Effect<BreakerSettings, unknown>
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
@@ -108,46 +108,31 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           onCallbackError: (error) =>
             Runtime.runFork(runtime)(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))
         })
-        const observer = tracker
-        yield* Effect.addFinalizer(() =>
-          Effect.sync(() => {
-            const pending = observer.pendingTurn
-            if (pending !== undefined) {
-              const occurrences = watchdog.occurrences
-              update(pending.index, (record) => ({ ...record, timeoutOccurrences: occurrences }))
-            }
-            observer.close()
-          })
-        )
+        const calls = tracker
+        let closed = false
+        // Closing is synchronous (the relay closes its observer when the session ends): the pending
+        // turn gets its final occurrence count, the watchdog stops timing, the detectors are freed.
+        const close = () => {
+          if (closed) return
+          closed = true
+          const pending = calls.pendingTurn
+          if (pending !== undefined) {
+            const occurrences = watchdog.occurrences
+            update(pending.index, (record) => ({ ...record, timeoutOccurrences: occurrences }))
+          }
+          watchdog.stop()
+          calls.close()
+        }
+        yield* Effect.addFinalizer(() => Effect.sync(close))
+        const observer: TurnObserver = {
+          callerAudio: (frame, atMs) => calls.callerAudio(frame, atMs),
+          callerDtmf: (digit, atMs) => calls.callerDtmf(digit, atMs),
+          agentAudio: (frame, atMs) => calls.agentAudio(frame, atMs),
+          close
+        }
         return { observer, turns: () => records } satisfies WatchedCall
       })
 
-    /**
-     * The same, for callers without a scope (the TurnObservers seam): the call's timing stops and
-     * its detectors are freed when `observer.close()` is called.
-     */
-    const observe = (options: WatchCallOptions): Effect.Effect<WatchedCall> =>
-      Effect.gen(function* () {
-        const scope = yield* Scope.make()
-        const call = yield* watchCall(options).pipe(
-          Scope.extend(scope),
-          Effect.onError((cause) => Scope.close(scope, Exit.failCause(cause)))
-        )
-        const tracker = call.observer
-        let closed = false
-        const observer: TurnObserver = {
-          callerAudio: (frame, atMs) => tracker.callerAudio(frame, atMs),
-          callerDtmf: (digit, atMs) => tracker.callerDtmf(digit, atMs),
-          agentAudio: (frame, atMs) => tracker.agentAudio(frame, atMs),
-          close: () => {
-            if (closed) return
-            closed = true
-            Effect.runFork(Scope.close(scope, Exit.void))
-          }
-        }
-        return { observer, turns: call.turns } satisfies WatchedCall
-      })
-
-    return { watchCall, observe, settings: vad.settings } as const
+    return { watchCall, settings: vad.settings } as const
   })
 }) {}

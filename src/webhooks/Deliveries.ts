@@ -33,6 +33,8 @@ export class Deliveries extends Effect.Service<Deliveries>()("callgate/Deliverie
     const envs = yield* Environments
     const metrics = yield* DeliveryMetrics
     const wakeups = yield* Queue.sliding<string>(1024)
+    /** Every event accepted by `enqueue`, queued for a webhook or not (live views, tests). */
+    const accepted = yield* PubSub.unbounded<SessionEndedEvent>()
 
     const enqueue = Effect.fn("Deliveries.enqueue")(function* (event: SessionEndedEvent) {
       const env = yield* envs.resolve(event.agentId, event.environmentId).pipe(
@@ -42,6 +44,7 @@ export class Deliveries extends Effect.Service<Deliveries>()("callgate/Deliverie
       const url = Option.flatMap(env, (e) => Option.fromNullable(e.stored.webhookUrl))
       if (Option.isNone(url)) {
         yield* Effect.logDebug("session.ended not queued: the environment has no webhook", { sessionId: event.sessionId })
+        yield* PubSub.publish(accepted, event)
         return
       }
       const now = yield* Clock.currentTimeMillis
@@ -64,6 +67,7 @@ export class Deliveries extends Effect.Service<Deliveries>()("callgate/Deliverie
       }
       yield* store.insert(delivery)
       yield* Queue.offer(wakeups, hostOf(delivery.url))
+      yield* PubSub.publish(accepted, event)
     })
 
     const cancelForEnvironment = (agentId: string, environmentId: string, reason: string) =>
@@ -133,7 +137,15 @@ export class Deliveries extends Effect.Service<Deliveries>()("callgate/Deliverie
       }
     })
 
-    return { enqueue, list, retry, cancelForEnvironment, wakeups: wakeups as Queue.Dequeue<string> } as const
+    return {
+      enqueue,
+      list,
+      retry,
+      cancelForEnvironment,
+      wakeups: wakeups as Queue.Dequeue<string>,
+      /** Subscribes to the events `enqueue` accepts from now on (in the caller's scope). */
+      acceptedEvents: PubSub.subscribe(accepted)
+    } as const
   })
 }) {}
 

@@ -1,11 +1,12 @@
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Layer } from "effect"
 import { WebSocket } from "ws"
 import { HardError } from "../core/HardError.js"
 import { wsWireSocket } from "./WsWireSocket.js"
 import { AgentConnection } from "../agent/AgentConnection.js"
+import { AgentDialer } from "../agent/AgentDialer.js"
 
-/** Same limit as the server side (HttpApp MAX_WS_MESSAGE_BYTES); kept here so agent/ needs no http/. */
-export const AGENT_MAX_MESSAGE_BYTES = 64 * 1024
+/** Same limit as the server side (HttpApp MAX_WS_MESSAGE_BYTES). */
+const AGENT_MAX_MESSAGE_BYTES = 64 * 1024
 
 /** Where the URL points, without path or query (which may carry credentials). */
 const describeTarget = (url: string) => {
@@ -21,7 +22,7 @@ const describeTarget = (url: string) => {
  * (agent_dial_failed) when the connection is refused, the handshake is answered with anything
  * but 101, or it takes longer than `timeout`. Interrupting the dial closes the socket.
  */
-export const dialAgent = (url: string, timeout: Duration.Duration): Effect.Effect<AgentConnection, HardError> =>
+const dialAgent = (url: string, timeout: Duration.Duration): Effect.Effect<AgentConnection, HardError> =>
   Effect.async<AgentConnection, HardError>((resume) => {
     let settled = false
     let timer: ReturnType<typeof setTimeout> | undefined
@@ -54,3 +55,6 @@ export const dialAgent = (url: string, timeout: Duration.Duration): Effect.Effec
       if (!settled) ws.terminate()
     })
   })
+
+/** The AgentDialer port over `ws`. */
+export const WsAgentDialerLive = Layer.succeed(AgentDialer, AgentDialer.of({ dial: dialAgent }))

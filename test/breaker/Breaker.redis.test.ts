@@ -5,7 +5,7 @@ import { inject } from "vitest"
 import { Breaker, type BreakerSettings } from "../../src/breaker/Breaker.js"
 import type { BreakerTrip } from "../../src/breaker/BreakerStore.js"
 import { RedisBreakerStoreLive } from "../../src/store/RedisBreakerStore.js"
-import type { Rescue } from "../../src/breaker/ResponseWatchdog.js"
+import type { NoResponseTrip } from "../../src/breaker/ResponseWatchdog.js"
 import { keys } from "../../src/store/keys.js"
 import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
 import { freePort, startRedisServer } from "../support/redisServer.js"
@@ -148,10 +148,10 @@ describe("Breaker on Redis", () => {
       const instanceB = yield* Layer.build(breakerLayer(redisStore(url)))
       const env = newEnvironment()
       const shared: BreakerSettings = { timeoutSeconds: 1, threshold: 3, windowSeconds: 60 }
-      const rescues: Array<Rescue & { sessionId: string; at: number }> = []
+      const rescues: Array<NoResponseTrip & { sessionId: string; at: number }> = []
       const on = (context: typeof instanceA, sessionId: string) =>
         watch(sessionOf(env, sessionId), Effect.succeed(shared), [], {
-          onTrip: (rescue) => Effect.sync(() => void rescues.push({ ...rescue, sessionId, at: performance.now() }))
+          onTrip: (trip) => void rescues.push({ ...trip, sessionId, at: performance.now() })
         }).pipe(Effect.provide(context))
 
       const a1 = yield* on(instanceA, "a1")

@@ -2,10 +2,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, type Scope, TestClock } from "effect"
 import { Breaker, type BreakerSettings } from "../../src/breaker/Breaker.js"
 import { BreakerStore } from "../../src/breaker/BreakerStore.js"
-import { describeRescue, type ResponseWatchdog } from "../../src/breaker/ResponseWatchdog.js"
+import { describeNoResponseTrip, type ResponseWatchdog } from "../../src/breaker/ResponseWatchdog.js"
 import { Environments } from "../../src/environments/Environments.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { breakerLayer, newEnvironment, type RescueSeen, sessionOf, settingsBox, settle, watch } from "./breakerTestLayer.js"
+import { breakerLayer, newEnvironment, type RescueSeen, sessionOf, settingsBox, settle, watch, withTestFibers } from "./breakerTestLayer.js"
 
 /**
  * One named test per rule of spec 6.2 and per limit of section 2.2, on TestClock: the watchdogs
@@ -19,7 +19,7 @@ type Env = { agentId: string; environmentId: string }
 type Test<A> = Effect.Effect<A, unknown, Breaker | BreakerStore | Environments | Metrics | Scope.Scope>
 
 const scenario = <A>(name: string, body: () => Test<A>) =>
-  it.scoped(name, () => Effect.provide(Effect.asVoid(body()), breakerLayer()))
+  it.scoped(name, () => Effect.provide(withTestFibers(Effect.asVoid(body())), breakerLayer()))
 
 /** Advances the test clock by `ms` and lets every fiber react. */
 const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
@@ -405,10 +405,10 @@ describe("no-response breaker: section 2.2 limits", () => {
 
 describe("rescue description", () => {
   it("says what happened in one sentence, without ids", () => {
-    expect(describeRescue({ reason: "environment", count: 5, threshold: 5, trippedBy: "ses_secretish", timeoutSeconds: 8 })).toBe(
+    expect(describeNoResponseTrip({ reason: "environment", count: 5, threshold: 5, trippedBy: "ses_secretish", timeoutSeconds: 8 })).toBe(
       "The agent did not begin responding within 8 s of the caller's input: 5 no-response occurrences in the environment's time window reached the threshold of 5."
     )
-    expect(describeRescue({ reason: "threshold", count: 1, threshold: 1, trippedBy: "s", timeoutSeconds: 3 })).toContain("1 no-response occurrence in")
+    expect(describeNoResponseTrip({ reason: "threshold", count: 1, threshold: 1, trippedBy: "s", timeoutSeconds: 3 })).toContain("1 no-response occurrence in")
   })
 })
 

@@ -1,9 +1,9 @@
-import { Effect, Layer, Logger } from "effect"
+import { Chunk, Effect, Either, Equal, Fiber, FiberStatus, HashMap, Layer, Logger, MutableRef, SortedSet, Supervisor, TestAnnotation, TestServices } from "effect"
 import { Breaker, type BreakerSettings, type SessionRef } from "../../src/breaker/Breaker.js"
 import { BreakerMetrics } from "../../src/breaker/BreakerMetrics.js"
 import type { BreakerStore } from "../../src/breaker/BreakerStore.js"
 import { MemoryBreakerStoreLive } from "../../src/breaker/MemoryBreakerStore.js"
-import { type Rescue, startResponseWatchdog, type WatchdogOptions } from "../../src/breaker/ResponseWatchdog.js"
+import { type NoResponseTrip, startResponseWatchdog, type WatchdogOptions } from "../../src/breaker/ResponseWatchdog.js"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { Environments } from "../../src/environments/Environments.js"
 import { Metrics } from "../../src/observability/Metrics.js"
@@ -55,7 +55,7 @@ export const settingsBox = (initial: BreakerSettings) => {
   }
 }
 
-export interface RescueSeen extends Rescue {
+export interface RescueSeen extends NoResponseTrip {
   readonly sessionId: string
 }
 
@@ -69,9 +69,47 @@ export const watch = (
   startResponseWatchdog({
     session,
     settings,
-    onTrip: (rescue) => Effect.sync(() => void rescues.push({ ...rescue, sessionId: session.sessionId })),
+    onTrip: (trip) => void rescues.push({ ...trip, sessionId: session.sessionId }),
     ...extra
   })
 
-/** Lets forked fibers (watchdogs, rescue actions) run up to their next wait. */
-export const settle = Effect.repeatN(Effect.yieldNow(), 20)
+/**
+ * Runs a test body with every fiber it forks (watchdogs, their timers, rescue actions) registered
+ * as the test's fibers, so `settle` can tell when they have all run up to their next wait (and
+ * TestClock.adjust, which looks at the same registry, waits for that before moving time).
+ */
+export const withTestFibers = <A, E, R>(body: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.gen(function* () {
+    const fibers = MutableRef.make(SortedSet.empty<Fiber.RuntimeFiber<unknown, unknown>>(Fiber.Order))
+    const supervisor = yield* Supervisor.fibersIn(fibers)
+    yield* TestServices.annotate(TestAnnotation.fibers, Either.right(Chunk.of(fibers)))
+    return yield* Effect.supervised(body, supervisor)
+  })
+
+/** A macrotask: I/O callbacks and timers of the host get their turn (not the Effect clock). */
+const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+
+/** The status of every live fiber of the test, or undefined while one of them is running. */
+const snapshot = Effect.gen(function* () {
+  const registered = yield* TestServices.get(TestAnnotation.fibers)
+  if (Either.isLeft(registered)) return yield* Effect.dieMessage("settle needs the test's fibers: run the test body with withTestFibers")
+  const fibers = registered.right.pipe(Chunk.flatMap((ref) => Chunk.fromIterable(MutableRef.get(ref))))
+  const statuses = yield* Effect.forEach(fibers, (fiber) => Effect.map(fiber.status, (status) => [fiber.id(), status] as const))
+  return statuses.some(([, status]) => FiberStatus.isRunning(status)) ? undefined : HashMap.fromIterable(statuses)
+})
+
+/**
+ * Waits until the test's fibers (watchdogs, rescue actions) have all run up to their next wait:
+ * every one done or suspended, with nothing changed across a macrotask. Then nothing more
+ * happens until the test acts (an event, the TestClock moving).
+ */
+export const settle = Effect.gen(function* () {
+  for (let round = 0; round < 10_000; round++) {
+    const before = yield* snapshot
+    yield* macrotask
+    if (before === undefined) continue
+    const after = yield* snapshot
+    if (after !== undefined && Equal.equals(before, after)) return
+  }
+  return yield* Effect.dieMessage("the test's fibers never settled")
+})

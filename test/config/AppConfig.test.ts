@@ -95,7 +95,7 @@ describe("AppConfig", () => {
       ["WEBHOOK_TIMEOUT", { WEBHOOK_TIMEOUT: "ten seconds" }, "duration"],
       ["FALLBACK_WEBHOOK_TIMEOUT", { FALLBACK_WEBHOOK_TIMEOUT: "-5s" }, "duration"],
       ["WEBHOOK_ALLOW_PRIVATE_NETWORKS", { WEBHOOK_ALLOW_PRIVATE_NETWORKS: "maybe" }, "boolean"],
-      ["HTTP_BODY_LIMIT_BYTES", { HTTP_BODY_LIMIT_BYTES: "100" }, "between 1024 and 10485760"],
+      ["HTTP_BODY_LIMIT_BYTES", { HTTP_BODY_LIMIT_BYTES: "100" }, "from 1024 to 10485760"],
       ["HTTP_BODY_LIMIT_BYTES", { HTTP_BODY_LIMIT_BYTES: "lots" }, "integer"],
       ["RATE_LIMIT_PER_MINUTE", { RATE_LIMIT_PER_MINUTE: "-1" }, "from 0 (no limit) to 1000000"],
       ["RATE_LIMIT_PER_MINUTE", { RATE_LIMIT_PER_MINUTE: "2.5" }, "integer"],

@@ -1,12 +1,11 @@
 import { Effect, Layer, ManagedRuntime } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
-import { ErrorFallbackLive } from "../../src/fallback/ErrorFallback.js"
+import { ErrorFallback } from "../../src/fallback/ErrorFallback.js"
 import type { FallbackRecord } from "../../src/fallback/FallbackRecord.js"
 import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { HardError } from "../../src/core/HardError.js"
-import { Rescue } from "../../src/session/Rescue.js"
 import type { SessionInfo } from "../../src/core/SessionInfo.js"
 import type { CallKind } from "../../src/core/Carrier.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"
@@ -17,7 +16,7 @@ import { CA_FILE, type Receiver, type Reply, startReceiver } from "../webhooks/h
 
 let twilio: FakeTwilio
 let telnyx: FakeTelnyx
-let runtime: ManagedRuntime.ManagedRuntime<Rescue | Environments | Metrics, unknown>
+let runtime: ManagedRuntime.ManagedRuntime<ErrorFallback | Environments | Metrics, unknown>
 let receiver: Receiver
 let nextReply: Reply | "hang" = { status: 200 }
 
@@ -26,7 +25,7 @@ beforeAll(async () => {
   telnyx = await startFakeTelnyx()
   receiver = await startReceiver(() => nextReply)
   runtime = ManagedRuntime.make(
-    ErrorFallbackLive.pipe(
+    ErrorFallback.Default.pipe(
       Layer.provideMerge(FallbackMetrics.Default),
       Layer.provideMerge(
         domainLayer("memory", {
@@ -85,7 +84,7 @@ const environment = (patch: Parameters<Environments["update"]>[2]) =>
   )
 
 const rescue = (session: SessionInfo, error = new HardError({ kind: "agent_disconnected", message: "the agent's socket closed mid-call" })) =>
-  runtime.runPromise(Effect.flatMap(Rescue, (r) => r.rescue(session, error))).then((outcome) => outcome.fallback as FallbackRecord)
+  runtime.runPromise(Effect.flatMap(ErrorFallback, (r) => r.rescue(session, error))).then((outcome) => outcome.fallback as FallbackRecord)
 
 const webhookEnvironment = () =>
   environment({ errorFallbackType: "webhook", errorFallbackValue: receiver.url("/fallback?tenant=acme") })

@@ -85,7 +85,7 @@ const signatureOf = (request: ReceivedRequest, secret: string) =>
 describe.each(CALL_KINDS)("error fallback end to end: %s calls", (kind) => {
   let gateway: Gateway
   beforeAll(async () => {
-    gateway = await startGateway({ rescue: "fallback", timing: true, env: fallbackGatewayEnv(CA_FILE) })
+    gateway = await startGateway({ env: fallbackGatewayEnv(CA_FILE) })
   })
   afterAll(() => gateway.close())
 
@@ -266,7 +266,7 @@ describe.each(["telnyx-texml", "telnyx-call-control"] as const)("the agent's tra
   // Twilio's exact transfer request is asserted in test/telephony/streams/twilioStream.test.ts.
   let gateway: Gateway
   beforeAll(async () => {
-    gateway = await startGateway({ rescue: "fallback", timing: true, env: fallbackGatewayEnv(CA_FILE) })
+    gateway = await startGateway({ env: fallbackGatewayEnv(CA_FILE) })
   })
   afterAll(() => gateway.close())
 

@@ -47,7 +47,7 @@ const webhookRequests = (path: string) => receiver.requests.filter((r) => r.path
 describe.each(CALL_KINDS)("racing triggers on %s calls", (kind) => {
   let gateway: Gateway
   beforeAll(async () => {
-    gateway = await startGateway({ rescue: "fallback", timing: true, env: fallbackGatewayEnv(CA_FILE) })
+    gateway = await startGateway({ env: fallbackGatewayEnv(CA_FILE) })
   })
   afterAll(() => gateway.close())
 

@@ -27,7 +27,7 @@ describe.each<StoreKind>(["memory", "redis"])("authentication and authorization 
   let otherAgent: string
   let scopedKey: string
   beforeAll(async () => {
-    t = await makeTestApp(kind)
+    t = await makeTestApp(kind, { REDIS_KEY_PREFIX: "callgate:" })
     ownAgent = uniqueId("agent")
     otherAgent = uniqueId("agent")
     scopedKey = await createScopedKey(t.app, [ownAgent, uniqueId("agent")])

@@ -1,31 +1,23 @@
-import { ErrorFallbackLive } from "../../src/fallback/ErrorFallback.js"
-import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
-import { SessionTurnObserversLive } from "../../src/session/SessionTurnObservers.js"
 import { readFileSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { Context, Effect, Layer, ManagedRuntime } from "effect"
+import { Context, Effect, Layer, ManagedRuntime, Queue, Scope } from "effect"
 import { WebSocket, WebSocketServer } from "ws"
-import { AgentConnector } from "../../src/agent/AgentConnector.js"
 import { AgentPool } from "../../src/agent/AgentPool.js"
+import type { CallKind } from "../../src/core/Carrier.js"
 import { Environments } from "../../src/environments/Environments.js"
 import type { UpdateEnvironmentBody } from "../../src/environments/EnvironmentSchema.js"
-import { HttpApp } from "../../src/http/HttpApp.js"
-import { HangUpRescueLive, type Rescue } from "../../src/session/Rescue.js"
-import { SessionDrainLive, SessionRegistry } from "../../src/session/SessionRegistry.js"
-import { SessionLifecycle } from "../../src/session/SessionLifecycle.js"
-import { Sessions } from "../../src/session/Sessions.js"
-import type { TurnObservers } from "../../src/session/TurnObservers.js"
-import { CarrierStreams } from "../../src/telephony/streams/CarrierStreams.js"
+import { appLayer } from "../../src/layers.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../src/session/CarrierCallEvents.js"
-import type { CallKind, Carriers } from "../../src/core/Carrier.js"
+import { SessionRegistry } from "../../src/session/SessionRegistry.js"
+import { Sessions } from "../../src/session/Sessions.js"
 import { SessionTokens } from "../../src/telephony/SessionTokens.js"
-import { deliveryWorkerLayer } from "../../src/webhooks/DeliveryWorker.js"
-import { Outbox } from "../../src/webhooks/Outbox.js"
+import { Deliveries } from "../../src/webhooks/Deliveries.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
-import { ADMIN_KEY, domainLayer, type StoreKind, turnsLayer, uniqueId } from "../support/testApp.js"
+import { freePort } from "../support/redisServer.js"
+import { ADMIN_KEY, type StoreKind, uniqueId, withTestConfig } from "../support/testApp.js"
 
 /**
  * End-to-end call harness: callgate listening on 127.0.0.1 with the real relay, carrier REST
@@ -285,8 +277,21 @@ export interface RecordingOutbox {
   readonly forSession: (sessionId: string) => Promise<SessionEndedEvent>
 }
 
-const recordingOutbox = () => {
+/** Subscribes to the outbox's accepted events for the runtime's lifetime. */
+const recordingOutbox = async (runtime: ManagedRuntime.ManagedRuntime<Deliveries, unknown>) => {
   const events: Array<SessionEndedEvent> = []
+  // The subscription ends when the outbox's PubSub shuts down with the runtime.
+  await runtime.runPromise(
+    Effect.gen(function* () {
+      const deliveries = yield* Deliveries
+      const subscription = yield* deliveries.acceptedEvents
+      yield* Queue.take(subscription).pipe(
+        Effect.tap((event) => Effect.sync(() => void events.push(event))),
+        Effect.forever,
+        Effect.forkDaemon
+      )
+    }).pipe(Effect.provideServiceEffect(Scope.Scope, Scope.make()))
+  )
   const outbox: RecordingOutbox = {
     events,
     forSession: async (sessionId) => {
@@ -294,7 +299,7 @@ const recordingOutbox = () => {
       return events.find((e) => e.sessionId === sessionId)!
     }
   }
-  return { outbox, layer: Layer.succeed(Outbox, Outbox.of({ enqueue: (event) => Effect.sync(() => void events.push(event)) })) }
+  return { outbox }
 }
 
 export interface Gateway {
@@ -319,71 +324,39 @@ export interface Gateway {
   readonly signedStreamUrl: (provider: "twilio") => string
   readonly hangUpCall: (callId: string) => Promise<void>
   readonly idleAgents: (agentId: string, environmentId: string) => number
-  readonly liveSessions: (agentId: string, environmentId: string) => number
+  /** Sessions live on this gateway. */
+  readonly liveCount: () => number
   readonly registry: SessionRegistry
   readonly close: () => Promise<void>
 }
 
 const PUBLIC_URL = "https://callgate.test"
 
-class ListeningPort extends Context.Tag("test/ListeningPort")<ListeningPort, number>() {}
-
-/** What main.ts's HttpServerLive does, on a free loopback port. */
-const ListeningLive = Layer.scoped(
-  ListeningPort,
-  Effect.gen(function* () {
-    const { app } = yield* HttpApp
-    yield* Effect.promise(() => app.listen({ port: 0, host: "127.0.0.1" }))
-    return (app.server.address() as AddressInfo).port
-  })
-)
 
 export interface GatewayOptions {
   readonly store?: StoreKind
   readonly env?: Record<string, string>
-  /** Replaces the default rescue (hang up); "fallback" is the real error fallback, as in main.ts. */
-  readonly rescue?: Layer.Layer<Rescue, never, Carriers> | "fallback"
-  /** Plugs a turn observer hook in. */
-  readonly observers?: Layer.Layer<TurnObservers>
-  /**
-   * Times every turn with the real turn tracker and no-response breaker (as main.ts does); `run`
-   * then reaches `Breaker` and `TurnTiming` too.
-   */
-  readonly timing?: boolean
-  /**
-   * The real outbox and a delivery worker instead of the recording outbox (`outbox.events` then
-   * stays empty): session.ended goes to the environment's webhookUrl, signed.
-   */
-  readonly deliver?: boolean
 }
 
 /**
- * Starts callgate on 127.0.0.1 with fake carriers and a recording outbox, layered as main.ts
- * layers it (so `close` drains live calls before the HTTP app closes, SHUTDOWN_DRAIN_TIMEOUT 2s
- * unless given).
+ * Starts callgate on 127.0.0.1 exactly as `src/main.ts` does (`appLayer`: services, server,
+ * delivery worker, drain), with carrier REST pointed at the fake Twilio and Telnyx servers and
+ * SHUTDOWN_DRAIN_TIMEOUT 2s unless given. `outbox` records every session.ended the outbox accepts.
  */
 export const startGateway = async (options: GatewayOptions = {}): Promise<Gateway> => {
-  const [twilio, telnyx] = await Promise.all([startFakeTwilio(), startFakeTelnyx()])
-  const recording = recordingOutbox()
-  const env = { PUBLIC_URL, ...twilio.env, ...telnyx.env, RATE_LIMIT_PER_MINUTE: "0", SHUTDOWN_DRAIN_TIMEOUT: "2s", ...options.env }
-  const rescue = options.rescue === "fallback" ? ErrorFallbackLive.pipe(Layer.provide(FallbackMetrics.Default)) : (options.rescue ?? HangUpRescueLive)
-  const observers =
-    options.observers ?? (options.timing === true ? SessionTurnObserversLive.pipe(Layer.provideMerge(turnsLayer(options.store ?? "memory"))) : undefined)
-  const calls = CarrierStreams.Default.pipe(
-    Layer.provideMerge(SessionRegistry.Default),
-    Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-    Layer.provideMerge(observers ?? Layer.empty),
-    Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, rescue))
-  )
-  const runtime = ManagedRuntime.make(
-    Layer.mergeAll(ListeningLive, SessionDrainLive).pipe(
-      Layer.provideMerge(HttpApp.Default),
-      Layer.provideMerge(calls),
-      Layer.provideMerge(options.deliver === true ? deliveryWorkerLayer({ pollInterval: "100 millis" }) : recording.layer),
-      Layer.provideMerge(domainLayer(options.store ?? "memory", env))
-    )
-  )
-  const port = await runtime.runPromise(ListeningPort)
+  const [twilio, telnyx, port] = await Promise.all([startFakeTwilio(), startFakeTelnyx(), freePort()])
+  const env = {
+    PUBLIC_URL,
+    HOST: "127.0.0.1",
+    PORT: String(port),
+    ...twilio.env,
+    ...telnyx.env,
+    RATE_LIMIT_PER_MINUTE: "0",
+    SHUTDOWN_DRAIN_TIMEOUT: "2s",
+    ...options.env
+  }
+  const runtime = ManagedRuntime.make(withTestConfig(appLayer, options.store ?? "memory", env))
+  const recording = await recordingOutbox(runtime)
   const run = <A, E>(effect: Effect.Effect<A, E, any>) => runtime.runPromise(effect as Effect.Effect<A, E, never>)
   const tokens = await run(SessionTokens)
   const pool = await run(AgentPool)
@@ -401,7 +374,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
     signedStreamUrl: () => `${PUBLIC_URL.replace(/^https/, "wss")}/telephony/twilio/stream`,
     hangUpCall: (callId) => run(Effect.flatMap(CarrierCallEvents, (events) => events.publish(CarrierCallEvent.CallHungUp({ callId })))).then(() => {}),
     idleAgents: (agentId, environmentId) => pool.idleCount(agentId, environmentId),
-    liveSessions: (agentId, environmentId) => registry.liveSessions(agentId, environmentId).length,
+    liveCount: () => registry.liveCount(),
     registry,
     close: async () => {
       await runtime.dispose()

@@ -17,7 +17,7 @@ describe("session.ended reaches the environment's webhook, signed (redis store)"
   let receiver: Receiver
   beforeAll(async () => {
     receiver = await startReceiver()
-    gateway = await startGateway({ store: "redis", deliver: true, env: testWebhookSettings })
+    gateway = await startGateway({ store: "redis", env: testWebhookSettings })
   })
   afterAll(async () => {
     await gateway.close()

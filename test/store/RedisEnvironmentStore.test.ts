@@ -57,7 +57,7 @@ const leakForms = (secret: string) => {
   return [secret, body, bytes.toString("base64url"), bytes.toString("hex")]
 }
 
-layer(Layer.merge(domainLayer("redis"), connection), { excludeTestServices: true, timeout: "30 seconds" })("Redis environment storage", (it) => {
+layer(Layer.merge(domainLayer("redis", { REDIS_KEY_PREFIX: KEY_PREFIX }), connection), { excludeTestServices: true, timeout: "30 seconds" })("Redis environment storage", (it) => {
   it.effect("the raw Redis value of an environment holds neither of its secrets in any form", () =>
     Effect.gen(function* () {
       const envs = yield* Environments

@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import type { BreakerSettings } from "../../src/breaker/Breaker.js"
-import type { Rescue } from "../../src/breaker/ResponseWatchdog.js"
+import type { NoResponseTrip } from "../../src/breaker/ResponseWatchdog.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { TurnTiming } from "../../src/turns/TurnTiming.js"
 import { VoiceActivity } from "../../src/turns/VoiceActivity.js"
@@ -48,13 +48,13 @@ describe("TurnTiming", () => {
     Effect.gen(function* () {
       const timing = yield* TurnTiming
       const env = newEnvironment()
-      const rescues: Array<Rescue> = []
+      const rescues: Array<NoResponseTrip> = []
       const settings: BreakerSettings = { timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }
       const call = yield* timing.watchCall({
         ...env,
         sessionId: "call-1",
         settings: Effect.succeed(settings),
-        onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+        onTrip: (trip) => void rescues.push(trip)
       })
       play(call.observer, { caller: audio("caller-appointment"), silenceMs: 800 })
       expect(call.turns()).toHaveLength(1)
@@ -67,12 +67,12 @@ describe("TurnTiming", () => {
       const timing = yield* TurnTiming
       const { registry } = yield* Metrics
       const env = newEnvironment()
-      const rescues: Array<Rescue> = []
+      const rescues: Array<NoResponseTrip> = []
       const call = yield* timing.watchCall({
         ...env,
         sessionId: "call-2",
         settings: Effect.succeed({ timeoutSeconds: 5, threshold: 1, windowSeconds: 60 }),
-        onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+        onTrip: (trip) => void rescues.push(trip)
       })
       const before = Date.now()
       play(call.observer, { caller: audio("caller-account"), silenceMs: 4000, agent: { clip: audio("agent-greeting"), afterMs: 1500 } })
@@ -97,12 +97,12 @@ describe("TurnTiming", () => {
   it.scopedLive("DTMF is caller input: a digit followed by agent silence counts", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
-      const rescues: Array<Rescue> = []
+      const rescues: Array<NoResponseTrip> = []
       const call = yield* timing.watchCall({
         ...newEnvironment(),
         sessionId: "call-3",
         settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
-        onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+        onTrip: (trip) => void rescues.push(trip)
       })
       call.observer.callerDtmf("4", performance.now())
       expect(call.turns().map((turn) => turn.input)).toEqual(["dtmf"])
@@ -113,14 +113,14 @@ describe("TurnTiming", () => {
   it.scopedLive("closing the call's scope stops timing and frees the detectors", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
-      const rescues: Array<Rescue> = []
+      const rescues: Array<NoResponseTrip> = []
       const call = yield* Effect.scoped(
         Effect.tap(
           timing.watchCall({
             ...newEnvironment(),
             sessionId: "call-4",
             settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
-            onTrip: (rescue) => Effect.sync(() => void rescues.push(rescue))
+            onTrip: (trip) => void rescues.push(trip)
           }),
           (call) => Effect.sync(() => call.observer.callerDtmf("1", performance.now()))
         )
@@ -133,18 +133,18 @@ describe("TurnTiming", () => {
       expect(call.turns()).toHaveLength(1)
     }).pipe(Effect.provide(layer())), 15_000)
 
-  it.scopedLive("observe: without a scope, observer.close() stops the call's timing", () =>
+  it.scopedLive("observer.close() stops the call's timing at once, before its scope closes", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
-      const rescues: Array<Rescue> = []
+      const rescues: Array<NoResponseTrip> = []
       const options = (sessionId: string) => ({
         ...newEnvironment(),
         sessionId,
         settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
-        onTrip: (rescue: Rescue) => Effect.sync(() => void rescues.push({ ...rescue, trippedBy: sessionId }))
+        onTrip: (trip: NoResponseTrip) => void rescues.push({ ...trip, trippedBy: sessionId })
       })
-      const closed = yield* timing.observe(options("closed"))
-      const open = yield* timing.observe(options("open"))
+      const closed = yield* timing.watchCall(options("closed"))
+      const open = yield* timing.watchCall(options("open"))
       closed.observer.callerDtmf("1", performance.now())
       open.observer.callerDtmf("1", performance.now())
       closed.observer.close()

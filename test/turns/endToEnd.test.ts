@@ -52,7 +52,7 @@ describe("turn timing and the no-response breaker on real calls", () => {
   })
 
   const setup = async (patch: UpdateEnvironmentBody) => {
-    gateway = await startGateway({ timing: true, rescue: "fallback" })
+    gateway = await startGateway({})
     const agentId = uniqueId("agent")
     const { id: environmentId } = await gateway.createEnvironment(agentId, patch)
     const g = gateway

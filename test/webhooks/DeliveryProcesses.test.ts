@@ -28,7 +28,8 @@ const startProcess = async (queue: string, env: Record<string, string> = {}): Pr
       REDIS_URL: inject("redisUrl"),
       SECRETS_KEY: TEST_SECRETS_KEY,
       ADMIN_API_KEY: ADMIN_KEY,
-      OUTBOX_QUEUE: queue,
+      REDIS_KEY_PREFIX: queue,
+      LOG_LEVEL: "none",
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
       WEBHOOK_CA_FILE: CA_FILE,
       WEBHOOK_TIMEOUT: "2s",
@@ -83,7 +84,7 @@ describe("delivery processes on one Redis", () => {
   it(
     "a process SIGKILLed with attempts in flight loses nothing: a fresh process delivers every event once the leases expire",
     async () => {
-      const queue = uniqueId("outbox")
+      const queue = `${uniqueId("outbox")}:`
       const t = makeWebhookRuntime("redis", {}, false, queue)
       try {
         const ids = await t.createEnvironment(receiver.url("/crash"))
@@ -135,7 +136,7 @@ describe("delivery processes on one Redis", () => {
     async () => {
       hanging = false
       overlaps = 0
-      const queue = uniqueId("outbox")
+      const queue = `${uniqueId("outbox")}:`
       const t = makeWebhookRuntime("redis", {}, false, queue)
       try {
         // A generous timeout: this test is about sharing the queue, not about retries.

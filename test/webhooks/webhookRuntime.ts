@@ -1,21 +1,12 @@
-import { Effect, Layer, Logger, ManagedRuntime } from "effect"
-import { AppConfig } from "../../src/config/AppConfig.js"
+import { Effect, Layer, ManagedRuntime } from "effect"
 import { Environments } from "../../src/environments/Environments.js"
-import { Metrics } from "../../src/observability/Metrics.js"
-import { SecretBox } from "../../src/secrets/SecretBox.js"
+import { DomainLive, FoundationLive } from "../../src/layers.js"
 import { Deliveries } from "../../src/webhooks/Deliveries.js"
 import type { DeliveryView } from "../../src/webhooks/Delivery.js"
 import { deliveryWorkerLayer, type DeliveryWorkerOptions } from "../../src/webhooks/DeliveryWorker.js"
 import { Outbox } from "../../src/webhooks/Outbox.js"
-import type { OutboxStore } from "../../src/webhooks/OutboxStore.js"
-import type { ApiKeyStore } from "../../src/apikeys/ApiKeyStore.js"
-import type { EnvironmentStore } from "../../src/environments/EnvironmentStore.js"
-import { redisOutboxStoreLayer } from "../../src/store/RedisOutboxStore.js"
-import { RedisApiKeyStoreLive } from "../../src/store/RedisApiKeyStore.js"
-import { RedisConnectionLive } from "../../src/store/RedisConnection.js"
-import { RedisEnvironmentStoreLive } from "../../src/store/RedisEnvironmentStore.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
-import { configFor, type StoreKind, storesLayer, testConfigLayer, uniqueId, webhooksLayer } from "../support/testApp.js"
+import { type StoreKind, uniqueId, withTestConfig } from "../support/testApp.js"
 import { CA_FILE, eventually } from "./httpsReceiver.js"
 
 /** Settings for delivery tests: loopback receivers with the test CA, short timeout and retries. */
@@ -29,39 +20,23 @@ export const testWebhookSettings = {
 const defaultWorker: DeliveryWorkerOptions = { pollInterval: "100 millis", leaseMargin: "1 second" }
 
 /**
- * Environments, the outbox over the chosen store, and (unless `worker: false`) a delivery worker.
- * Redis outboxes get their own queue (`queue`, or a fresh one) in the shared Redis.
+ * Environments and the outbox over the chosen store, as production builds them (src/layers.ts),
+ * and (unless `worker: false`) a delivery worker. A Redis-backed runtime works under its own
+ * REDIS_KEY_PREFIX (`prefix`, or a fresh one), so its outbox is its own in the shared Redis.
  */
-export const webhookLayer = (
-  kind: StoreKind,
-  env: Record<string, string> = {},
-  worker: DeliveryWorkerOptions | false = defaultWorker,
-  queue: string = uniqueId("outbox")
-) => {
-  const stores: Layer.Layer<EnvironmentStore | ApiKeyStore | OutboxStore, unknown, AppConfig> =
-    kind === "redis"
-      ? Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, redisOutboxStoreLayer(queue)).pipe(Layer.provideMerge(RedisConnectionLive))
-      : storesLayer(kind)
-  const base = webhooksLayer.pipe(
-    Layer.provideMerge(Layer.mergeAll(Environments.Default, Metrics.Default)),
-    Layer.provideMerge(SecretBox.Default),
-    Layer.provideMerge(stores),
-    Layer.provideMerge(AppConfig.Default)
-  )
+export const webhookLayer = (kind: StoreKind, env: Record<string, string> = {}, worker: DeliveryWorkerOptions | false = defaultWorker, prefix?: string) => {
+  const base = DomainLive.pipe(Layer.provideMerge(FoundationLive))
   const withWorker = worker === false ? base : deliveryWorkerLayer(worker).pipe(Layer.provideMerge(base))
-  return withWorker.pipe(
-    Layer.provide(Logger.remove(Logger.defaultLogger)),
-    Layer.provide(testConfigLayer(configFor(kind, { ...testWebhookSettings, ...env })))
-  )
+  return withTestConfig(withWorker, kind, { ...testWebhookSettings, ...(prefix === undefined ? {} : { REDIS_KEY_PREFIX: prefix }), ...env })
 }
 
 export const makeWebhookRuntime = (
   kind: StoreKind,
   env: Record<string, string> = {},
   worker?: DeliveryWorkerOptions | false,
-  queue?: string
+  prefix?: string
 ) => {
-  const runtime = ManagedRuntime.make(webhookLayer(kind, env, worker, queue))
+  const runtime = ManagedRuntime.make(webhookLayer(kind, env, worker, prefix))
   const run = <A, E>(effect: Effect.Effect<A, E, Layer.Layer.Success<ReturnType<typeof webhookLayer>>>) => runtime.runPromise(effect)
 
   /** A new environment whose webhook points at `url`; returns its ids and the generated secret. */

@@ -246,7 +246,7 @@ describe("Twilio media streams end to end", () => {
       expect(closed.code).toBe(1008)
       expect(closed.reason).toContain(reasonPart)
       expect(gateway.idleAgents(agentId, env.id)).toBe(1)
-      expect(gateway.liveSessions(agentId, env.id)).toBe(0)
+      expect(gateway.liveCount()).toBe(0)
       // The agent heard nothing and is still idle capacity: the environment's next, valid call
       // reaches that same socket, and its connected and start are the first frames the socket got.
       const validSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`

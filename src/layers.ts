@@ -1,0 +1,124 @@
+import { Effect, Layer, Option } from "effect"
+import { AgentConnector } from "./agent/AgentConnector.js"
+import { AgentPool } from "./agent/AgentPool.js"
+import { ApiKeys } from "./apikeys/ApiKeys.js"
+import { MemoryApiKeyStoreLive } from "./apikeys/MemoryApiKeyStore.js"
+import { Breaker } from "./breaker/Breaker.js"
+import { BreakerMetrics } from "./breaker/BreakerMetrics.js"
+import { MemoryBreakerStoreLive } from "./breaker/MemoryBreakerStore.js"
+import { AppConfig } from "./config/AppConfig.js"
+import { Environments } from "./environments/Environments.js"
+import { MemoryEnvironmentStoreLive } from "./environments/MemoryEnvironmentStore.js"
+import { ErrorFallback } from "./fallback/ErrorFallback.js"
+import { FallbackMetrics } from "./fallback/FallbackMetrics.js"
+import { HttpApp } from "./http/HttpApp.js"
+import { HttpServerLive } from "./http/HttpServer.js"
+import { loggerLayer } from "./observability/Logging.js"
+import { Metrics } from "./observability/Metrics.js"
+import { SecretBox } from "./secrets/SecretBox.js"
+import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
+import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
+import { SessionLifecycle } from "./session/SessionLifecycle.js"
+import { SessionDrainLive, SessionRegistry } from "./session/SessionRegistry.js"
+import { Sessions } from "./session/Sessions.js"
+import { SessionTurnObserversLive } from "./session/SessionTurnObservers.js"
+import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
+import { RedisBreakerStoreLive } from "./store/RedisBreakerStore.js"
+import { RedisConnectionLive } from "./store/RedisConnection.js"
+import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
+import { RedisOutboxStoreLive } from "./store/RedisOutboxStore.js"
+import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
+import { CarriersLive } from "./telephony/CarriersLive.js"
+import { SessionTokens } from "./telephony/SessionTokens.js"
+import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
+import { TelnyxCarrier } from "./telephony/TelnyxCarrier.js"
+import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
+import { TurnTiming } from "./turns/TurnTiming.js"
+import { VoiceActivity } from "./turns/VoiceActivity.js"
+import { Deliveries, OutboxLive } from "./webhooks/Deliveries.js"
+import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
+import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
+import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
+import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
+import { WsAgentDialerLive } from "./ws/WsAgentDialer.js"
+
+/**
+ * The one production layer graph (docs/design.md, "One wiring"). `src/main.ts` launches `appLayer`;
+ * the tests, the bench and the demo build the same graph and replace only what must differ
+ * (configuration through a ConfigProvider, the Clock), never a service.
+ *
+ * REDIS_URL picks the stores: Redis when set (shared by every instance), the embedded in-memory
+ * store when not (one instance, nothing survives a restart).
+ */
+const whenRedis = <A, E, R, E2, R2>(redis: Layer.Layer<A, E, R>, memory: Layer.Layer<A, E2, R2>) =>
+  Layer.unwrapEffect(
+    Effect.map(AppConfig, (config): Layer.Layer<A, E | E2, R | R2> => (Option.isSome(config.redisUrl) ? redis : memory))
+  )
+
+/** Environments, API keys, the outbox and sessions: Redis adapters over one connection, or memory. */
+export const StoresLive = whenRedis(
+  Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive, RedisSessionStoreLive).pipe(
+    Layer.provide(RedisConnectionLive)
+  ),
+  Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive, MemorySessionStoreLive)
+)
+
+/** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */
+export const BreakerStoreLive = whenRedis(RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)), MemoryBreakerStoreLive)
+
+const LoggerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel)))
+
+/** Configuration, logs, metrics, secrets at rest and the stores. */
+export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default).pipe(Layer.provideMerge(AppConfig.Default))
+
+/** Environments, API keys and event webhooks (the outbox, the delivery log, the SSRF-safe client). */
+export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(
+  Layer.provideMerge(Deliveries.Default),
+  Layer.provideMerge(DeliveryMetrics.Default),
+  Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default))
+)
+
+/** Carrier REST through the SDKs (the `Carriers` port and the adapters behind it) and session tokens. */
+export const TelephonyLive = CarriersLive.pipe(
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default))
+)
+
+/** Turn timing per call (voice activity, turn tracker, response watchdog) and the breaker behind it. */
+export const TurnsLive = TurnTiming.Default.pipe(
+  Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
+  Layer.provideMerge(Layer.mergeAll(BreakerMetrics.Default, BreakerStoreLive))
+)
+
+/**
+ * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
+ * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
+ */
+export const CallsLive = CarrierStreams.Default.pipe(
+  Layer.provideMerge(SessionRegistry.Default),
+  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default, CarrierCallEvents.Default)),
+  Layer.provideMerge(SessionTurnObserversLive),
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
+  Layer.provideMerge(FallbackMetrics.Default)
+)
+
+/**
+ * Every service of the gateway, the HTTP app included (built, not listening), over configuration
+ * from the ambient ConfigProvider. Nothing here listens or works in the background but live calls.
+ */
+export const appServicesLayer = HttpApp.Default.pipe(
+  Layer.provideMerge(CallsLive),
+  Layer.provideMerge(TurnsLive),
+  Layer.provideMerge(TelephonyLive),
+  Layer.provideMerge(DomainLive),
+  Layer.provideMerge(FoundationLive),
+  Layer.provide(LoggerLive.pipe(Layer.provide(AppConfig.Default)))
+)
+
+/** What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain of live calls at shutdown. */
+export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive)
+
+/**
+ * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app
+ * closes its sockets.
+ */
+export const appLayer = backgroundLayer.pipe(Layer.provideMerge(appServicesLayer))
