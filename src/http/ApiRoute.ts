@@ -6,14 +6,15 @@ import { ApiError, ErrorBody, fromParseError } from "./ApiError.js"
 /**
  * A /v1 route as data: the same schemas validate the request and describe it in the OpenAPI
  * document, so the two cannot drift. `auth: "agent"` routes carry `:agentId` and accept the admin
- * key or a key scoped to that agent; `auth: "admin"` routes accept only the admin key.
+ * key or a key scoped to that agent; `auth: "admin"` routes accept only the admin key; `auth: "any"`
+ * routes accept any valid key and narrow what they answer to the key's scope themselves.
  */
 export interface ApiRoute<R> {
   readonly method: "GET" | "POST" | "PATCH" | "DELETE"
   readonly path: string
   readonly summary: string
   readonly tag: string
-  readonly auth: "admin" | "agent"
+  readonly auth: "admin" | "agent" | "any"
   readonly params?: Schema.Schema<any, any>
   readonly query?: Schema.Schema<any, any>
   readonly body?: Schema.Schema<any, any>
@@ -35,7 +36,7 @@ export const apiRoute = <R, P = unknown, Q = unknown, B = unknown>(definition: {
   readonly path: string
   readonly summary: string
   readonly tag: string
-  readonly auth: "admin" | "agent"
+  readonly auth: "admin" | "agent" | "any"
   readonly params?: Schema.Schema<P, any>
   readonly query?: Schema.Schema<Q, any>
   readonly body?: Schema.Schema<B, any>
@@ -105,7 +106,7 @@ const isJson = (request: FastifyRequest) => {
 }
 
 /** Who may call a route: any valid key, the admin key only, or a key that may act for `:agentId`. */
-const authenticateRoute = (auth: ApiRoute<unknown>["auth"] | "any", request: FastifyRequest) =>
+const authenticateRoute = (auth: ApiRoute<unknown>["auth"], request: FastifyRequest) =>
   Effect.gen(function* () {
     const apiKeys = yield* ApiKeys
     const rawParams = (request.params ?? {}) as Record<string, unknown>
@@ -134,7 +135,7 @@ const principals = new WeakMap<FastifyRequest, Principal>()
  * body parsing. A refusal is thrown as an ApiError, which the app's error handler answers. Also for
  * /v1 routes that are not `ApiRoute`s (`auth: "any"`: any valid key).
  */
-export const authenticationHook = <R>(runtime: Runtime.Runtime<R | ApiKeys>, auth: ApiRoute<unknown>["auth"] | "any") => {
+export const authenticationHook = <R>(runtime: Runtime.Runtime<R | ApiKeys>, auth: ApiRoute<unknown>["auth"]) => {
   const run = Runtime.runPromiseExit(runtime)
   return async (request: FastifyRequest): Promise<undefined> => {
     const exit = await run(authenticateRoute(auth, request))

@@ -14,6 +14,10 @@ import { type ApiRoute, authenticationHook, openApiDocument, registerApiRoutes, 
 import { deliveryRoutes } from "./routes/deliveryRoutes.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
 import { sessionRoutes } from "./routes/sessionRoutes.js"
+import { agentListRoutes } from "./routes/agentListRoutes.js"
+import { breakerRoutes } from "./routes/breakerRoutes.js"
+import { BreakerStore } from "../breaker/BreakerStore.js"
+import { registerDashboard } from "./dashboardRoutes.js"
 import { type AgentPool } from "../agent/AgentPool.js"
 import { registerAgentRoutes } from "./routes/agentConnectRoutes.js"
 import { type Sessions } from "../session/Sessions.js"
@@ -22,7 +26,7 @@ import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "./routes/streamRoutes.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices
+export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
 type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry
@@ -38,7 +42,14 @@ declare module "fastify" {
 }
 
 /** Every /v1 JSON route, in the order the OpenAPI document lists them. */
-export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [...environmentRoutes, ...deliveryRoutes, ...sessionRoutes, ...apiKeyRoutes]
+export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [
+  ...agentListRoutes,
+  ...environmentRoutes,
+  ...breakerRoutes,
+  ...deliveryRoutes,
+  ...sessionRoutes,
+  ...apiKeyRoutes
+]
 
 /** JSON.parse, refusing `__proto__` keys (as fastify's own parser does) so no later merge can be poisoned. */
 const parseJson = (text: string): unknown =>
@@ -160,6 +171,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   app.get("/v1/openapi.json", { preParsing: authenticationHook(runtime, "any") }, async () => openapi)
 
   registerApiRoutes<HttpServices>(app, runtime, apiRoutes)
+  await registerDashboard(app)
   registerTelephonyEntryRoutes(app, runtime)
   registerStreamRoutes(app, runtime)
   registerAgentRoutes(app, runtime)
