@@ -11,6 +11,7 @@ COPY config ./config
 COPY src ./src
 COPY examples ./examples
 COPY bench ./bench
+COPY dashboard ./dashboard
 RUN npm run build && npm prune --omit=dev
 
 FROM node:24-slim AS runtime

@@ -1,0 +1,205 @@
+/**
+ * The dashboard's only way to the server: /v1 with the signed-in key as a bearer token. The key
+ * lives in this tab's sessionStorage and nowhere else: never in a URL, never logged.
+ */
+const STORAGE_KEY = "callgate.apiKey"
+
+export const session = {
+  key: (): string | null => sessionStorage.getItem(STORAGE_KEY),
+  signIn: (key: string) => sessionStorage.setItem(STORAGE_KEY, key),
+  signOut: () => sessionStorage.removeItem(STORAGE_KEY)
+}
+
+export interface FieldError {
+  readonly field: string
+  readonly message: string
+}
+
+/** A /v1 error answer (the envelope `{"error": {code, message, details}}`), or a network failure (status 0). */
+export class ApiFailure extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details: ReadonlyArray<FieldError> = []
+  ) {
+    super(message)
+  }
+}
+
+/** Called when the server says the key is not (or no longer) valid. */
+let onUnauthorized: () => void = () => {}
+export const setUnauthorizedHandler = (handler: () => void) => {
+  onUnauthorized = handler
+}
+
+export const request = async <T>(method: "GET" | "POST" | "PATCH" | "DELETE", path: string, body?: unknown, key = session.key()): Promise<T> => {
+  const headers: Record<string, string> = { accept: "application/json" }
+  if (key !== null) headers.authorization = `Bearer ${key}`
+  if (body !== undefined) headers["content-type"] = "application/json"
+  let response: Response
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+      credentials: "omit",
+      referrerPolicy: "no-referrer"
+    })
+  } catch {
+    throw new ApiFailure(0, "NETWORK", "callgate could not be reached.")
+  }
+  if (response.status === 204) return undefined as T
+  const json = (await response.json().catch(() => null)) as
+    | { data?: T; error?: { code?: string; message?: string; details?: Array<FieldError> } }
+    | null
+  if (!response.ok) {
+    const error = json?.error
+    const failure = new ApiFailure(response.status, error?.code ?? "HTTP", error?.message ?? `HTTP ${response.status}`, error?.details ?? [])
+    if (response.status === 401 && key === session.key()) onUnauthorized()
+    throw failure
+  }
+  return json?.data as T
+}
+
+export const enc = encodeURIComponent
+
+// ---- The wire shapes the dashboard reads (see docs/api.md) ----
+
+export type FallbackType = "disabled" | "phone" | "webhook"
+
+export interface Environment {
+  readonly id: string
+  readonly agentId: string
+  readonly name: string
+  readonly createdAt: string
+  readonly updatedAt: string
+  readonly webhookUrl: string | null
+  readonly webhookSecret?: string
+  readonly webhookSecretLast4: string | null
+  readonly errorFallbackType: FallbackType
+  readonly errorFallbackValue: string | null
+  readonly errorFallbackTimeout: number
+  readonly errorFallbackOccurrenceThreshold: number
+  readonly errorFallbackTimeWindow: number
+  readonly errorFallbackWebhookSecret: string | null
+  readonly agentUrl: string | null
+}
+
+export interface AgentList {
+  readonly agents: ReadonlyArray<{ readonly agentId: string; readonly environments: number }>
+  readonly scope: { readonly kind: "admin" } | { readonly kind: "scoped"; readonly agentIds: ReadonlyArray<string> }
+}
+
+export interface Turn {
+  readonly index: number
+  readonly input: "speech" | "dtmf"
+  readonly callerEndedAt: string
+  readonly agentRespondedAt: string | null
+  readonly latencyMs: number | null
+  readonly timeoutOccurrences: number
+}
+
+export interface FallbackRecord {
+  readonly trigger: string
+  readonly errorMessage: string
+  readonly type: FallbackType
+  readonly outcome: string
+  readonly startedAt: string
+  readonly carrierRequestAt: string | null
+  readonly finishedAt: string
+  readonly webhookStatus: number | null
+  readonly detail: string | null
+}
+
+export type SessionStatus = "active" | "completed" | "failed" | "timeout"
+
+export interface Session {
+  readonly id: string
+  readonly agentId: string
+  readonly environmentId: string
+  readonly provider: "twilio" | "telnyx"
+  readonly callId: string
+  readonly from: string | null
+  readonly to: string | null
+  readonly direction: "inbound" | "outbound"
+  readonly createdAt: string
+  readonly endedAt: string | null
+  readonly status: SessionStatus
+  readonly endReason: string | null
+  readonly turns: ReadonlyArray<Turn>
+  readonly fallback: FallbackRecord | null
+}
+
+export interface SessionPage {
+  readonly sessions: ReadonlyArray<Session>
+  readonly nextCursor: string | null
+}
+
+export interface DeliveryAttempt {
+  readonly attempt: number
+  readonly attemptedAt: string
+  readonly durationMs: number
+  readonly statusCode: number | null
+  readonly error: string | null
+  readonly outcome: string
+}
+
+export interface Delivery {
+  readonly id: string
+  readonly sessionId: string
+  readonly environmentId: string
+  readonly state: "pending" | "delivered" | "failed" | "exhausted" | "cancelled"
+  readonly createdAt: string
+  readonly updatedAt: string
+  readonly nextAttemptAt: string | null
+  readonly reason: string | null
+  readonly attempts: ReadonlyArray<DeliveryAttempt>
+}
+
+export interface DeliveryPage {
+  readonly deliveries: ReadonlyArray<Delivery>
+  readonly nextCursor: string | null
+}
+
+export interface BreakerState {
+  readonly noResponseTrigger: "on" | "off"
+  readonly timeoutSeconds: number
+  readonly threshold: number
+  readonly windowSeconds: number
+  readonly occurrences: number
+  readonly newestOccurrenceAt: string | null
+  readonly lastTrip: { readonly at: string; readonly sessionId: string; readonly count: number; readonly threshold: number } | null
+}
+
+const agentPath = (agentId: string) => `/v1/agents/${enc(agentId)}`
+const envPath = (agentId: string, environmentId: string) => `${agentPath(agentId)}/environments/${enc(environmentId)}`
+
+export const api = {
+  agents: (key?: string) => request<AgentList>("GET", "/v1/agents", undefined, key ?? session.key()),
+  environments: (agentId: string) => request<ReadonlyArray<Environment>>("GET", `${agentPath(agentId)}/environments`),
+  environment: (agentId: string, environmentId: string) => request<Environment>("GET", envPath(agentId, environmentId)),
+  createEnvironment: (agentId: string, name: string) => request<Environment>("POST", `${agentPath(agentId)}/environments`, { name }),
+  cloneEnvironment: (agentId: string, environmentId: string) => request<Environment>("POST", `${envPath(agentId, environmentId)}/clone`, {}),
+  deleteEnvironment: (agentId: string, environmentId: string) => request<void>("DELETE", envPath(agentId, environmentId)),
+  updateEnvironment: (agentId: string, environmentId: string, patch: Record<string, unknown>) =>
+    request<Environment>("PATCH", envPath(agentId, environmentId), patch),
+  regenerateWebhookSecret: (agentId: string, environmentId: string) =>
+    request<{ webhookSecret: string }>("POST", `${envPath(agentId, environmentId)}/regenerate-webhook-secret`),
+  regenerateFallbackSecret: (agentId: string, environmentId: string) =>
+    request<{ errorFallbackWebhookSecret: string }>("POST", `${envPath(agentId, environmentId)}/regenerate-error-fallback-webhook-secret`),
+  breaker: (agentId: string, environmentId: string) => request<BreakerState>("GET", `${envPath(agentId, environmentId)}/breaker`),
+  sessions: (agentId: string, query: { environmentId?: string; limit?: number; cursor?: string }) => {
+    const params = new URLSearchParams()
+    if (query.environmentId !== undefined) params.set("environmentId", query.environmentId)
+    params.set("limit", String(query.limit ?? 20))
+    if (query.cursor !== undefined) params.set("cursor", query.cursor)
+    return request<SessionPage>("GET", `${agentPath(agentId)}/sessions?${params}`)
+  },
+  session: (agentId: string, sessionId: string) => request<Session>("GET", `${agentPath(agentId)}/sessions/${enc(sessionId)}`),
+  deliveries: (agentId: string, environmentId: string, limit = 50) =>
+    request<DeliveryPage>("GET", `${envPath(agentId, environmentId)}/webhook-deliveries?limit=${limit}`),
+  redeliver: (agentId: string, environmentId: string, deliveryId: string) =>
+    request<Delivery>("POST", `${envPath(agentId, environmentId)}/webhook-deliveries/${enc(deliveryId)}/retry`)
+}

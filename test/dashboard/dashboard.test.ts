@@ -1,0 +1,408 @@
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { gzipSync } from "node:zlib"
+import { type BrowserContext, chromium, type Page } from "playwright-core"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { buildDashboard } from "../../dashboard/build.mjs"
+import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
+import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
+import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
+import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { type GatewayProcess, repoRoot, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
+import { uniqueId } from "../support/testApp.js"
+import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
+
+/**
+ * The dashboard in Debian's chromium (playwright-core), against callgate started as `npm run dev`
+ * starts it: every point the dashboard must meet. Each step waits for the element or event that
+ * proves it, never for a fixed time. The screenshots in docs/dashboard/ are made here.
+ */
+// page.evaluate callbacks run in the browser; the test program has no DOM types.
+declare const document: any, window: any, sessionStorage: any, localStorage: any
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
+const ADMIN_KEY = "dashboard-admin-key-0123456789"
+const SCREENSHOTS = join(repoRoot, "docs/dashboard")
+const XSS_NAME = "<img src=x onerror=alert(1)>"
+
+const callerTurn = readUlawFile("test/fixtures/audio/caller-appointment.ulaw").subarray(0, 110 * FRAME_BYTES)
+const reply = readUlawFile("examples/agents/audio/agent-greeting.ulaw").subarray(0, 40 * FRAME_BYTES)
+
+describe.skipIf(!existsSync(CHROMIUM))("the dashboard, in chromium", () => {
+  let gateway: GatewayProcess
+  let receiver: Receiver
+  let context: BrowserContext
+  let page: Page
+  let profileDir: string
+  let agent: AnsweringAgent | undefined
+  const agentId = uniqueId("dash")
+  const otherAgentId = uniqueId("scoped")
+  let environmentId = ""
+  let webhookSecret = ""
+  let scopedKey = ""
+  /** Everything that should never happen in the page: script errors, CSP violations, alert(). */
+  const problems: Array<string> = []
+  const requestedUrls: Array<string> = []
+
+  const v1 = async (method: string, path: string, body?: unknown, key = ADMIN_KEY) => {
+    const response = await fetch(`${gateway.baseUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      body: body === undefined ? undefined : JSON.stringify(body)
+    })
+    return { status: response.status, json: response.status === 204 ? null : ((await response.json()) as any) }
+  }
+
+  const watch = (target: Page) => {
+    target.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+    target.on("console", (message) => {
+      if (message.type() === "error") problems.push(`console: ${message.text()}`)
+    })
+    target.on("dialog", (dialog) => {
+      problems.push(`dialog: ${dialog.type()} ${dialog.message()}`)
+      void dialog.dismiss()
+    })
+    target.on("request", (request) => requestedUrls.push(request.url()))
+  }
+
+  const shot = (target: Page, name: string) => target.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true })
+
+  const signIn = async (target: Page, key: string) => {
+    await target.goto(`${gateway.baseUrl}/dashboard`)
+    await target.getByLabel("API key").fill(key)
+    await target.getByRole("button", { name: "Sign in" }).click()
+    await target.getByRole("button", { name: "Sign out" }).waitFor()
+  }
+
+  beforeAll(async () => {
+    await buildDashboard()
+    // The event webhook receiver: refuses the first delivery (400: not retried), accepts the rest.
+    receiver = await startReceiver((_request, index) => ({ status: index === 0 ? 400 : 200 }))
+    gateway = await spawnGateway({
+      ADMIN_API_KEY: ADMIN_KEY,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+      WEBHOOK_CA_FILE: CA_FILE
+    })
+    await waitForHealthy(gateway)
+    profileDir = mkdtempSync(join(tmpdir(), "callgate-chromium-"))
+    context = await chromium.launchPersistentContext(profileDir, {
+      executablePath: CHROMIUM,
+      headless: true,
+      viewport: { width: 1280, height: 900 },
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync"
+      ]
+    })
+    page = context.pages()[0] ?? (await context.newPage())
+    watch(page)
+  }, 120_000)
+
+  afterAll(async () => {
+    await agent?.close()
+    await context?.close()
+    await gateway?.stop()
+    await receiver?.close()
+    if (profileDir) rmSync(profileDir, { recursive: true, force: true })
+  })
+
+  it("is served at /dashboard with a strict CSP, hashed long-cached assets, under 300 KB gzipped", async () => {
+    const index = await fetch(`${gateway.baseUrl}/dashboard`)
+    expect(index.status).toBe(200)
+    const csp = index.headers.get("content-security-policy") ?? ""
+    expect(csp).toContain("script-src 'self'")
+    expect(csp).toContain("default-src 'none'")
+    expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|https?:/)
+    expect(index.headers.get("cache-control")).toBe("no-cache")
+    const html = await index.text()
+    // No inline script or style: only files of this origin.
+    expect(html).not.toMatch(/<script(?![^>]*\bsrc=)[^>]*>/)
+    expect(html).not.toMatch(/<style|style=/)
+    const assets = [...html.matchAll(/(?:src|href)="(\/dashboard\/assets\/[^"]+)"/g)].map((match) => match[1]!)
+    expect(assets.length).toBe(3)
+    let gzipped = 0
+    for (const asset of assets) {
+      expect(asset).toMatch(/\/(app-[A-Z0-9]{8,}\.(js|css)|favicon-[a-f0-9]{10}\.svg)$/)
+      const response = await fetch(`${gateway.baseUrl}${asset}`)
+      expect(response.status).toBe(200)
+      expect(response.headers.get("cache-control")).toContain("immutable")
+      expect(response.headers.get("content-security-policy")).toBe(csp)
+      gzipped += gzipSync(Buffer.from(await response.arrayBuffer())).length
+    }
+    expect(gzipped).toBeLessThan(300 * 1024)
+    // Every asset comes from this origin (no CDN).
+    const built = readdirSync(join(repoRoot, "dist/dashboard/assets")).map((name) => readFileSync(join(repoRoot, "dist/dashboard/assets", name), "utf8"))
+    for (const text of built) expect(text).not.toMatch(/https?:\/\/(?:cdn|unpkg|fonts)\./)
+  })
+
+  it("signs in with the admin key, kept in sessionStorage only", async () => {
+    await page.goto(`${gateway.baseUrl}/dashboard`)
+    await page.getByLabel("API key").waitFor()
+    await shot(page, "sign-in")
+    await signIn(page, ADMIN_KEY)
+    await page.getByTestId("scope").getByText("Admin key: every agent").waitFor()
+    expect(await page.evaluate(() => sessionStorage.getItem("callgate.apiKey"))).toBe(ADMIN_KEY)
+    expect(await page.evaluate(() => localStorage.length + document.cookie.length)).toBe(0)
+    expect(page.url()).not.toContain(ADMIN_KEY)
+  })
+
+  it("creates an environment from the agent's page", async () => {
+    await page.getByLabel("Agent ID").fill(agentId)
+    await page.getByRole("button", { name: "Open agent" }).click()
+    await page.getByRole("heading", { name: `Agent ${agentId}` }).waitFor()
+    await page.getByLabel("Environment name").fill("Support line")
+    await page.getByRole("button", { name: "Create environment" }).click()
+    await page.getByRole("link", { name: "Support line" }).waitFor()
+    const listed = await v1("GET", `/v1/agents/${agentId}/environments`)
+    expect(listed.json.data.map((env: { name: string }) => env.name)).toEqual(["Support line"])
+    environmentId = listed.json.data[0].id
+    // The Agents page counts it.
+    await page.getByRole("link", { name: "Agents" }).first().click()
+    await page.getByRole("row", { name: new RegExp(`${agentId}\\s+1`) }).waitFor()
+    await page.getByRole("link", { name: agentId }).click()
+    await page.getByRole("link", { name: "Support line" }).click()
+    await page.getByTestId("environment-name").getByText("Support line").waitFor()
+  })
+
+  it("Webhook Settings: saving the URL shows the whsec_ secret once; after a reload only its last four characters", async () => {
+    await page.getByRole("button", { name: "Webhook Settings" }).click()
+    await page.getByLabel("Webhook URL").fill("http://insecure.example.com/hook")
+    await page.getByRole("button", { name: "Save" }).click()
+    // The API's rule, beside the field.
+    await page.locator(".field.invalid").getByText("must be an https:// URL without credentials").waitFor()
+    await page.getByLabel("Webhook URL").fill(receiver.url("/events"))
+    await page.getByRole("button", { name: "Save" }).click()
+    const secret = page.getByTestId("webhook-secret").locator(".secret-value")
+    await secret.waitFor()
+    webhookSecret = (await secret.textContent()) ?? ""
+    expect(webhookSecret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/)
+    await page.getByText("it will not be shown again").waitFor()
+    await page.getByRole("button", { name: "Copy" }).waitFor()
+    await shot(page, "webhook-settings")
+
+    await page.reload()
+    await page.getByRole("button", { name: "Webhook Settings" }).click()
+    await page.getByTestId("webhook-secret-last4").getByText(`…${webhookSecret.slice(-4)}`).waitFor()
+    expect(await page.getByTestId("webhook-secret").count()).toBe(0)
+    expect(await page.content()).not.toContain(webhookSecret)
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.webhookUrl).toBe(receiver.url("/events"))
+    await page.getByRole("button", { name: "Webhook Settings" }).click()
+  })
+
+  it("Failover: the Error Fallback Settings dialog validates through the API and saves exactly what was entered", async () => {
+    const failover = page.getByRole("button", { name: "Failover" })
+    await failover.click()
+    const dialog = page.getByRole("dialog", { name: "Error Fallback Settings" })
+    await dialog.waitFor()
+    // Focus moved into the dialog.
+    expect(await dialog.evaluate((element) => element.contains(document.activeElement))).toBe(true)
+    for (const label of ["Error Fallback Type", "Error Fallback Value", "Error Fallback Timeout", "Error Fallback Occurrence Threshold", "Error Fallback Time Window"]) {
+      await dialog.getByLabel(label, { exact: true }).waitFor()
+    }
+    expect(await dialog.getByLabel("Error Fallback Timeout").inputValue()).toBe("0")
+    expect(await dialog.getByLabel("Error Fallback Occurrence Threshold").inputValue()).toBe("5")
+    expect(await dialog.getByLabel("Error Fallback Time Window").inputValue()).toBe("300")
+    await dialog.getByText("0 turns the no-response trigger off").waitFor()
+    const value = dialog.getByLabel("Error Fallback Value")
+    expect(await value.isDisabled()).toBe(true)
+
+    await dialog.getByLabel("Error Fallback Type").selectOption({ label: "Phone" })
+    expect(await value.isEnabled()).toBe(true)
+    expect(await value.getAttribute("placeholder")).toContain("E.164")
+    await value.fill("415-555-0100")
+    await dialog.getByRole("button", { name: "Save" }).click()
+    const valueError = dialog.locator(".field.invalid").filter({ has: page.getByLabel("Error Fallback Value") }).locator(".field-error")
+    await valueError.getByText("must be a phone number in E.164 format, such as +14155550100").waitFor()
+    expect(await value.getAttribute("aria-describedby")).toContain(await valueError.getAttribute("id"))
+    await shot(page, "failover-error")
+
+    await value.fill("+14155550100")
+    await dialog.getByLabel("Error Fallback Timeout").fill("3")
+    await dialog.getByLabel("Error Fallback Occurrence Threshold").fill("2")
+    await dialog.getByLabel("Error Fallback Time Window").fill("120")
+    await dialog.getByRole("button", { name: "Save" }).click()
+    await dialog.getByRole("status").getByText("Saved.").waitFor()
+    expect(await dialog.locator(".field-error").count()).toBe(0)
+    const saved = (await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data
+    expect(saved).toMatchObject({
+      errorFallbackType: "phone",
+      errorFallbackValue: "+14155550100",
+      errorFallbackTimeout: 3,
+      errorFallbackOccurrenceThreshold: 2,
+      errorFallbackTimeWindow: 120
+    })
+    await shot(page, "failover")
+
+    // Escape closes it and focus returns to the button that opened it.
+    await page.keyboard.press("Escape")
+    await dialog.waitFor({ state: "hidden" })
+    expect(await failover.evaluate((element) => element === document.activeElement)).toBe(true)
+  })
+
+  it("switching to Webhook shows the generated errorFallbackWebhookSecret, with Regenerate secret", async () => {
+    await page.getByRole("button", { name: "Failover" }).click()
+    const dialog = page.getByRole("dialog", { name: "Error Fallback Settings" })
+    await dialog.getByLabel("Error Fallback Type").selectOption({ label: "Webhook" })
+    expect(await dialog.getByLabel("Error Fallback Value").getAttribute("placeholder")).toContain("HTTPS")
+    await dialog.getByLabel("Error Fallback Value").fill(receiver.url("/fallback"))
+    await dialog.getByRole("button", { name: "Save" }).click()
+    const shown = dialog.getByTestId("fallback-webhook-secret").locator(".secret-value")
+    await shown.waitFor()
+    const first = (await shown.textContent()) ?? ""
+    expect(first).toMatch(/^whsec_/)
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.errorFallbackWebhookSecret).toBe(first)
+
+    await dialog.getByRole("button", { name: "Regenerate secret" }).click()
+    await dialog.getByRole("button", { name: "Regenerate now" }).click()
+    await dialog.getByRole("status").getByText("A new error fallback webhook secret was generated").waitFor()
+    await expect.poll(async () => shown.textContent()).not.toBe(first)
+    const second = (await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.errorFallbackWebhookSecret
+    expect(await shown.textContent()).toBe(second)
+    await dialog.getByRole("button", { name: "Close", exact: true }).click()
+    await dialog.waitFor({ state: "hidden" })
+  })
+
+  it("the dialog is operable by keyboard alone", async () => {
+    const failover = page.getByRole("button", { name: "Failover" })
+    const focusedText = () => page.evaluate(() => document.activeElement?.textContent?.trim() ?? "")
+    await page.getByTestId("environment-name").click()
+    // Tab to the Failover button.
+    for (let i = 0; i < 40 && (await focusedText()) !== "Failover"; i++) await page.keyboard.press("Tab")
+    expect(await focusedText()).toBe("Failover")
+    await page.keyboard.press("Enter")
+    const dialog = page.getByRole("dialog", { name: "Error Fallback Settings" })
+    await dialog.waitFor()
+    // Focus is on the first field: the type (Webhook now); one up is Phone.
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("fallback-type")
+    await page.keyboard.press("ArrowUp")
+    expect(await dialog.getByLabel("Error Fallback Type").inputValue()).toBe("phone")
+    await page.keyboard.press("Tab")
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("fallback-value")
+    await page.keyboard.press("ControlOrMeta+A")
+    await page.keyboard.type("+14155550199")
+    for (let i = 0; i < 20 && (await focusedText()) !== "Save"; i++) await page.keyboard.press("Tab")
+    expect(await focusedText()).toBe("Save")
+    await page.keyboard.press("Enter")
+    await dialog.getByRole("status").getByText("Saved.").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data).toMatchObject({
+      errorFallbackType: "phone",
+      errorFallbackValue: "+14155550199"
+    })
+    // Tab stays inside the modal: from the last control it wraps to the first.
+    for (let i = 0; i < 30; i++) {
+      await page.keyboard.press("Tab")
+      expect(await dialog.evaluate((element) => element.contains(document.activeElement))).toBe(true)
+    }
+    await page.keyboard.press("Escape")
+    await dialog.waitFor({ state: "hidden" })
+    expect(await failover.evaluate((element) => element === document.activeElement)).toBe(true)
+  })
+
+  it("a simulated call appears, with its turns and latencies, without a reload; its failed delivery is redelivered", async () => {
+    await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true))
+    agent = await startAnsweringAgent({ gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey: ADMIN_KEY, reply, responseLatencyMs: 150 })
+    await agent.ready()
+    const call = await placeTwilioCall({ gatewayUrl: gateway.baseUrl, agentId, environmentId, from: "+15551110001", to: "+15551110002", streamVia: "gateway" })
+    // While the call is live, the page shows it as active.
+    const row = page.locator("tr[data-session]")
+    await row.getByText("active").waitFor()
+    for (const turn of [1, 2]) {
+      const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 10_000 })
+      expect(result.answer.answered, `turn ${turn}`).toBe(true)
+    }
+    await call.hangup()
+    await row.getByTestId("turn-count").getByText("2", { exact: true }).waitFor()
+    await row.getByText("completed").waitFor()
+    const latencies = (await row.getByTestId("latencies").textContent()) ?? ""
+    expect(latencies).toMatch(/^\d+ ms, \d+ ms$/)
+    await page.getByTestId("count-completed").getByText("1", { exact: true }).waitFor()
+    await page.getByTestId("latency-summary").getByText("2 answered turns").waitFor()
+    expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce)).toBe(true)
+    await page.getByTestId("breaker").waitFor()
+    await page.getByTestId("breaker-last-trip").getByText("never").waitFor()
+
+    // session.ended was refused with 400 (not retried): the log shows it failed; Redeliver sends it again.
+    const delivery = page.locator("tr[data-delivery]")
+    await delivery.getByTestId("delivery-state").getByText("failed").waitFor()
+    await delivery.getByTestId("delivery-code").getByText("400").waitFor()
+    await shot(page, "environment")
+    await delivery.getByRole("button", { name: "Redeliver" }).click()
+    await delivery.getByTestId("delivery-state").getByText("delivered").waitFor()
+    await delivery.getByTestId("delivery-attempts").getByText("2", { exact: true }).waitFor()
+    await delivery.getByTestId("delivery-code").getByText("200").waitFor()
+    expect(receiver.requests.length).toBe(2)
+    expect(page.url()).not.toContain(ADMIN_KEY)
+
+    // The session's own page: the turns chart with the timeout line, the fallback record, its deliveries.
+    await row.getByRole("link").first().click()
+    await page.getByTestId("turns").locator("tbody tr").nth(1).waitFor()
+    await page.locator(".chart canvas").first().waitFor()
+    await page.getByText("The error fallback did not run.").waitFor()
+    await page.getByTestId("deliveries").getByText("delivered").waitFor()
+    await shot(page, "session")
+  }, 60_000)
+
+  it("renders an environment named like markup as text and runs no script", async () => {
+    await page.goto(`${gateway.baseUrl}/dashboard#/agents/${agentId}`)
+    await page.getByLabel("Environment name").fill(XSS_NAME)
+    await page.getByRole("button", { name: "Create environment" }).click()
+    const link = page.getByRole("link", { name: XSS_NAME, exact: true })
+    await link.waitFor()
+    expect(await link.textContent()).toBe(XSS_NAME)
+    expect(await page.locator("img").count()).toBe(0)
+    await shot(page, "agent")
+    await link.click()
+    await page.getByTestId("environment-name").getByText(XSS_NAME, { exact: true }).waitFor()
+    expect(await page.locator("img").count()).toBe(0)
+    expect(problems.filter((problem) => problem.startsWith("dialog"))).toEqual([])
+  })
+
+  it("a scoped key sees only its agent, and the dashboard says so", async () => {
+    const created = await v1("POST", "/v1/api-keys", { name: "scoped dashboard key", agentIds: [otherAgentId] })
+    expect(created.status).toBe(201)
+    scopedKey = created.json.data.key
+    expect((await v1("POST", `/v1/agents/${otherAgentId}/environments`, { name: "Scoped env" })).status).toBe(201)
+
+    const scoped = await context.newPage()
+    watch(scoped)
+    await signIn(scoped, scopedKey)
+    await scoped.getByTestId("scope").getByText(`Scoped key: only ${otherAgentId}`).waitFor()
+    await scoped.getByTestId("scope-notice").waitFor()
+    await scoped.getByRole("link", { name: otherAgentId }).waitFor()
+    expect(await scoped.getByTestId("agents").locator("tbody tr").count()).toBe(1)
+    expect(await scoped.getByRole("link", { name: agentId }).count()).toBe(0)
+    await shot(scoped, "agents-scoped")
+    // Another agent's page is refused by the API, and says so.
+    await scoped.goto(`${gateway.baseUrl}/dashboard#/agents/${agentId}`)
+    await scoped.getByText("This API key may not act for this agent.").first().waitFor()
+    await scoped.close()
+
+    // The admin sees both.
+    await page.goto(`${gateway.baseUrl}/dashboard#/agents`)
+    await page.getByRole("link", { name: agentId }).waitFor()
+    await page.getByRole("link", { name: otherAgentId }).waitFor()
+    await shot(page, "agents")
+  })
+
+  it("Sign out forgets the key; no key ever went into a URL or a log line; no script error or CSP violation", async () => {
+    await page.getByRole("button", { name: "Sign out" }).click()
+    await page.getByLabel("API key").waitFor()
+    expect(await page.evaluate(() => sessionStorage.getItem("callgate.apiKey"))).toBeNull()
+    for (const url of requestedUrls) {
+      expect(url).not.toContain(ADMIN_KEY)
+      expect(url).not.toContain(scopedKey)
+    }
+    expect(gateway.stdout() + gateway.stderr()).not.toContain(ADMIN_KEY)
+    expect(gateway.stdout() + gateway.stderr()).not.toContain(scopedKey)
+    // The API's deliberate refusals (validation errors, the scoped key on another agent) are logged
+    // by chromium as failed loads; nothing else may appear.
+    expect(problems.filter((problem) => !/Failed to load resource: the server responded with a status of 40[03]/.test(problem))).toEqual([])
+  })
+})
