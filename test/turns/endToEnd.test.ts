@@ -160,26 +160,20 @@ describe("turn timing and the no-response breaker on real calls", () => {
       await t.silentAgent()
       const second = await t.placeCall()
       await second.call.play(sentence())
-      const spokeAt = Date.now()
-      const requestTimes = new Map<string, number>()
+      // The first call's expiries counted when the trip is first seen (an upper bound of those before the trip).
+      let firstExpiriesAtTrip: number | undefined
       await eventually(
-        () => {
-          for (const callSid of [first.callSid, second.callSid]) {
-            if (!requestTimes.has(callSid) && t.gateway.twilio.callUpdates(callSid).length > 0) requestTimes.set(callSid, Date.now())
+        async () => {
+          if (firstExpiriesAtTrip === undefined && t.gateway.twilio.callUpdates(second.callSid).length > 0) {
+            // Every occurrence so far: the second call's one, and the first call's.
+            firstExpiriesAtTrip = (await t.occurrencesRecorded()) - 1
           }
-          return requestTimes.size
+          return firstExpiriesAtTrip !== undefined && t.gateway.twilio.callUpdates(first.callSid).length > 0
         },
-        (n) => n === 2,
+        (both) => both,
         "the fallback's carrier requests for both calls",
         6000
       )
-      // The trip came about a second after the second caller's last word (the deadline), and it
-      // rescued the first call, stalled past its own deadline, at the same time.
-      const trippedAfter = requestTimes.get(second.callSid)! - spokeAt
-      expect(trippedAfter).toBeGreaterThanOrEqual(900)
-      expect(trippedAfter).toBeLessThan(3000)
-      expect(Math.abs(requestTimes.get(first.callSid)! - requestTimes.get(second.callSid)!)).toBeLessThan(1000)
-
       // Exactly one carrier request per call: the fallback's.
       for (const { callSid } of [first, second]) {
         expect(t.gateway.twilio.callUpdates(callSid).map((r) => r.form)).toEqual([request()])
@@ -189,21 +183,32 @@ describe("turn timing and the no-response breaker on real calls", () => {
       }
 
       const message = "The agent did not begin responding within 1 s of the caller's input: 2 no-response occurrences in the environment's time window reached the threshold of 2."
+      const stored = new Map<string, any>()
       for (const { callSid } of [first, second]) {
-        const stored = await eventually(() => t.session(callSid), (s) => s.status !== "active", `the end of ${callSid}`)
-        expect(stored).toMatchObject({
+        const session = await eventually(() => t.session(callSid), (s) => s.status !== "active", `the end of ${callSid}`)
+        stored.set(callSid, session)
+        expect(session).toMatchObject({
           status: "failed",
           endReason: "agent_unresponsive",
           fallback: { trigger: "agent_unresponsive", type, outcome, errorMessage: message }
         })
-        expect(stored.fallback.carrierRequestAt).not.toBeNull()
+        expect(session.fallback.carrierRequestAt).not.toBeNull()
         // One caller turn, never answered, during which the response timer expired.
-        expect(stored.turns).toHaveLength(1)
-        expect(stored.turns[0]).toMatchObject({ index: 1, input: "speech", agentRespondedAt: null, latencyMs: null })
-        expect(stored.turns[0].timeoutOccurrences).toBeGreaterThanOrEqual(1)
-        const event = await t.gateway.outbox.forSession(stored.id)
-        expect(event).toMatchObject({ event: "session.ended", sessionId: stored.id, status: "failed", endReason: "agent_unresponsive", callId: callSid })
+        expect(session.turns).toHaveLength(1)
+        expect(session.turns[0]).toMatchObject({ index: 1, input: "speech", agentRespondedAt: null, latencyMs: null })
+        expect(session.turns[0].timeoutOccurrences).toBeGreaterThanOrEqual(1)
+        const event = await t.gateway.outbox.forSession(session.id)
+        expect(event).toMatchObject({ event: "session.ended", sessionId: session.id, status: "failed", endReason: "agent_unresponsive", callId: callSid })
       }
+      const [firstSession, secondSession] = [stored.get(first.callSid), stored.get(second.callSid)]
+      const at = (iso: string) => Date.parse(iso)
+      // The trip came at the second call's first deadline (its timer expired exactly once, after its caller's last word).
+      expect(secondSession.turns[0].timeoutOccurrences).toBe(1)
+      expect(at(secondSession.fallback.carrierRequestAt)).toBeGreaterThan(at(secondSession.turns[0].callerEndedAt))
+      // It rescued the first call, stalled past its own deadline, by the same trip: after the second
+      // caller's turn, and no later than the first call's next expiry.
+      expect(at(firstSession.fallback.carrierRequestAt)).toBeGreaterThan(at(secondSession.turns[0].callerEndedAt))
+      expect(firstSession.turns[0].timeoutOccurrences).toBeLessThanOrEqual(firstExpiriesAtTrip! + 1)
     }, 40_000)
   })
 
@@ -273,15 +278,16 @@ describe("turn timing and the no-response breaker on real calls", () => {
       for (const [i, turn] of turns.entries()) {
         // The latency is the span between the two stamps it reports...
         expect(Math.abs(turn.latencyMs - (Date.parse(turn.agentRespondedAt) - Date.parse(turn.callerEndedAt)))).toBeLessThanOrEqual(1)
-        // ...it is what the caller heard: the simulator times the same agent frame, from its last
-        // frame above -30 dBFS; the gateway's VAD also hears the quiet tail of the last word (up to
-        // two frames more), and the frames' trips through the sockets only shorten its figure...
-        expect(turn.latencyMs - simulated[i]!).toBeGreaterThanOrEqual(-2 * FRAME_MS - 20)
+        // ...it is no more than what the caller heard: the simulator times the same agent frame,
+        // from its last frame above -30 dBFS, and it sent that frame before the gateway got it and
+        // got the answer after the gateway did (the gateway's VAD may end the turn up to a frame
+        // later on the quiet tail of the last word)...
         expect(turn.latencyMs - simulated[i]!).toBeLessThanOrEqual(FRAME_MS)
-        // ...and it is what the agent did: wait out its own end-of-turn silence, then its response
-        // latency. A late timer on this loaded machine can only add to that.
+        // ...and no less than what the agent did: wait out its own end-of-turn silence, then its
+        // response latency (the gateway's VAD hears up to two frames more of the word's tail). Late
+        // timers and slow sockets on a loaded machine only add to both figures, so neither bound
+        // depends on how busy the machine is.
         expect(turn.latencyMs).toBeGreaterThanOrEqual(AGENT_END_SILENCE_MS + RESPONSE_LATENCY_MS - 2 * FRAME_MS - 20)
-        expect(turn.latencyMs).toBeLessThanOrEqual(AGENT_END_SILENCE_MS + RESPONSE_LATENCY_MS + 100)
       }
       expect(await t.occurrences()).toBe(0)
       expect(t.gateway.twilio.requests).toEqual([])
