@@ -174,7 +174,7 @@ const met = (value: boolean | null) => (value === null ? "not measured" : value 
 const comparisonSection = (c: Comparison | undefined) => {
   if (c === undefined) return ""
   return [
-    "### callgate against the bare relay (issue 7 targets)",
+    "### callgate against the bare relay (the relay targets)",
     "",
     table(
       ["target", "measured", "verdict"],
@@ -200,7 +200,7 @@ const webhookSection = (w: WebhookBenchFigures | PartError | undefined) => {
   if (isError(w)) return `### Webhooks\n\nDid not run: ${w.error.split("\n")[0]}\n`
   const l = w.latency.enqueueToFirstAttemptMs
   return [
-    "### Webhook deliveries (issue 3)",
+    "### Webhook deliveries",
     "",
     table(
       ["figure", "value", "target"],
@@ -222,7 +222,7 @@ const breakerSection = (b: BreakerBenchFigures | PartError | undefined) => {
   const o = b.occurrenceLatenessMs
   const e = b.latencyErrorMs
   return [
-    "### Turn timing and breaker precision (issue 5)",
+    "### Turn timing and breaker precision",
     "",
     table(
       ["figure", "value", "target"],
@@ -251,7 +251,7 @@ const fallbackSection = (f: FallbackBenchFigures | PartError | undefined) => {
   if (isError(f)) return `### Fallback delay\n\nDid not run: ${f.error.split("\n")[0]}\n`
   const histogram = Object.entries(f.gatewayHistogram)
   return [
-    "### Hard error to carrier request (issue 6, target p99 < 50 ms)",
+    "### Hard error to carrier request (target p99 < 50 ms)",
     "",
     table(
       ["trigger", "delay", "calls", "carrier requests"],

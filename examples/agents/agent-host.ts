@@ -1,7 +1,7 @@
 /**
  * How example agents reach callgate: a dial-in pool that keeps N sockets open to the /connect
  * endpoint (one socket = capacity for one call, reopened after each call), or a dial-out server
- * for environments with an `agentUrl` (callgate connects per call). DESIGN.md section 4.
+ * for environments with an `agentUrl` (callgate connects per call). See docs/calls.md, "Agents".
  */
 import { EventEmitter } from "node:events"
 import { readFileSync } from "node:fs"

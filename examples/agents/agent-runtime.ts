@@ -1,6 +1,6 @@
 /**
  * One call as an example agent sees it, in callgate's agent dialect: Twilio Media Streams plus
- * the extensions `hangup`, `transfer` and `error` (DESIGN.md section 4). agent-host.ts brings
+ * the extensions `hangup`, `transfer` and `error` (docs/calls.md, "Agents"). agent-host.ts brings
  * the sockets; this file reads and writes their frames.
  */
 import { EventEmitter } from "node:events"

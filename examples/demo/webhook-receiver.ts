@@ -5,7 +5,7 @@
  * - `POST /events`: the event webhook. Verifies `session.ended` with `verifySignature` and the
  *   environment's webhookSecret; 200 when it verifies, 401 when not.
  * - `POST /fallback?error=...`: the error fallback webhook. Verifies with the environment's
- *   errorFallbackWebhookSecret; answers TwiML that takes the live call over (spec 4.6), or 401.
+ *   errorFallbackWebhookSecret; answers TwiML that takes the live call over (docs/fallback.md, "The fallback webhook"), or 401.
  *
  * The secrets exist only once the environment is configured, which needs this server's URL first,
  * so they are handed over afterwards with `useSecrets`.

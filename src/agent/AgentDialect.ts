@@ -15,7 +15,7 @@ import {
 
 /**
  * The agent dialect, in one place: Twilio Media Streams, so a Twilio-stream bot works unchanged,
- * plus three extensions from the agent. DESIGN.md section 4.
+ * plus three extensions from the agent. See docs/calls.md, "Agents".
  *
  * callgate -> agent: `connected`, `start` (customParameters: sessionId, agentId, environmentId,
  * from, to, direction, provider), `media`, `dtmf`, `mark` (echoes), `stop`; then callgate closes.

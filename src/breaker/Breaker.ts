@@ -7,7 +7,7 @@ import { BreakerMetrics } from "./BreakerMetrics.js"
 import { type BreakerTrip, BreakerStore } from "./BreakerStore.js"
 import { makeMemoryBreakerStore } from "./MemoryBreakerStore.js"
 
-/** An environment's no-response breaker settings (section 2.2), read afresh for every evaluation. */
+/** An environment's no-response breaker settings (docs/turns-and-breaker.md, "Parameters"), read afresh for every evaluation. */
 export interface BreakerSettings {
   /** Seconds the agent has to begin answering; 0 turns the no-response trigger off. */
   readonly timeoutSeconds: number
@@ -41,7 +41,7 @@ export interface TimeoutOutcome {
 const envKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
 /**
- * The no-response circuit breaker of spec 6.2, shared by every session and instance through the
+ * The no-response circuit breaker of docs/turns-and-breaker.md ("Breaker rules"), shared by every session and instance through the
  * BreakerStore. Nothing here runs on the media path: the watchdogs call it from their own fibers.
  *
  * Redis trouble never stops the counting: a store call that fails or takes longer than
@@ -154,7 +154,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
       return { count, tripped } satisfies TimeoutOutcome
     })
 
-    /** A voiced agent response: the environment's occurrences are forgotten (spec 6.2 rule 2). */
+    /** A voiced agent response: the environment's occurrences are forgotten (docs/turns-and-breaker.md, "Breaker rules"). */
     const recordResponse = (agentId: string, environmentId: string) =>
       Effect.zipRight(
         local.clear(agentId, environmentId),

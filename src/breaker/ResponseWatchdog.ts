@@ -3,7 +3,7 @@ import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
 import type { BreakerTrip } from "./BreakerStore.js"
 
 /**
- * The per-session response timer of spec 6.2, on the Effect Clock (so TestClock drives it):
+ * The per-session response timer of docs/turns-and-breaker.md ("Breaker rules"), on the Effect Clock (so TestClock drives it):
  *
  * - A caller turn ends: the agent has `errorFallbackTimeout` seconds from the caller's last voiced
  *   frame to begin answering. Timeout 0: nothing is timed (the trigger is off).

@@ -52,7 +52,7 @@ const associated = (env: { agentId: string; id: string }, field: "webhookSecret"
 type Patch = UpdateEnvironmentBody
 
 /**
- * Applies a PATCH to an environment: the spec's rules (4.1, 5.2) and DESIGN.md section 2. Pure
+ * Applies a PATCH to an environment: the rules of docs/api.md, "Rules the API enforces". Pure
  * apart from secret generation, whose outputs are returned so the response can show them once.
  */
 const applyPatch = (
@@ -68,7 +68,7 @@ const applyPatch = (
   if (patch.name !== undefined) next.name = patch.name
   if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
 
-  // Event webhook. Removing the URL removes the webhook, secret included (spec 5.2.6).
+  // Event webhook. Removing the URL removes the webhook, secret included (docs/api.md, "Rules the API enforces").
   if (patch.webhookUrl === null) {
     next.webhookUrl = null
     next.webhookSecretSealed = null
@@ -239,7 +239,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
         createdAt: now,
         updatedAt: now,
         version: 1,
-        // Secrets are never copied (spec 4.4): the clone gets new ones where the source had one.
+        // Secrets are never copied (docs/api.md, "Rules the API enforces"): the clone gets new ones where the source had one.
         webhookSecretSealed: null,
         webhookSecretLast4: null,
         errorFallbackWebhookSecretSealed: null

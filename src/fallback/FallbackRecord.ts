@@ -16,7 +16,7 @@ export const FallbackOutcome = Schema.Literal(
 )
 export type FallbackOutcome = typeof FallbackOutcome.Type
 
-/** What a session records of its error fallback (issue 6 item 1), as the session routes show it. */
+/** What a session records of its error fallback as the session routes show it. */
 export const FallbackRecord = Schema.Struct({
   trigger: Schema.String.annotations({ description: "The hard error kind that triggered it, e.g. agent_unresponsive" }),
   errorMessage: Schema.String,

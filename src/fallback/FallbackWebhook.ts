@@ -2,7 +2,7 @@ import { Schema } from "effect"
 import { XMLParser, XMLValidator } from "fast-xml-parser"
 
 /**
- * The error fallback webhook's wire format (spec 4.6, issue 6 item 4): where it is sent, what it
+ * The error fallback webhook's wire format (docs/fallback.md, "The fallback webhook"): where it is sent, what it
  * carries, and how its answer is read. Pure: the sending lives in ErrorFallback.
  */
 export const FallbackWebhookBody = Schema.Struct({
@@ -33,7 +33,7 @@ export const fallbackUrl = (value: string, errorMessage: string): string => {
   return url.toString()
 }
 
-/** The answer of a fallback webhook, read as spec 4.6 and section 7 say. */
+/** The answer of a fallback webhook, read as docs/fallback.md, "The fallback webhook", says. */
 export type FallbackAnswer =
   /** 2xx with a telephony-markup document whose root is <Response>: apply it to the live call. */
   | { readonly _tag: "Markup"; readonly twiml: string }

@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
 import { Effect, Option, Redacted } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 
-/** `whsec_` + base64 of 32 random bytes: the form both webhook secrets take (DESIGN.md section 2). */
+/** `whsec_` + base64 of 32 random bytes: the form both webhook secrets take (docs/design.md, "Decisions the interface left open"). */
 export const generateWebhookSecret = (): string => `whsec_${randomBytes(32).toString("base64")}`
 
 const VERSION = "v1"

@@ -33,7 +33,7 @@ export interface SessionEnd {
 }
 
 /**
- * The session.ended payload (spec 6.1): the agent's number is the one called on inbound calls
+ * The session.ended payload (docs/webhooks.md, "The request"): the agent's number is the one called on inbound calls
  * and the caller id on outbound ones; numbers that are not E.164 (SIP URIs, client ids) are left
  * out rather than sent malformed. `duration` is whole seconds, rounded, as a string.
  */

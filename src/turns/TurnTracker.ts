@@ -7,7 +7,7 @@ import type { VoiceClassifier } from "./VoiceActivity.js"
  * relay's monotonic clock), keeps a few numbers, and calls back when something happened. No
  * timers, no Effect, no allocation per frame; the response deadline is the watchdog's business.
  *
- * Rules (DESIGN.md section 5, issue 5):
+ * Rules (docs/turns-and-breaker.md, "Turn rules"):
  * - Caller speech is voiced audio lasting at least `minSpeechMs` without a break (shorter voiced
  *   bursts, such as the VAD's reaction to a noise onset, are not speech). Once the caller speaks,
  *   gaps up to `FLICKER_GAP_MS` inside the speech need no fresh confirmation.

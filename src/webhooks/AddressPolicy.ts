@@ -1,7 +1,7 @@
 import { isIP } from "node:net"
 
 /**
- * Which destination addresses outbound webhooks may reach (DESIGN.md "Webhook URLs"). Webhook URLs
+ * Which destination addresses outbound webhooks may reach (docs/webhooks.md; docs/design.md). Webhook URLs
  * are chosen by customers, so without this a URL could make callgate probe its own network or a
  * cloud metadata service. Pure: callers resolve names and ask about every address.
  */

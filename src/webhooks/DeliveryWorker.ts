@@ -15,7 +15,7 @@ export interface DeliveryWorkerOptions {
   readonly leaseMargin?: Duration.DurationInput
 }
 
-/** Response bytes kept from an event receiver: its body is not used (spec 4.5). */
+/** Response bytes kept from an event receiver: its body is not used (docs/webhooks.md, "Attempts and retries"). */
 const RESPONSE_BYTES_KEPT = 1024
 /** Most deliveries taken by one claim. */
 const CLAIM_BATCH = 64
@@ -36,7 +36,7 @@ interface Verdict {
   readonly failure: null | { readonly retryable: boolean; readonly summary: string }
 }
 
-/** What an attempt's response means (spec 7, DESIGN.md "Event delivery"). */
+/** What an attempt's response means (docs/webhooks.md, "Attempts and retries"). */
 export const judgeAttempt = (response: Either.Either<SafeResponse, SafeHttpError>): Verdict => {
   if (Either.isRight(response)) {
     const status = response.right.status

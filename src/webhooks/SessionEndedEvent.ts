@@ -1,6 +1,6 @@
 import { Schema } from "effect"
 
-/** The `session.ended` payload (spec 6.1, DESIGN.md section 2). */
+/** The `session.ended` payload (docs/webhooks.md, "The request"). */
 export const SessionEndedEvent = Schema.Struct({
   event: Schema.Literal("session.ended"),
   sessionId: Schema.String,

@@ -1,7 +1,7 @@
 import { createHmac, timingSafeEqual } from "node:crypto"
 
 /**
- * Request signing for event and error fallback webhooks (spec 5.2, DESIGN.md section 2). Pure: no
+ * Request signing for event and error fallback webhooks (docs/webhooks.md, "Verifying on the receiver"). Pure: no
  * I/O, no clock unless `now` is omitted. This module is also what customers import (as
  * `callgate/webhooks`) to verify requests, so it depends on nothing but node:crypto.
  */
@@ -11,7 +11,7 @@ export const TIMESTAMP_HEADER = "X-Service-Timestamp"
 export const DELIVERY_ID_HEADER = "X-Service-Delivery-Id"
 export const ATTEMPT_HEADER = "X-Service-Attempt"
 
-/** Receivers reject timestamps further than this from their clock (spec 5.2.3, 8). */
+/** Receivers reject timestamps further than this from their clock (docs/webhooks.md, "Verifying on the receiver"). */
 export const DEFAULT_TOLERANCE_SECONDS = 300
 
 const SIGNATURE_PREFIX = "sha256="
@@ -91,7 +91,7 @@ export const verifySignature = (options: VerifyOptions): boolean => {
 }
 
 /**
- * The signing headers for one attempt, or none for an environment without a secret (spec 5.2.5:
+ * The signing headers for one attempt, or none for an environment without a secret (docs/webhooks.md:
  * such requests go unsigned, without either header).
  */
 export const signatureHeaders = (

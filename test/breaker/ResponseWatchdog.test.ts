@@ -8,7 +8,7 @@ import { Metrics } from "../../src/observability/Metrics.js"
 import { breakerLayer, newEnvironment, type RescueSeen, sessionOf, settingsBox, settle, watch, withTestFibers } from "./breakerTestLayer.js"
 
 /**
- * One named test per rule of spec 6.2 and per limit of section 2.2, on TestClock: the watchdogs
+ * One named test per breaker rule and per limit of docs/turns-and-breaker.md, on TestClock: the watchdogs
  * sleep on the Effect Clock, and the memory store stamps occurrences with it, so every edge is
  * exact to the millisecond.
  */
@@ -38,7 +38,7 @@ const bySession = (rescues: ReadonlyArray<RescueSeen>) =>
 const sessions = (env: Env, n: number, settings: Effect.Effect<BreakerSettings>, rescues: Array<RescueSeen>) =>
   Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => watch(sessionOf(env, `s${i + 1}`), settings, rescues))
 
-describe("no-response breaker: spec 6.2 rules", () => {
+describe("no-response breaker: the breaker rules", () => {
   scenario("rule 1: when the timer expires with the agent silent, one occurrence is recorded", () =>
     Effect.gen(function* () {
       const env = newEnvironment()
@@ -302,7 +302,7 @@ describe("no-response breaker: spec 6.2 rules", () => {
     }))
 })
 
-describe("no-response breaker: section 2.2 limits", () => {
+describe("no-response breaker: the settings limits", () => {
   scenario("the defaults (timeout 0, threshold 5, window 300) leave the trigger off", () =>
     Effect.gen(function* () {
       const environments = yield* Environments

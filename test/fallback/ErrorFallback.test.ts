@@ -220,7 +220,7 @@ describe("error fallback: webhook request", () => {
   })
 })
 
-describe("error fallback: webhook answers (spec 4.6, 7)", () => {
+describe("error fallback: webhook answers (docs/fallback.md, The fallback webhook)", () => {
   const xml = (inner: string) => `<?xml version="1.0" encoding="UTF-8"?><Response>${inner}</Response>`
 
   it.each([

@@ -16,7 +16,7 @@ describe("fallbackUrl", () => {
   })
 })
 
-describe("classifyFallbackAnswer (spec 4.6, 7)", () => {
+describe("classifyFallbackAnswer (docs/fallback.md, The fallback webhook)", () => {
   const ok = (body: string, truncated = false) => classifyFallbackAnswer({ status: 200, body, truncated })
 
   it.each([

@@ -28,7 +28,7 @@ import {
 } from "./liveCalls.js"
 
 /**
- * The error fallback end to end (issue 6): callgate in-process with the production wiring (real
+ * The error fallback end to end: callgate in-process with the production wiring (real
  * relay, turn timing and breaker, ErrorFallbackLive), carriers and agents over real WebSockets,
  * carrier REST at fake Twilio and Telnyx servers, the fallback webhook at a real HTTPS receiver.
  * Every trigger on every carrier kind, with every fallback type.

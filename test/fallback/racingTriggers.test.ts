@@ -21,7 +21,7 @@ import {
 } from "./liveCalls.js"
 
 /**
- * Triggers that race in one session (issue 6 item 1): whatever arrives together, the session ends
+ * Triggers that race in one session: whatever arrives together, the session ends
  * once, the rescue runs at most once, and the carrier gets one request. The fallback is a webhook
  * answering with a <Dial>, so a second rescue would show as a second webhook request and a second
  * carrier request.

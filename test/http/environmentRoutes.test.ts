@@ -200,7 +200,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
       expect(toWebhook.status).toBe(200)
       const secret = toWebhook.json.data.errorFallbackWebhookSecret
       expect(secret).toMatch(SECRET)
-      // Returned on the environment (DESIGN.md section 2), every time.
+      // Returned on the environment (docs/design.md, "Decisions the interface left open"), every time.
       expect((await call(t.app, "GET", environmentUrl(agentId, id))).json.data.errorFallbackWebhookSecret).toBe(secret)
 
       await call(t.app, "PATCH", environmentUrl(agentId, id), { body: { errorFallbackType: "phone", errorFallbackValue: "+14155550101" } })

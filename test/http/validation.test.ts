@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeTestApp, type StoreKind, type TestApp, uniqueId } from "../support/testApp.js"
 import { call, createEnvironment, environmentsUrl, environmentUrl, expectError, expectFieldError } from "./client.js"
 
-/** Every validation rule of the /v1 environment API (issue 2 item 6), on create and on PATCH. */
+/** Every validation rule of the /v1 environment API, on create and on PATCH. */
 describe.each<StoreKind>(["memory", "redis"])("request validation (%s store)", (kind) => {
   let t: TestApp
   let agentId: string
