@@ -196,10 +196,20 @@ describe("Telnyx media streams end to end", () => {
       const closed = await call.peer.waitClosed()
       expect(closed.code).toBe(1008)
       expect(closed.reason).toContain(reasonPart)
-      await new Promise((resolve) => setTimeout(resolve, 50))
-      expect(agent.received).toEqual([])
       expect(gateway.idleAgents(agentId, env.id)).toBe(1)
-      agent.close()
+      // The agent heard nothing and is still idle capacity: the environment's next, valid call
+      // reaches that same socket, and its connected and start are the first frames the socket got.
+      const validId = callControlId()
+      const valid = await telnyxCall(gateway, {
+        token: gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId: validId }),
+        callControlId: validId
+      })
+      valid.start()
+      await agent.waitForEvent("start")
+      expect(agent.received.map((m) => m.event)).toEqual(["connected", "start"])
+      expect(await storedSession(gateway, agentId, sessionIdOf(agent))).toMatchObject({ callId: validId })
+      valid.stop()
+      await agent.waitClosed()
     }
 
     it("no token on the URL", () => refused("missing token", (_token, callId) => ({ callControlId: callId })))
