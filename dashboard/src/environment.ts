@@ -265,6 +265,7 @@ const LatencyCharts = (props: { sessions: ReadonlyArray<Session> }) => {
   const bins = useMemo(() => histogram(latencies.map((l) => l.latencyMs)), [latencies])
   const lineOptions = useMemo<Omit<uPlot.Options, "width" | "height">>(
     () => ({
+      scales: { y: { range: (_u, _min, max) => [0, Math.max(max ?? 0, 100) * 1.15] } },
       axes: [{}, { label: "ms" }],
       series: [
         {},
@@ -276,14 +277,17 @@ const LatencyCharts = (props: { sessions: ReadonlyArray<Session> }) => {
   )
   const histogramOptions = useMemo<Omit<uPlot.Options, "width" | "height">>(
     () => ({
-      scales: { x: { time: false } },
-      axes: [{ label: "latency (ms, bin start)" }, { label: "turns" }],
-      series: [{ label: "from (ms)" }, { label: "turns", stroke: "#0f766e", fill: "rgba(15,118,110,0.35)", paths: barsPath, points: { show: false } }]
+      scales: {
+        x: { time: false, range: (_u, min, max) => [min - bins.binMs / 2, max + bins.binMs / 2] },
+        y: { range: (_u, _min, max) => [0, Math.max(max, 1) * 1.2] }
+      },
+      axes: [{ label: "latency (ms)" }, { label: "turns" }],
+      series: [{ label: "bin centre (ms)" }, { label: "turns", stroke: "#0f766e", fill: "rgba(15,118,110,0.35)", paths: barsPath, points: { show: false } }]
     }),
-    []
+    [bins.binMs]
   )
   const lineData = useMemo(() => [minute.minutes, minute.p50, minute.p95] as uPlot.AlignedData, [minute])
-  const histogramData = useMemo(() => [bins.edges, bins.counts] as uPlot.AlignedData, [bins])
+  const histogramData = useMemo(() => [bins.edges.map((edge) => edge + bins.binMs / 2), bins.counts] as uPlot.AlignedData, [bins])
   return html`<div class="charts">
     <div class="card wide">
       <h3>Agent response latency per minute (p50, p95), last hour</h3>

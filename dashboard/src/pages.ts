@@ -317,8 +317,11 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
   const timeoutMs = env !== null && env.errorFallbackTimeout > 0 ? env.errorFallbackTimeout * 1000 : null
   const chartOptions = useMemo<Omit<uPlot.Options, "width" | "height">>(
     () => ({
-      scales: { x: { time: false } },
-      axes: [{ label: "turn" }, { label: "ms" }],
+      scales: {
+        x: { time: false, range: (_u, min, max) => [Math.min(min, max) - 0.5, Math.max(min, max) + 0.5] },
+        y: { range: (_u, _min, max) => [0, Math.max(max, 100) * 1.15] }
+      },
+      axes: [{ label: "turn", incrs: [1], values: (_u, splits) => splits.map((split) => (Number.isInteger(split) ? String(split) : "")) }, { label: "ms" }],
       series: [
         { label: "turn" },
         { label: "latency (ms)", stroke: "#2563eb", fill: "rgba(37,99,235,0.35)", paths: barsPath, points: { show: false } },
