@@ -4,8 +4,8 @@ import { AppConfig } from "../config/AppConfig.js"
 import { Metrics } from "../observability/Metrics.js"
 import { CloseCode } from "../core/WireSocket.js"
 import type { AgentConnection } from "./AgentConnection.js"
+import { environmentKey } from "../core/EnvironmentKey.js"
 
-const poolKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
 /**
  * Dial-in capacity: the idle agent sockets of each environment, oldest first. Each one serves one
@@ -67,7 +67,7 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
           connection.finish(CloseCode.tryAgainLater, "callgate is shutting down: connect to another instance")
           return false
         }
-        const key = poolKey(agentId, environmentId)
+        const key = environmentKey(agentId, environmentId)
         let set = idle.get(key)
         if (set === undefined) idle.set(key, (set = new Set()))
         set.add(connection)
@@ -77,7 +77,7 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
       },
       /** Takes the oldest live idle socket of the environment, for one call. */
       take: (agentId: string, environmentId: string): Option.Option<AgentConnection> => {
-        const key = poolKey(agentId, environmentId)
+        const key = environmentKey(agentId, environmentId)
         const set = idle.get(key)
         if (set === undefined) return Option.none()
         for (const connection of set) {
@@ -93,7 +93,7 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
       },
       /** Pings a dial-out socket too, for as long as it is open. */
       track,
-      idleCount: (agentId: string, environmentId: string): number => idle.get(poolKey(agentId, environmentId))?.size ?? 0,
+      idleCount: (agentId: string, environmentId: string): number => idle.get(environmentKey(agentId, environmentId))?.size ?? 0,
       /** Shutdown: refuse new dial-in sockets and release the idle ones so workers reconnect elsewhere. */
       stopAccepting: Effect.sync(() => {
         accepting = false

@@ -6,6 +6,7 @@ import { StoreError } from "../core/StoreError.js"
 import { BreakerMetrics } from "./BreakerMetrics.js"
 import { type BreakerTrip, BreakerStore } from "./BreakerStore.js"
 import { makeMemoryBreakerStore } from "./MemoryBreakerStore.js"
+import { environmentKey } from "../core/EnvironmentKey.js"
 
 /** An environment's no-response breaker settings (docs/turns-and-breaker.md, "Parameters"), read afresh for every evaluation. */
 export interface BreakerSettings {
@@ -38,7 +39,6 @@ export interface TimeoutOutcome {
   readonly tripped: boolean
 }
 
-const envKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
 /**
  * The no-response circuit breaker of docs/turns-and-breaker.md ("Breaker rules"), shared by every session and instance through the
@@ -65,7 +65,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     let subscriptionWarned = false
 
     const dispatch = (trip: BreakerTrip) => {
-      const listeners = handlers.get(envKey(trip.agentId, trip.environmentId))
+      const listeners = handlers.get(environmentKey(trip.agentId, trip.environmentId))
       if (listeners === undefined) return
       for (const handler of [...listeners]) {
         try {
@@ -166,7 +166,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
      * while the store is away, the last ones seen.
      */
     const settingsFor = (agentId: string, environmentId: string) => {
-      const key = envKey(agentId, environmentId)
+      const key = environmentKey(agentId, environmentId)
       const cached = Effect.suspend(() => {
         const known = lastSettings.get(key)
         return known === undefined
@@ -188,7 +188,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     const subscribeTrips = (agentId: string, environmentId: string, handler: (trip: BreakerTrip) => void) =>
       Effect.acquireRelease(
         Effect.sync(() => {
-          const key = envKey(agentId, environmentId)
+          const key = environmentKey(agentId, environmentId)
           let listeners = handlers.get(key)
           if (listeners === undefined) handlers.set(key, (listeners = new Set()))
           listeners.add(handler)

@@ -1,7 +1,7 @@
 import { Clock, Effect, Layer } from "effect"
 import { type BreakerTrip, BreakerStore, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "./BreakerStore.js"
+import { environmentKey } from "../core/EnvironmentKey.js"
 
-const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
 /**
  * The embedded breaker store: windows in a Map, trips delivered to this process's subscribers.
@@ -28,7 +28,7 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
   return BreakerStore.of({
     recordOccurrence: (agentId, environmentId, sessionId, windowSeconds) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const key = keyOf(agentId, environmentId)
+        const key = environmentKey(agentId, environmentId)
         let window = windows.get(key)
         if (window === undefined) windows.set(key, (window = new Map()))
         // Delete first so a refreshed session moves to the end (iteration order = age order).
@@ -37,10 +37,10 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
         return trim(key, now, windowSeconds)
       }),
     count: (agentId, environmentId, windowSeconds) =>
-      Effect.map(Clock.currentTimeMillis, (now) => trim(keyOf(agentId, environmentId), now, windowSeconds)),
+      Effect.map(Clock.currentTimeMillis, (now) => trim(environmentKey(agentId, environmentId), now, windowSeconds)),
     state: (agentId, environmentId, windowSeconds) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const key = keyOf(agentId, environmentId)
+        const key = environmentKey(agentId, environmentId)
         const occurrences = trim(key, now, windowSeconds)
         let newestAt: number | null = null
         for (const at of windows.get(key)?.values() ?? []) newestAt = Math.max(newestAt ?? at, at)
@@ -48,10 +48,10 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
         if (last !== undefined && now - last.at > LAST_TRIP_RETENTION_SECONDS * 1000) lastTrips.delete(key)
         return { occurrences, newestAt, lastTrip: lastTrips.get(key) ?? null }
       }),
-    clear: (agentId, environmentId) => Effect.sync(() => void windows.delete(keyOf(agentId, environmentId))),
+    clear: (agentId, environmentId) => Effect.sync(() => void windows.delete(environmentKey(agentId, environmentId))),
     publishTrip: (trip) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        lastTrips.set(keyOf(trip.agentId, trip.environmentId), {
+        lastTrips.set(environmentKey(trip.agentId, trip.environmentId), {
           at: now,
           sessionId: trip.sessionId,
           count: trip.count,

@@ -1,8 +1,8 @@
 import { Effect, Either, Layer, Option } from "effect"
 import type { StoredEnvironment } from "./EnvironmentSchema.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
+import { environmentKey } from "../core/EnvironmentKey.js"
 
-const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
 /**
  * The embedded store: one process, nothing survives a restart. Each operation runs synchronously
@@ -11,8 +11,8 @@ const keyOf = (agentId: string, environmentId: string) => `${agentId}\u0000${env
 export const makeMemoryEnvironmentStore = Effect.sync(() => {
   const records = new Map<string, StoredEnvironment>()
   return EnvironmentStore.of({
-    insert: (environment) => Effect.sync(() => void records.set(keyOf(environment.agentId, environment.id), environment)),
-    get: (agentId, environmentId) => Effect.sync(() => Option.fromNullable(records.get(keyOf(agentId, environmentId)))),
+    insert: (environment) => Effect.sync(() => void records.set(environmentKey(environment.agentId, environment.id), environment)),
+    get: (agentId, environmentId) => Effect.sync(() => Option.fromNullable(records.get(environmentKey(agentId, environmentId)))),
     list: (agentId) =>
       Effect.sync(() =>
         [...records.values()]
@@ -21,7 +21,7 @@ export const makeMemoryEnvironmentStore = Effect.sync(() => {
       ),
     update: (agentId, environmentId, change) =>
       Effect.suspend(() => {
-        const key = keyOf(agentId, environmentId)
+        const key = environmentKey(agentId, environmentId)
         const current = records.get(key)
         if (current === undefined) return Effect.succeed(Option.none())
         return Either.match(change(current), {
@@ -33,7 +33,7 @@ export const makeMemoryEnvironmentStore = Effect.sync(() => {
           }
         })
       }),
-    remove: (agentId, environmentId) => Effect.sync(() => records.delete(keyOf(agentId, environmentId))),
+    remove: (agentId, environmentId) => Effect.sync(() => records.delete(environmentKey(agentId, environmentId))),
     listAgents: Effect.sync(() => {
       const counts = new Map<string, number>()
       for (const env of records.values()) counts.set(env.agentId, (counts.get(env.agentId) ?? 0) + 1)

@@ -1,7 +1,7 @@
-import { createHash } from "node:crypto"
 import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
 import type { Redis } from "ioredis"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { redisScript } from "./RedisScript.js"
 import { BreakerStore, BreakerTrip, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "../breaker/BreakerStore.js"
 
 /**
@@ -53,20 +53,10 @@ return redis.call('PUBLISH', ARGV[3], ARGV[4])
 const LastTripDoc = Schema.Struct({ at: Schema.Number, sessionId: Schema.String, count: Schema.Number, threshold: Schema.Number })
 const decodeLastTrip = Schema.decodeUnknownOption(Schema.parseJson(LastTripDoc))
 
-const sha1 = (text: string) => createHash("sha1").update(text).digest("hex")
-
-/** EVALSHA, falling back to EVAL (which caches the script) the first time a server lacks it. */
-const runScript = (client: Redis, script: string, sha: string, key: string, ...args: Array<string>): Promise<number> =>
-  runScriptOn(client, script, sha, [key], args) as Promise<number>
-
-const runScriptOn = async (client: Redis, script: string, sha: string, keys: ReadonlyArray<string>, args: ReadonlyArray<string>): Promise<unknown> => {
-  try {
-    return await client.evalsha(sha, keys.length, ...keys, ...args)
-  } catch (error) {
-    if (error instanceof Error && error.message.startsWith("NOSCRIPT")) return await client.eval(script, keys.length, ...keys, ...args)
-    throw error
-  }
-}
+const recordScript = redisScript(RECORD_SCRIPT)
+const countScript = redisScript(COUNT_SCRIPT)
+const stateScript = redisScript(STATE_SCRIPT)
+const tripScript = redisScript(TRIP_SCRIPT)
 
 const decodeTrip = Schema.decodeUnknownOption(Schema.parseJson(BreakerTrip))
 
@@ -96,27 +86,21 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
     client.once("ready", ready)
     return Effect.sync(() => void client.off("ready", ready))
   }).pipe(Effect.timeout("2 seconds"), Effect.ignore)
-  const recordSha = sha1(RECORD_SCRIPT)
-  const countSha = sha1(COUNT_SCRIPT)
-  const stateSha = sha1(STATE_SCRIPT)
-  const tripSha = sha1(TRIP_SCRIPT)
   const windowMs = (seconds: number) => String(Math.round(seconds * 1000))
 
   return BreakerStore.of({
     recordOccurrence: (agentId, environmentId, sessionId, windowSeconds) =>
       redisCall("breaker.recordOccurrence", () =>
-        runScript(client, RECORD_SCRIPT, recordSha, keys.breakerOccurrences(agentId, environmentId), sessionId, windowMs(windowSeconds))
+        recordScript(client, [keys.breakerOccurrences(agentId, environmentId)], [sessionId, windowMs(windowSeconds)]) as Promise<number>
       ),
     count: (agentId, environmentId, windowSeconds) =>
       redisCall("breaker.count", () =>
-        runScript(client, COUNT_SCRIPT, countSha, keys.breakerOccurrences(agentId, environmentId), windowMs(windowSeconds))
+        countScript(client, [keys.breakerOccurrences(agentId, environmentId)], [windowMs(windowSeconds)]) as Promise<number>
       ),
     state: (agentId, environmentId, windowSeconds) =>
       redisCall("breaker.state", () =>
-        runScriptOn(
+        stateScript(
           client,
-          STATE_SCRIPT,
-          stateSha,
           [keys.breakerOccurrences(agentId, environmentId), keys.breakerLastTrip(agentId, environmentId)],
           [windowMs(windowSeconds)]
         )
@@ -135,10 +119,8 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
       redisCall("breaker.clear", () => client.del(keys.breakerOccurrences(agentId, environmentId))).pipe(Effect.asVoid),
     publishTrip: (trip) =>
       redisCall("breaker.publishTrip", () =>
-        runScriptOn(
+        tripScript(
           client,
-          TRIP_SCRIPT,
-          tripSha,
           [keys.breakerLastTrip(trip.agentId, trip.environmentId)],
           [
             // The rest of the last-trip document after the script's `{"at":<ms>,`.

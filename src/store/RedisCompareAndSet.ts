@@ -1,6 +1,7 @@
 import { Effect, Either, Option } from "effect"
 import type { Redis } from "ioredis"
 import { redisCall } from "./RedisConnection.js"
+import { redisScript } from "./RedisScript.js"
 import { MAX_CAS_ATTEMPTS, StoreError } from "../core/StoreError.js"
 
 /**
@@ -8,13 +9,13 @@ import { MAX_CAS_ATTEMPTS, StoreError } from "../core/StoreError.js"
  * when `v` is still the version the writer read, so concurrent read-modify-writes of one record
  * re-read and re-apply instead of overwriting each other. -1: the record is gone; 0: conflict.
  */
-const CAS_SCRIPT = `
+const casScript = redisScript(`
 local current = redis.call('HGET', KEYS[1], 'v')
 if current == false then return -1 end
 if current ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'v', ARGV[2], 'doc', ARGV[3])
 return 1
-`
+`)
 
 class CasConflict {
   readonly _tag = "CasConflict"
@@ -43,7 +44,7 @@ export const compareAndSet = <A, E>(options: CompareAndSet<A, E>): Effect.Effect
     const version = current.value.version + 1
     const next = options.stamp ? options.stamp(changed, version) : changed
     const written = yield* redisCall(operation, () =>
-      client.eval(CAS_SCRIPT, 1, key, String(current.value.version), String(version), JSON.stringify(next))
+      casScript(client, [key], [String(current.value.version), String(version), JSON.stringify(next)])
     )
     if (written === -1) return Option.none()
     if (written !== 1) return yield* Effect.fail(new CasConflict())

@@ -1,6 +1,7 @@
 import { Effect, Layer, Option, Schema } from "effect"
 import type { Redis } from "ioredis"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { redisScript } from "./RedisScript.js"
 import { StoreError } from "../core/StoreError.js"
 import { hostOf, type StoredDelivery, StoredDelivery as StoredDeliverySchema } from "../webhooks/Delivery.js"
 import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "../webhooks/OutboxStore.js"
@@ -208,10 +209,9 @@ const LOG_CAP = 10_000
 type Scripts = Record<"insert" | "claim" | "renew" | "release" | "finish" | "cancel" | "requeue", (...args: Array<string | number>) => Promise<unknown>>
 
 const defineScripts = (client: Redis): Scripts => {
-  const define = (name: string, numberOfKeys: number, lua: string) => {
-    const command = `callgateOutbox_${name}`
-    client.defineCommand(command, { numberOfKeys, lua })
-    return (...args: Array<string | number>) => (client as unknown as Record<string, (...a: Array<string | number>) => Promise<unknown>>)[command]!(...args)
+  const define = (_name: string, numberOfKeys: number, lua: string) => {
+    const script = redisScript(lua)
+    return (...args: Array<string | number>) => script(client, args.slice(0, numberOfKeys).map(String), args.slice(numberOfKeys))
   }
   return {
     insert: define("insert", 6, INSERT),

@@ -1,6 +1,7 @@
 import { Effect, Layer, Option } from "effect"
 import { hostOf, type StoredDelivery } from "./Delivery.js"
 import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "./OutboxStore.js"
+import { environmentKey } from "../core/EnvironmentKey.js"
 
 interface Entry {
   delivery: StoredDelivery
@@ -14,7 +15,6 @@ interface Entry {
   pendingSince: number | null
 }
 
-const envKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
 /**
  * The embedded outbox: one process, nothing survives a restart. Every operation runs synchronously
@@ -75,7 +75,7 @@ export const makeMemoryOutboxStore = Effect.sync(() => {
         }
         entries.set(delivery.id, entry)
         pending.add(delivery.id)
-        const key = envKey(delivery.agentId, delivery.environmentId)
+        const key = environmentKey(delivery.agentId, delivery.environmentId)
         const index = byEnvironment.get(key) ?? []
         index.push({ seq: entry.seq, id: delivery.id })
         byEnvironment.set(key, index)
@@ -86,7 +86,7 @@ export const makeMemoryOutboxStore = Effect.sync(() => {
 
     list: (agentId, environmentId, page) =>
       Effect.sync(() => {
-        const index = byEnvironment.get(envKey(agentId, environmentId)) ?? []
+        const index = byEnvironment.get(environmentKey(agentId, environmentId)) ?? []
         const found: Array<{ seq: number; delivery: StoredDelivery }> = []
         for (let i = index.length - 1; i >= 0 && found.length <= page.limit; i--) {
           const item = index[i]!
