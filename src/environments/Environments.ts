@@ -1,13 +1,12 @@
 import { randomBytes } from "node:crypto"
 import { Data, Effect, Either, Option, PubSub } from "effect"
 import { SecretBox } from "../secrets/SecretBox.js"
+import { applyPatch, associated, last4 } from "./EnvironmentPatch.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
 import {
   type CreateEnvironmentBody,
   type EnvironmentView,
   FALLBACK_DEFAULTS,
-  isE164,
-  isHttpsUrl,
   type StoredEnvironment,
   type UpdateEnvironmentBody
 } from "./EnvironmentSchema.js"
@@ -15,16 +14,6 @@ import {
 export class EnvironmentNotFound extends Data.TaggedError("EnvironmentNotFound")<{
   readonly agentId: string
   readonly environmentId: string
-}> {}
-
-export interface FieldProblem {
-  readonly field: string
-  readonly message: string
-}
-
-/** A request that is well-formed but breaks a rule spanning several fields. */
-export class InvalidEnvironment extends Data.TaggedError("InvalidEnvironment")<{
-  readonly details: ReadonlyArray<FieldProblem>
 }> {}
 
 /** Published after every committed change, for concerns that react to configuration (the outbox). */
@@ -42,84 +31,6 @@ export interface ResolvedEnvironment {
 }
 
 const newEnvironmentId = () => `env_${randomBytes(12).toString("base64url").replace(/[^A-Za-z0-9]/g, "x")}`
-
-export const last4 = (secret: string) => secret.slice(-4)
-
-/** Secrets are sealed bound to their owner and field, so a sealed value moved elsewhere won't open. */
-const associated = (env: { agentId: string; id: string }, field: "webhookSecret" | "errorFallbackWebhookSecret") =>
-  `${env.agentId}/${env.id}/${field}`
-
-type Patch = UpdateEnvironmentBody
-
-/**
- * Applies a PATCH to an environment: the rules of docs/api.md, "Rules the API enforces". Pure
- * apart from secret generation, whose outputs are returned so the response can show them once.
- */
-const applyPatch = (
-  current: StoredEnvironment,
-  patch: Patch,
-  box: { seal: (plain: string, aad: string) => string; generate: () => string },
-  now: string
-): Either.Either<{ next: StoredEnvironment; generated: { webhookSecret?: string } }, InvalidEnvironment> => {
-  const problems: Array<FieldProblem> = []
-  const next: { -readonly [K in keyof StoredEnvironment]: StoredEnvironment[K] } = { ...current, updatedAt: now }
-  const generated: { webhookSecret?: string } = {}
-
-  if (patch.name !== undefined) next.name = patch.name
-  if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
-
-  // Event webhook. Removing the URL removes the webhook, secret included (docs/api.md, "Rules the API enforces").
-  if (patch.webhookUrl === null) {
-    next.webhookUrl = null
-    next.webhookSecretSealed = null
-    next.webhookSecretLast4 = null
-  } else if (patch.webhookUrl !== undefined) {
-    next.webhookUrl = patch.webhookUrl
-  }
-  if (patch.webhookSecret === null) {
-    next.webhookSecretSealed = null
-    next.webhookSecretLast4 = null
-  }
-  if (patch.webhookUrl !== undefined && patch.webhookUrl !== null && next.webhookSecretSealed === null) {
-    const secret = box.generate()
-    next.webhookSecretSealed = box.seal(secret, associated(current, "webhookSecret"))
-    next.webhookSecretLast4 = last4(secret)
-    generated.webhookSecret = secret
-  }
-
-  // Error fallback.
-  const typeChanged = patch.errorFallbackType !== undefined && patch.errorFallbackType !== current.errorFallbackType
-  if (patch.errorFallbackType !== undefined) next.errorFallbackType = patch.errorFallbackType
-  if (next.errorFallbackType === "disabled") {
-    if (patch.errorFallbackValue !== undefined && patch.errorFallbackValue !== null) {
-      problems.push({ field: "errorFallbackValue", message: "can only be set when errorFallbackType is phone or webhook" })
-    }
-    next.errorFallbackValue = null
-  } else {
-    if (patch.errorFallbackValue !== undefined) next.errorFallbackValue = patch.errorFallbackValue
-    else if (typeChanged) next.errorFallbackValue = current.errorFallbackType === "disabled" ? null : current.errorFallbackValue
-    const value = next.errorFallbackValue
-    if (value === null) {
-      problems.push({ field: "errorFallbackValue", message: `is required when errorFallbackType is ${next.errorFallbackType}` })
-    } else if (next.errorFallbackType === "phone" && !isE164(value)) {
-      problems.push({ field: "errorFallbackValue", message: "must be a phone number in E.164 format, such as +14155550100" })
-    } else if (next.errorFallbackType === "webhook" && !isHttpsUrl(value)) {
-      problems.push({ field: "errorFallbackValue", message: "must be an https:// URL without credentials" })
-    }
-  }
-  if (patch.errorFallbackTimeout !== undefined) next.errorFallbackTimeout = patch.errorFallbackTimeout
-  if (patch.errorFallbackOccurrenceThreshold !== undefined) {
-    next.errorFallbackOccurrenceThreshold = patch.errorFallbackOccurrenceThreshold
-  }
-  if (patch.errorFallbackTimeWindow !== undefined) next.errorFallbackTimeWindow = patch.errorFallbackTimeWindow
-  if (patch.errorFallbackWebhookSecret === null) next.errorFallbackWebhookSecretSealed = null
-  else if (typeChanged && next.errorFallbackType === "webhook" && next.errorFallbackWebhookSecretSealed === null) {
-    // Generated when the type becomes webhook; the value is returned on the environment.
-    next.errorFallbackWebhookSecretSealed = box.seal(box.generate(), associated(current, "errorFallbackWebhookSecret"))
-  }
-
-  return problems.length > 0 ? Either.left(new InvalidEnvironment({ details: problems })) : Either.right({ next, generated })
-}
 
 export class Environments extends Effect.Service<Environments>()("callgate/Environments", {
   scoped: Effect.gen(function* () {
@@ -185,7 +96,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       return toView(next, generated)
     })
 
-    const update = Effect.fn("Environments.update")(function* (agentId: string, environmentId: string, patch: Patch) {
+    const update = Effect.fn("Environments.update")(function* (agentId: string, environmentId: string, patch: UpdateEnvironmentBody) {
       let generated: { webhookSecret?: string } = {}
       let webhookRemoved = false
       const updated = yield* store
