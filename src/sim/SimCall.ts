@@ -7,7 +7,8 @@ import { FramePacer } from "./FramePacer.js"
 import { DEFAULT_VOICED_RMS, FRAME_BYTES, FRAME_MS, MULAW_SILENCE, isVoicedFrame, padToFrames } from "./Mulaw.js"
 import { Playout } from "./Playout.js"
 import { openSimSocket, SOCKET_CONNECTING, SOCKET_OPEN, type SimSocket, type SimSocketData, type SimSocketOptions } from "./WsSimSocket.js"
-import { seededRandom } from "./AudioSource.js"
+import { type AgentAnswer, AnswerDetector } from "./AnswerDetector.js"
+import { FrameShuffler } from "./FrameShuffler.js"
 
 /** A simulated call could not be placed or failed, with a sentence saying what happened. */
 export class SimError extends Error {
@@ -49,11 +50,7 @@ export interface AgentMedia {
   readonly voiced: boolean
 }
 
-export interface AgentAnswer {
-  /** From the last voiced caller frame (or DTMF digit) sent to the first voiced agent frame received. */
-  readonly latencyMs: number
-  readonly atUs: number
-}
+export type { AgentAnswer } from "./AnswerDetector.js"
 
 export type AnswerWait = ({ readonly answered: true } & AgentAnswer) | { readonly answered: false; readonly reason: "timeout" | "closed" }
 
@@ -132,15 +129,11 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   private readonly playout: Playout
   private readonly queue: Array<PlayItem> = []
   private readonly scratch = Buffer.alloc(FRAME_BYTES)
-  private readonly shuffleWindow: Array<string> = []
-  private readonly shuffleRandom: () => number
+  private readonly shuffler: FrameShuffler | undefined
+  private readonly answers = new AnswerDetector()
   private readonly voicedRms: number
   private seq = 1
   private chunk = 1
-  private lastCallerInputUs = 0
-  private lastFrameVoiced = false
-  private answeredInputUs = -1
-  private lastAnswer: AgentAnswer | undefined
   private lastAgentVoicedMs = 0
   private readonly opened: Promise<void>
   private settleOpen: (error?: SimError) => void = noop
@@ -155,7 +148,8 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   ) {
     super()
     this.voicedRms = options.voicedRms ?? DEFAULT_VOICED_RMS
-    this.shuffleRandom = seededRandom(options.shuffleSeed ?? 42)
+    this.shuffler =
+      options.shuffleWindow !== undefined && options.shuffleWindow > 1 ? new FrameShuffler(options.shuffleWindow, options.shuffleSeed ?? 42) : undefined
     this.closed = new Promise((resolve) => (this.resolveClosed = resolve))
     this.pacer = new FramePacer(this.sendFrame)
     this.playout = new Playout(this.echoMark)
@@ -239,7 +233,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       this.flushShuffled()
       this.ws.send(this.dialect.dtmf(this.seq++, digit))
       this.stats.dtmfSent++
-      this.lastCallerInputUs = nowUs()
+      this.answers.callerDigit(nowUs())
     }
   }
 
@@ -248,9 +242,8 @@ export class SimCall extends EventEmitter<SimCallEvents> {
    * already come), or with `answered: false` after `timeoutMs` or when the call ends.
    */
   waitForAgentAnswer(options: { readonly timeoutMs?: number } = {}): Promise<AnswerWait> {
-    if (this.lastAnswer && this.answeredInputUs === this.lastCallerInputUs) {
-      return Promise.resolve({ answered: true, ...this.lastAnswer })
-    }
+    const answered = this.answers.answerToLatestInput
+    if (answered !== undefined) return Promise.resolve({ answered: true, ...answered })
     if (this.isClosed) return Promise.resolve({ answered: false, reason: "closed" })
     return new Promise((resolve) => {
       const finish = (result: AnswerWait) => {
@@ -352,35 +345,23 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       frame = this.scratch
     }
     const message = this.dialect.media(this.seq++, chunk, index * FRAME_MS, frame.toString("base64"))
-    if (this.options.shuffleWindow !== undefined && this.options.shuffleWindow > 1) {
-      this.shuffleWindow.push(message)
-      if (this.shuffleWindow.length >= this.options.shuffleWindow) this.flushShuffled()
-    } else {
-      this.ws.send(message)
-    }
+    if (this.shuffler !== undefined) this.shuffler.push(message, this.sendNow)
+    else this.ws.send(message)
     this.stats.framesSent++
-    this.lastFrameVoiced = voiced
-    if (voiced) {
-      this.stats.voicedFramesSent++
-      this.lastCallerInputUs = nowUs()
-    }
+    this.answers.callerFrame(voiced, nowUs())
+    if (voiced) this.stats.voicedFramesSent++
     if (item !== undefined && item.offset >= item.audio.length) {
       this.queue.shift()
       item.done({ framesSent: item.sent, completed: true })
     }
   }
 
+  private readonly sendNow = (message: string): void => {
+    if (this.ws.readyState === SOCKET_OPEN) this.ws.send(message)
+  }
+
   private flushShuffled() {
-    const window = this.shuffleWindow
-    if (window.length === 0) return
-    for (let i = window.length - 1; i > 0; i--) {
-      const j = Math.floor(this.shuffleRandom() * (i + 1))
-      const swap = window[i]!
-      window[i] = window[j]!
-      window[j] = swap
-    }
-    if (this.ws.readyState === SOCKET_OPEN) for (const message of window) this.ws.send(message)
-    window.length = 0
+    this.shuffler?.flush(this.sendNow)
   }
 
   private readonly receive = (data: SimSocketData, isBinary: boolean): void => {
@@ -435,13 +416,8 @@ export class SimCall extends EventEmitter<SimCallEvents> {
     if (voiced) {
       this.stats.agentVoicedMessages++
       this.lastAgentVoicedMs = performance.now()
-      // An answer: the first voiced agent audio after the caller's latest input, once the caller
-      // has paused (double talk is not an answer).
-      if (this.lastCallerInputUs > 0 && this.answeredInputUs !== this.lastCallerInputUs && !this.lastFrameVoiced) {
-        this.answeredInputUs = this.lastCallerInputUs
-        this.lastAnswer = { latencyMs: (atUs - this.lastCallerInputUs) / 1000, atUs }
-        this.emit("agentAnswer", this.lastAnswer)
-      }
+      const answer = this.answers.agentVoiced(atUs)
+      if (answer !== undefined) this.emit("agentAnswer", answer)
     }
     this.emit("agentMedia", { payload: audio, atUs, voiced })
   }
