@@ -14,7 +14,9 @@ describe("Twilio carrier (through the twilio SDK, against a Twilio-compatible se
 
   beforeAll(async () => {
     twilio = await startFakeTwilio()
-    runtime = makeCarrierRuntime({ ...twilio.env, CARRIER_REQUEST_TIMEOUT: "300ms" })
+    // The default request timeout (5 s): a tighter one makes a slow moment of a busy machine look
+    // like a lost request, and the retry a second call update.
+    runtime = makeCarrierRuntime(twilio.env)
   })
   afterEach(() => twilio.reset())
   afterAll(async () => {
@@ -106,10 +108,16 @@ describe("Twilio carrier (through the twilio SDK, against a Twilio-compatible se
   })
 
   it("hangup is retried after a dropped connection and after a timeout", async () => {
-    twilio.failNext({ drop: true })
-    twilio.failNext({ delayMs: 1_000 })
-    expect(Either.isRight(await carrierOp(runtime, (c) => c.hangup(call("CA0012"))))).toBe(true)
-    expect(twilio.callUpdates("CA0012")).toHaveLength(3)
+    // Its own request timeout, well above a request's time on a busy machine, and a reply held far longer.
+    const timing = makeCarrierRuntime({ ...twilio.env, CARRIER_REQUEST_TIMEOUT: "2s" })
+    try {
+      twilio.failNext({ drop: true })
+      twilio.failNext({ delayMs: 20_000 })
+      expect(Either.isRight(await carrierOp(timing, (c) => c.hangup(call("CA0012"))))).toBe(true)
+      expect(twilio.callUpdates("CA0012")).toHaveLength(3)
+    } finally {
+      await timing.dispose()
+    }
   })
 
   it("a transfer is not repeated after an ambiguous 500 (a second update would redial): retryable CarrierError", async () => {
