@@ -66,7 +66,10 @@ export const StoresLive = whenRedis(
 /** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */
 export const BreakerStoreLive = whenRedis(RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)), MemoryBreakerStoreLive)
 
-const LoggerLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel)))
+/** Log lines at LOG_LEVEL in callgate's format (observability/Logging.ts), for everything built under it. */
+export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel))).pipe(
+  Layer.provide(AppConfig.Default)
+)
 
 /** Configuration, logs, metrics, secrets at rest and the stores. */
 export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default).pipe(Layer.provideMerge(AppConfig.Default))
@@ -111,7 +114,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
   Layer.provideMerge(TelephonyLive),
   Layer.provideMerge(DomainLive),
   Layer.provideMerge(FoundationLive),
-  Layer.provide(LoggerLive.pipe(Layer.provide(AppConfig.Default)))
+  Layer.provide(LoggingLive)
 )
 
 /** What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain of live calls at shutdown. */

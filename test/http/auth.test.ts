@@ -79,6 +79,12 @@ describe.each<StoreKind>(["memory", "redis"])("authentication and authorization 
         const { body, url } = await requestFor(route, otherAgent)
         expectError(await call(t.app, route.method, url, { key: scopedKey, body }), 403, "FORBIDDEN")
       })
+    } else if (route.auth === "any") {
+      it("scoped key on a route open to every key: allowed (it sees only its own agents)", async () => {
+        const { body, url } = await requestFor(route, ownAgent)
+        const answer = await call(t.app, route.method, url, { key: scopedKey, body })
+        expect(answer.status).toBe(route.successStatus ?? 200)
+      })
     } else {
       it("scoped key on an admin-only route: 403 FORBIDDEN", async () => {
         const { body, url } = await requestFor(route, ownAgent)

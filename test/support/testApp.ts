@@ -2,7 +2,7 @@ import { ConfigProvider, Layer, ManagedRuntime } from "effect"
 import type { FastifyInstance } from "fastify"
 import { inject } from "vitest"
 import { HttpApp } from "../../src/http/HttpApp.js"
-import { appServicesLayer, DomainLive, FoundationLive, TelephonyLive, TurnsLive } from "../../src/layers.js"
+import { appServicesLayer, DomainLive, FoundationLive, LoggingLive, TelephonyLive, TurnsLive } from "../../src/layers.js"
 
 export const ADMIN_KEY = "test-admin-key-0123456789"
 export const TEST_SECRETS_KEY = Buffer.alloc(32, 7).toString("base64")
@@ -30,7 +30,7 @@ const quiet = (env: Record<string, string>) => ({ LOG_LEVEL: "none", ...env })
  * fresh REDIS_KEY_PREFIX, so tests sharing one Redis stay out of each other's keys and queues.
  */
 export const withTestConfig = <A, E>(layer: Layer.Layer<A, E, never>, kind: StoreKind, env: Record<string, string> = {}) =>
-  layer.pipe(Layer.provide(testConfigLayer(quiet(configFor(kind, env)))))
+  layer.pipe(Layer.provide(LoggingLive), Layer.provide(testConfigLayer(quiet(configFor(kind, env)))))
 
 /** Configuration, stores, environments, API keys, the outbox and carrier REST, as production builds them. */
 export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =>

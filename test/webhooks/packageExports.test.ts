@@ -18,7 +18,7 @@ describe("the callgate/webhooks package entry", () => {
     const tsconfig = json("tsconfig.json")
     expect(tsconfig.compilerOptions).toMatchObject({ rootDir: ".", outDir: "dist", declaration: true })
     expect(tsconfig.include).toContain("src")
-    expect(pkg.scripts.build).toBe("tsc -p tsconfig.json")
+    expect(pkg.scripts.build).toMatch(/^tsc -p tsconfig\.json\b/)
     expect(existsSync(`${root}src/webhooks/index.ts`)).toBe(true)
   })
 
