@@ -106,7 +106,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             options.onTurnsChanged?.()
           },
           onCallbackError: (error) =>
-            Runtime.runFork(runtime)(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))
+            Runtime.runSync(runtime)(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))
         })
         const calls = tracker
         let closed = false
