@@ -267,14 +267,19 @@ describe("turn timing and the no-response breaker on real calls", () => {
       /** When the simulator received each answer, on the monotonic clock the gateway's stamps use (performance.timeOrigin + performance.now()). */
       const heardAt: Array<number> = []
       const perfMsOfUs = (us: number) => us / 1000 - (nowUs() / 1000 - performance.now())
+      const marks: Array<string> = []
+      call.on("mark", ({ name }) => void marks.push(name))
       for (const audio of [sentence(), readUlawFile("test/fixtures/audio/caller-appointment.ulaw")]) {
+        const bytesBefore = call.stats.agentBytes
         const turn = await call.turn(audio, { answerTimeoutMs: 5000 })
+        // The agent's mark follows the last frame of its reply: once it is here, the whole reply is.
+        await eventually(() => marks.length, (n) => n > simulated.length, "the agent's mark after its reply")
         expect(turn.answer.answered).toBe(true)
         if (turn.answer.answered) {
           simulated.push(turn.answer.latencyMs)
           heardAt.push(performance.timeOrigin + perfMsOfUs(turn.answer.atUs))
         }
-        expect(turn.agentBytes).toBe(reply.length)
+        expect(call.stats.agentBytes - bytesBefore).toBe(reply.length)
       }
 
       const { turns } = await eventually(() => t.session(callSid), (s) => s.turns.length === 2 && s.turns.every((x: any) => x.latencyMs !== null), "two answered turns")
