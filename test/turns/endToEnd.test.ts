@@ -6,7 +6,6 @@ import { Breaker } from "../../src/breaker/Breaker.js"
 import type { UpdateEnvironmentBody } from "../../src/environments/EnvironmentSchema.js"
 import { readUlawFile, silence, speechLike } from "../../src/sim/AudioSource.js"
 import { twilioSid } from "../../src/sim/CallEntry.js"
-import { nowUs } from "../../src/sim/FrameStamp.js"
 import { FRAME_BYTES, FRAME_MS } from "../../src/sim/Mulaw.js"
 import type { SimCall } from "../../src/sim/SimCall.js"
 import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
@@ -264,9 +263,6 @@ describe("turn timing and the no-response breaker on real calls", () => {
       const { call, callSid } = await t.placeCall()
 
       const simulated: Array<number> = []
-      /** When the simulator received each answer, on the monotonic clock the gateway's stamps use (performance.timeOrigin + performance.now()). */
-      const heardAt: Array<number> = []
-      const perfMsOfUs = (us: number) => us / 1000 - (nowUs() / 1000 - performance.now())
       const marks: Array<string> = []
       call.on("mark", ({ name }) => void marks.push(name))
       for (const audio of [sentence(), readUlawFile("test/fixtures/audio/caller-appointment.ulaw")]) {
@@ -275,10 +271,7 @@ describe("turn timing and the no-response breaker on real calls", () => {
         // The agent's mark follows the last frame of its reply: once it is here, the whole reply is.
         await eventually(() => marks.length, (n) => n > simulated.length, "the agent's mark after its reply")
         expect(turn.answer.answered).toBe(true)
-        if (turn.answer.answered) {
-          simulated.push(turn.answer.latencyMs)
-          heardAt.push(performance.timeOrigin + perfMsOfUs(turn.answer.atUs))
-        }
+        if (turn.answer.answered) simulated.push(turn.answer.latencyMs)
         expect(call.stats.agentBytes - bytesBefore).toBe(reply.length)
       }
 
@@ -290,9 +283,10 @@ describe("turn timing and the no-response breaker on real calls", () => {
       for (const [i, turn] of turns.entries()) {
         // The latency is the span between the two stamps it reports...
         expect(Math.abs(turn.latencyMs - (Date.parse(turn.agentRespondedAt) - Date.parse(turn.callerEndedAt)))).toBeLessThanOrEqual(1)
-        // ...the gateway saw the agent begin no later than the caller heard it (the same frame,
-        // relayed; stamps to the millisecond)...
-        expect(Date.parse(turn.agentRespondedAt)).toBeLessThanOrEqual(Math.ceil(heardAt[i]!))
+        // ...it is what the caller heard: the simulator times the same agent frame, from its last
+        // frame above -30 dBFS; the gateway's VAD may end the turn up to a frame later on the quiet
+        // tail of the last word. (Still sensitive to frame arrival gaps on a very busy machine.)
+        expect(turn.latencyMs - simulated[i]!).toBeLessThanOrEqual(FRAME_MS)
         // ...and no less than what the agent did: wait out its own end-of-turn silence, then its
         // response latency (the gateway's VAD hears up to two frames more of the word's tail). Late
         // timers and slow sockets on a loaded machine only add to both figures, so neither bound
