@@ -278,9 +278,9 @@ describe("error fallback: webhook answers (docs/fallback.md, The fallback webhoo
   it("404 is a webhook failure: the call is ended", () => endsTheCall({ status: 404 }, "webhook_failed", 404))
   it("500 is a webhook failure: the call is ended", () => endsTheCall({ status: 500, body: xml("<Say>x</Say>") }, "webhook_failed", 500))
   it("a receiver slower than FALLBACK_WEBHOOK_TIMEOUT is a webhook failure: the call is ended", async () => {
-    const started = Date.now()
-    await endsTheCall("hang", "webhook_failed", null)
-    expect(Date.now() - started).toBeLessThan(5000)
+    // The receiver never answers: only the timeout can end the wait, and the record says so.
+    const record = await endsTheCall("hang", "webhook_failed", null)
+    expect(record.detail).toMatch(/no response within 1s|did not answer in time/)
   })
 
   it("a refused connection is a webhook failure: the call is ended", async () => {
