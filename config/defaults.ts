@@ -7,8 +7,6 @@
 export const defaults = {
   PORT: 8080,
   HOST: "0.0.0.0",
-  /** Base URL the carriers reach callgate on; the wss:// stream URLs are built from it. */
-  PUBLIC_URL: "http://localhost:8080",
   LOG_LEVEL: "info",
   /** Every Redis key and channel callgate uses starts with this, so several deployments can share one Redis. */
   REDIS_KEY_PREFIX: "callgate:",

@@ -7,6 +7,7 @@ import { Breaker } from "./breaker/Breaker.js"
 import { BreakerMetrics } from "./breaker/BreakerMetrics.js"
 import { MemoryBreakerStoreLive } from "./breaker/MemoryBreakerStore.js"
 import { AppConfig } from "./config/AppConfig.js"
+import { PublicUrl } from "./config/PublicUrl.js"
 import { Environments } from "./environments/Environments.js"
 import { MemoryEnvironmentStoreLive } from "./environments/MemoryEnvironmentStore.js"
 import { ErrorFallback } from "./fallback/ErrorFallback.js"
@@ -72,7 +73,7 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
 )
 
 /** Configuration, logs, metrics, secrets at rest and the stores. */
-export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default).pipe(Layer.provideMerge(AppConfig.Default))
+export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default).pipe(Layer.provideMerge(AppConfig.Default))
 
 /** Environments, API keys and event webhooks (the outbox, the delivery log, the SSRF-safe client). */
 export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(

@@ -39,9 +39,8 @@ const durationList = (name: keyof typeof defaults) =>
     })
   )
 
-const httpUrl = (name: keyof typeof defaults) =>
+const httpUrlText = (name: string) =>
   Config.string(name).pipe(
-    Config.withDefault(String(defaults[name])),
     check(name, "expected an http:// or https:// URL", (text: string) => {
       try {
         const url = new URL(text)
@@ -52,6 +51,8 @@ const httpUrl = (name: keyof typeof defaults) =>
     }),
     Config.map((text) => text.replace(/\/+$/, ""))
   )
+
+const httpUrl = (name: keyof typeof defaults) => httpUrlText(name).pipe(Config.withDefault(String(defaults[name])))
 
 /** An integer setting with its default from config/defaults.ts, refused outside [min, max]. */
 const integerIn = (name: keyof typeof defaults, min: number, max: number, meaningOfMin?: string) =>
@@ -81,7 +82,8 @@ export type LogLevelName = (typeof logLevels)[number]
 const settings = Config.all({
   port: Config.port("PORT").pipe(Config.withDefault(defaults.PORT)),
   host: Config.string("HOST").pipe(Config.withDefault(defaults.HOST)),
-  publicUrl: httpUrl("PUBLIC_URL"),
+  /** PUBLIC_URL as given; unset, it is derived from the listening address (src/config/PublicUrl.ts). */
+  publicUrlSetting: Config.option(httpUrlText("PUBLIC_URL")),
   logLevel: Config.literal(...logLevels)("LOG_LEVEL").pipe(Config.withDefault(defaults.LOG_LEVEL)),
   redisUrl: Config.option(
     Config.redacted("REDIS_URL").pipe(
@@ -127,7 +129,18 @@ const settings = Config.all({
   breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT")
 })
 
-export type Settings = Config.Config.Success<typeof settings>
+export type Settings = Config.Config.Success<typeof settings> & {
+  /** PUBLIC_URL, or (unset) http://HOST:PORT with a wildcard HOST as loopback; PublicUrl has the listened-on value. */
+  readonly publicUrl: string
+}
+
+const withPublicUrl = (s: Config.Config.Success<typeof settings>): Settings => ({
+  ...s,
+  publicUrl: Option.getOrElse(s.publicUrlSetting, () => {
+    const host = s.host === "0.0.0.0" ? "127.0.0.1" : s.host === "::" ? "[::1]" : s.host.includes(":") ? `[${s.host}]` : s.host
+    return `http://${host}:${s.port}`
+  })
+})
 
 /** Cross-field rules that a single variable's validation cannot express. */
 const checkCombination = (s: Settings): Either.Either<Settings, ConfigError.ConfigError> => {
@@ -140,7 +153,7 @@ const checkCombination = (s: Settings): Either.Either<Settings, ConfigError.Conf
 }
 
 export class AppConfig extends Effect.Service<AppConfig>()("callgate/AppConfig", {
-  effect: Effect.flatMap(settings, (s) => Either.match(checkCombination(s), { onLeft: Effect.fail, onRight: Effect.succeed }))
+  effect: Effect.flatMap(Effect.map(settings, withPublicUrl), (s) => Either.match(checkCombination(s), { onLeft: Effect.fail, onRight: Effect.succeed }))
 }) {}
 
 /**

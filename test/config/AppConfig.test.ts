@@ -30,7 +30,8 @@ describe("AppConfig", () => {
     const config = (exit as Exit.Success<AppConfig, never>).value
     expect(config.port).toBe(defaults.PORT)
     expect(config.host).toBe(defaults.HOST)
-    expect(config.publicUrl).toBe(defaults.PUBLIC_URL)
+    expect(config.publicUrl).toBe("http://127.0.0.1:8080")
+    expect(Option.isNone(config.publicUrlSetting)).toBe(true)
     expect(config.logLevel).toBe(defaults.LOG_LEVEL)
     expect(Option.isNone(config.redisUrl)).toBe(true)
     expect(Option.isNone(config.secretsKey)).toBe(true)

@@ -2,6 +2,7 @@ import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { AppConfig } from "../../config/AppConfig.js"
+import type { PublicUrl } from "../../config/PublicUrl.js"
 import type { Environments } from "../../environments/Environments.js"
 import type { CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { makeTelnyxVerifier } from "../../telephony/CarrierSignatures.js"
@@ -13,7 +14,7 @@ import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
 
 /** What the call entry endpoints need from the app's runtime. */
-export type TelephonyEntryServices = AppConfig | Environments | SessionTokens | CarrierCallEvents | TelnyxCarrier | SessionRegistry
+export type TelephonyEntryServices = AppConfig | PublicUrl | Environments | SessionTokens | CarrierCallEvents | TelnyxCarrier | SessionRegistry
 
 const internalError: EntryResponse = {
   status: 500,

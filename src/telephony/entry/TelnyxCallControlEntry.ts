@@ -1,5 +1,5 @@
 import { Effect, Either } from "effect"
-import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { TelnyxCarrier } from "../TelnyxCarrier.js"
@@ -86,9 +86,9 @@ export const telnyxCallControlEntry = (
       accountSid: payload.connection_id ?? undefined
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
-    const config = yield* AppConfig
+    const publicUrl = yield* PublicUrl
     const stream = {
-      url: `${publicWsUrl(config.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission._tag === "Admitted" ? admission.token : "")}`,
+      url: `${publicWsUrl(publicUrl.current())}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission._tag === "Admitted" ? admission.token : "")}`,
       token: admission._tag === "Admitted" ? admission.token : ""
     }
     const command =

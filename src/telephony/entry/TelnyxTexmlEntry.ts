@@ -1,5 +1,5 @@
 import { Effect, Either } from "effect"
-import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
 import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
@@ -19,7 +19,7 @@ export const telnyxTexmlEntry = (
   verify: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
 ) =>
   Effect.gen(function* () {
-    const config = yield* AppConfig
+    const publicUrl = yield* PublicUrl
     const verification = yield* verify(request.rawBody, request.headers)
     if (!verification.valid) {
       yield* Effect.logWarning("telnyx TeXML request refused", { reason: verification.reason })
@@ -48,7 +48,7 @@ export const telnyxTexmlEntry = (
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(
       {
-        url: `${publicWsUrl(config.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
+        url: `${publicWsUrl(publicUrl.current())}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
         bidirectionalMode: "rtp",
         bidirectionalCodec: "PCMU"
       },

@@ -1,5 +1,6 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
 import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
@@ -18,8 +19,9 @@ import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookFor
 export const twilioVoiceEntry = (request: EntryRequest) =>
   Effect.gen(function* () {
     const config = yield* AppConfig
+    const publicUrl = (yield* PublicUrl).current()
     const params = formParams(request.body)
-    if (!verifyTwilioWebhook(config, request.url, request.headers, params)) {
+    if (!verifyTwilioWebhook({ publicUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
       yield* Effect.logWarning("twilio voice webhook refused: bad X-Twilio-Signature")
       return hangupOnly(401)
     }
@@ -45,7 +47,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       accountSid: call.AccountSid
     })
     if (admission._tag !== "Admitted") return refusal(admission)
-    return connectStream({ url: publicWsUrl(config.publicUrl) + EntryPaths.twilioStream }, [
+    return connectStream({ url: publicWsUrl(publicUrl) + EntryPaths.twilioStream }, [
       ["token", admission.token],
       ["agentId", agentId],
       ["environmentId", environmentId],

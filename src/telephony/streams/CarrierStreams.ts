@@ -3,6 +3,7 @@ import type { IncomingHttpHeaders } from "node:http"
 import { Effect, Option } from "effect"
 import { Counter } from "prom-client"
 import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import { Metrics } from "../../observability/Metrics.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { CloseCode, type WireSocket } from "../../core/WireSocket.js"
@@ -48,6 +49,7 @@ const queryToken = (url: string): string | undefined => {
 export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/CarrierStreams", {
   effect: Effect.gen(function* () {
     const config = yield* AppConfig
+    const publicUrl = yield* PublicUrl
     const tokens = yield* SessionTokens
     const registry = yield* SessionRegistry
     const metrics = yield* Metrics
@@ -74,7 +76,7 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     return {
       acceptTwilio: (socket: WireSocket, upgrade: StreamUpgrade): void => {
         if (draining(socket)) return
-        if (!verifyTwilioStreamUpgrade(config, upgrade.url, upgrade.headers)) {
+        if (!verifyTwilioStreamUpgrade({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, upgrade.url, upgrade.headers)) {
           return refuse(socket, "twilio", "invalid X-Twilio-Signature", "signature")
         }
         socket.listen(new TwilioStream(socket, host))
