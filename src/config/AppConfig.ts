@@ -39,20 +39,28 @@ const durationList = (name: keyof typeof defaults) =>
     })
   )
 
-const httpUrlText = (name: string) =>
+const isHttpUrl = (text: string) => {
+  try {
+    const url = new URL(text)
+    return url.protocol === "http:" || url.protocol === "https:"
+  } catch {
+    return false
+  }
+}
+
+const httpUrl = (name: keyof typeof defaults) =>
   Config.string(name).pipe(
-    check(name, "expected an http:// or https:// URL", (text: string) => {
-      try {
-        const url = new URL(text)
-        return url.protocol === "http:" || url.protocol === "https:"
-      } catch {
-        return false
-      }
-    }),
+    Config.withDefault(String(defaults[name])),
+    check(name, "expected an http:// or https:// URL", isHttpUrl),
     Config.map((text) => text.replace(/\/+$/, ""))
   )
 
-const httpUrl = (name: keyof typeof defaults) => httpUrlText(name).pipe(Config.withDefault(String(defaults[name])))
+/** An optional http(s) URL without a default. */
+const optionalHttpUrl = (name: string) =>
+  Config.option(Config.string(name)).pipe(
+    check(name, "expected an http:// or https:// URL", (text: Option.Option<string>) => Option.isNone(text) || isHttpUrl(text.value)),
+    Config.map(Option.map((text) => text.replace(/\/+$/, "")))
+  )
 
 /** An integer setting with its default from config/defaults.ts, refused outside [min, max]. */
 const integerIn = (name: keyof typeof defaults, min: number, max: number, meaningOfMin?: string) =>
@@ -83,7 +91,7 @@ const settings = Config.all({
   port: Config.port("PORT").pipe(Config.withDefault(defaults.PORT)),
   host: Config.string("HOST").pipe(Config.withDefault(defaults.HOST)),
   /** PUBLIC_URL as given; unset, it is derived from the listening address (src/config/PublicUrl.ts). */
-  publicUrlSetting: Config.option(httpUrlText("PUBLIC_URL")),
+  publicUrlSetting: optionalHttpUrl("PUBLIC_URL"),
   logLevel: Config.literal(...logLevels)("LOG_LEVEL").pipe(Config.withDefault(defaults.LOG_LEVEL)),
   redisUrl: Config.option(
     Config.redacted("REDIS_URL").pipe(
