@@ -31,6 +31,28 @@ const toLogLevel = (name: LogLevelName): LogLevel.LogLevel =>
     none: LogLevel.None
   })[name]
 
+/** The first line of an error's message, and of its cause's (e.g. "connect ECONNREFUSED 127.0.0.1:6379"). */
+const oneLine = (error: unknown): string => {
+  if (typeof error !== "object" || error === null) return String(error)
+  const tag = "_tag" in error ? String(error._tag) : error instanceof Error ? error.name : "Error"
+  const message = error instanceof Error || "message" in error ? String((error as { message: unknown }).message).split("\n")[0] : ""
+  const inner = "cause" in error && error.cause !== undefined ? oneLine(error.cause) : ""
+  return `${tag}: ${message}${inner.length > 0 ? ` (${inner})` : ""}`
+}
+
+/**
+ * Expected failures (a Cause with failures and no defects: a store that is down, a refused
+ * request) are one line each, without a stack trace; defects and interruptions keep Effect's full
+ * rendering, stack included.
+ */
+const renderCause = (cause: Cause.Cause<unknown>): string => {
+  const failures = [...Cause.failures(cause)]
+  if (failures.length > 0 && [...Cause.defects(cause)].length === 0 && !Cause.isInterrupted(cause)) {
+    return failures.map(oneLine).join("; ")
+  }
+  return Cause.pretty(cause, { renderErrorCause: true })
+}
+
 /** One JSON object per line on stdout: time, level, msg, span-free annotations, cause. */
 export const jsonLogger = (write: (line: string) => void = (line) => process.stdout.write(line + "\n")) =>
   Logger.make(({ annotations, cause, date, logLevel, message }) => {
@@ -44,7 +66,7 @@ export const jsonLogger = (write: (line: string) => void = (line) => process.std
     for (const [key, value] of HashMap.toEntries(annotations)) {
       record[key] = SENSITIVE_KEY.test(key) ? "[redacted]" : redact(value)
     }
-    if (!Cause.isEmpty(cause)) record.cause = redact(Cause.pretty(cause, { renderErrorCause: true }))
+    if (!Cause.isEmpty(cause)) record.cause = redact(renderCause(cause))
     write(JSON.stringify(record))
   })
 

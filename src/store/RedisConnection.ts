@@ -1,4 +1,4 @@
-import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { StoreError } from "../core/StoreError.js"
@@ -18,7 +18,67 @@ export interface RedisConnectionShape {
 
 export class RedisConnection extends Context.Tag("callgate/RedisConnection")<RedisConnection, RedisConnectionShape>() {}
 
-const open = (url: string, name: string) =>
+/** `redis://host:port` (or rediss://): the address without user, password or database, for logs. */
+export const redisAddress = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    return `${parsed.protocol}//${parsed.hostname}:${parsed.port === "" ? "6379" : parsed.port}`
+  } catch {
+    return "redis (unparseable REDIS_URL)"
+  }
+}
+
+/** Why a connection attempt failed, in words, from the socket error's code. */
+export const connectionProblem = (error: unknown): string => {
+  const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : ""
+  const message = error instanceof Error ? error.message.split("\n")[0]! : String(error)
+  const known: Record<string, string> = {
+    ECONNREFUSED: "connection refused",
+    ETIMEDOUT: "connection timed out",
+    ECONNRESET: "connection reset",
+    EHOSTUNREACH: "host unreachable",
+    ENETUNREACH: "network unreachable",
+    ENOTFOUND: "host not found",
+    EAI_AGAIN: "host name lookup failed",
+    EPIPE: "connection closed"
+  }
+  if (known[code]) return known[code]!
+  if (/WRONGPASS|NOAUTH|invalid password|invalid username/i.test(message)) return "authentication failed"
+  return message.replace(/:\/\/[^@\s]*@/g, "://")
+}
+
+/**
+ * Reports the connection's state changes, one log line each (docs/turns-and-breaker.md, "When
+ * Redis is down"): unreachable (with the address and why, never the password) and reachable again
+ * (with how long it was away). While it is down, commands fail at once instead of waiting in
+ * ioredis's offline queue, so callers (the voice webhook above all) answer 503 without delay.
+ */
+const watchConnection = (client: Redis, address: string, log: (level: "warn" | "info", message: string) => void) => {
+  // connecting: never connected yet; up: ready; lost: closed, reconnecting, not reported (a quick
+  // reconnect says nothing); down: reported unreachable.
+  let state: "connecting" | "up" | "lost" | "down" = "connecting"
+  let downSince = Date.now()
+  client.on("ready", () => {
+    client.options.enableOfflineQueue = true
+    if (state === "down") log("info", `store reachable again after ${Math.round((Date.now() - downSince) / 1000)} s`)
+    state = "up"
+  })
+  client.on("close", () => {
+    if (state !== "up") return
+    state = "lost"
+    downSince = Date.now()
+  })
+  client.on("error", (error: unknown) => {
+    if (state === "down") return
+    if (state === "up") downSince = Date.now()
+    state = "down"
+    client.options.enableOfflineQueue = false
+    log("warn", `store unreachable at ${address}: ${connectionProblem(error)}; retrying`)
+  })
+}
+
+/** Opens a connection; `report`: log its state changes (the main connection only, so each change is one line). */
+const open = (url: string, name: string, report: boolean) =>
   Effect.acquireRelease(
     Effect.sync(
       () =>
@@ -34,17 +94,23 @@ const open = (url: string, name: string) =>
     (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
   ).pipe(
     Effect.tap((client) =>
-      Effect.sync(() => {
+      Effect.gen(function* () {
         // ioredis emits "error" for every failed reconnect; without a listener Node would crash.
         client.on("error", () => {})
+        if (!report) return
+        const runtime = yield* Effect.runtime<never>()
+        const runLog = Runtime.runSync(runtime)
+        watchConnection(client, redisAddress(url), (level, message) =>
+          runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message))
+        )
       })
     )
   )
 
 export const makeRedisConnection = (url: string, keyPrefix = "callgate:") =>
   Effect.gen(function* () {
-    const client = yield* open(url, "callgate")
-    const duplicate = open(url, "callgate-sub")
+    const client = yield* open(url, "callgate", true)
+    const duplicate = open(url, "callgate-sub", false)
     return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix) })
   })
 
@@ -60,4 +126,12 @@ export const RedisConnectionLive = Layer.scoped(
 
 /** Runs an ioredis call as an Effect, mapping rejections to a StoreError that carries no data. */
 export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
-  Effect.tryPromise({ try: run, catch: (cause) => new StoreError({ operation, cause }) })
+  Effect.tryPromise({
+    try: run,
+    catch: (cause) =>
+      new StoreError({
+        operation,
+        // ioredis's words for "refused at once because the connection is down" (see watchConnection).
+        cause: cause instanceof Error && /enableOfflineQueue/.test(cause.message) ? new Error("the store is unreachable") : cause
+      })
+  })

@@ -229,6 +229,9 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         return Effect.void
       })
 
+    /** Claims failing in a row: logged once when they start failing and once when they work again. */
+    let claimFailing = false
+
     /** Claims until nothing more is due or there is no room; returns how long to sleep. */
     const fill = Effect.gen(function* () {
       for (;;) {
@@ -237,6 +240,10 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         const now = yield* Clock.currentTimeMillis
         const limit = Math.min(room, CLAIM_BATCH)
         const batch = yield* store.claim(now, leaseMs, limit, { perHost: perHost * 2, held: heldByHost() })
+        if (claimFailing) {
+          claimFailing = false
+          yield* Effect.logInfo("claiming webhook deliveries works again")
+        }
         yield* Effect.forEach(batch.claims, (claim) => dispatch(claim, now), { discard: true })
         if (batch.claims.length === limit) continue
         return Option.match(batch.nextDueAt, {
@@ -245,9 +252,11 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         })
       }
     }).pipe(
-      Effect.catchAllCause((cause) =>
-        Effect.as(Effect.logWarning("claiming webhook deliveries failed; retrying", cause), pollMs)
-      )
+      Effect.catchAllCause((cause) => {
+        if (claimFailing) return Effect.succeed(pollMs)
+        claimFailing = true
+        return Effect.as(Effect.logWarning("claiming webhook deliveries failed; retrying quietly until it works", cause), pollMs)
+      })
     )
 
     yield* fill.pipe(

@@ -1,0 +1,81 @@
+import { afterEach, describe, expect, it } from "vitest"
+import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
+import { type RedisServer, startRedisServer } from "../support/redisServer.js"
+import { TEST_SECRETS_KEY } from "../support/testApp.js"
+
+const ADMIN = "store-down-test-admin-key"
+const PASSWORD = "pw-Secr3t-in-url"
+
+const lines = (gateway: GatewayProcess) =>
+  gateway
+    .stdout()
+    .split("\n")
+    .filter((line) => line.startsWith("{"))
+    .map((line) => JSON.parse(line) as { level: string; msg: string; cause?: string })
+
+const waitForLine = async (gateway: GatewayProcess, test: (msg: string) => boolean) => {
+  for (;;) {
+    const found = lines(gateway).find((line) => test(line.msg))
+    if (found) return found
+    if (gateway.child.exitCode !== null) throw new Error(`gateway exited: ${gateway.stderr()}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+const voiceWebhook = (gateway: GatewayProcess, environmentId: string) =>
+  fetch(`${gateway.baseUrl}/telephony/twilio/voice?agentId=demo-agent&environmentId=${environmentId}`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ CallSid: "CA1", AccountSid: "AC1", From: "+15550100001", To: "+15550100002", Direction: "inbound" }).toString()
+  })
+
+describe("the store going away and coming back", () => {
+  let redis: RedisServer | undefined
+  let gateway: GatewayProcess | undefined
+  afterEach(async () => {
+    await gateway?.stop()
+    await redis?.stop()
+    gateway = redis = undefined
+  })
+
+  it("one line when it becomes unreachable (address and why, no password, no stack), 503 from the voice webhook meanwhile, one line when it is back", async () => {
+    redis = await startRedisServer()
+    const port = redis.port
+    gateway = await spawnGateway({
+      ADMIN_API_KEY: ADMIN,
+      REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}`,
+      SECRETS_KEY: TEST_SECRETS_KEY,
+      REDIS_KEY_PREFIX: `storedown${Date.now()}:`
+    })
+    await waitForHealthy(gateway, "/readyz")
+    const created = await fetch(`${gateway.baseUrl}/v1/agents/demo-agent/environments`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "local" })
+    })
+    const environmentId = ((await created.json()) as { data: { id: string } }).data.id
+    expect((await voiceWebhook(gateway, environmentId)).status).toBe(200)
+
+    await redis.stop()
+    const down = await waitForLine(gateway, (msg) => msg.startsWith("store unreachable"))
+    expect(down).toMatchObject({ level: "warn", msg: `store unreachable at redis://127.0.0.1:${port}: connection refused; retrying` })
+
+    const refused = await voiceWebhook(gateway, environmentId)
+    expect(refused.status).toBe(503)
+    expect((await fetch(`${gateway.baseUrl}/readyz`)).status).toBe(503)
+
+    redis = await startRedisServer(port)
+    const back = await waitForLine(gateway, (msg) => msg.startsWith("store reachable again"))
+    expect(back.msg).toMatch(/^store reachable again after \d+ s$/)
+    // The restarted Redis is empty: the environment is gone, so the caller hears the refusal (200 TwiML).
+    expect((await voiceWebhook(gateway, environmentId)).status).toBe(200)
+
+    const all = lines(gateway)
+    expect(all.filter((line) => line.msg.startsWith("store unreachable"))).toHaveLength(1)
+    expect(all.filter((line) => line.msg.startsWith("store reachable again"))).toHaveLength(1)
+    // Expected network failures are one line each: no stack traces anywhere, and never the password.
+    expect(gateway.stdout()).not.toMatch(/\n\s+at /)
+    expect(gateway.stdout()).not.toContain("\\n    at ")
+    expect(gateway.stdout() + gateway.stderr()).not.toContain(PASSWORD)
+  }, 120_000)
+})
