@@ -18,6 +18,7 @@ import { agentListRoutes } from "./routes/agentListRoutes.js"
 import { breakerRoutes } from "./routes/breakerRoutes.js"
 import { BreakerStore } from "../breaker/BreakerStore.js"
 import { registerDashboard } from "./dashboardRoutes.js"
+import { agentPoolRoutes } from "./routes/agentPoolRoutes.js"
 import { type AgentPool } from "../agent/AgentPool.js"
 import { registerAgentRoutes } from "./routes/agentConnectRoutes.js"
 import { type Sessions } from "../session/Sessions.js"
@@ -45,6 +46,7 @@ declare module "fastify" {
 export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [
   ...agentListRoutes,
   ...environmentRoutes,
+  ...agentPoolRoutes,
   ...breakerRoutes,
   ...deliveryRoutes,
   ...sessionRoutes,

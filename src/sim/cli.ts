@@ -7,6 +7,7 @@ import { performance } from "node:perf_hooks"
 import { parseArgs } from "node:util"
 import { loadAudio } from "./AudioSource.js"
 import { durationMs, FRAME_BYTES } from "./Mulaw.js"
+import { twilioSid } from "./CallEntry.js"
 import { type SimCall, SimError, redactUrl } from "./SimCall.js"
 import { placeTelnyxTexmlCall } from "./TelnyxCall.js"
 import { placeTwilioCall } from "./TwilioCall.js"
@@ -34,11 +35,21 @@ Options:
   --public-url URL       the gateway's PUBLIC_URL, for signatures (default: --gateway)
   --stream-via WHERE     twiml: connect to the stream URL the answer gives (default);
                          gateway: the same path and query on the --gateway host
+  --key KEY              an API key for the agent (admin or scoped; default the CALLGATE_API_KEY
+                         environment variable): reads the call's session afterwards (its id,
+                         status, turns as the gateway measured them, the rescue and why)
+  --expect OUTCOME       answered (default), rescued or refused: the exit status is 0 only when
+                         the call had this outcome
+  --wait-for-agent       before calling, wait until the environment has an idle dial-in agent
+                         (needs --key); --wait-timeout SEC bounds the wait (default 60)
   --verbose              print every frame received from the gateway
   --help                 this text
 
-Exit status: 0 after a normal hangup (by the simulator or the gateway), 1 when the call failed,
-2 for bad usage.`
+Outcomes: answered (every caller turn answered, no rescue), rescued (the gateway ran the error
+fallback: why and what it did are printed), refused (the entry webhook did not connect a stream:
+what the carrier was told is printed), failed (anything else: an unanswered turn, a broken stream).
+
+Exit status: 0 when the outcome is the --expect one, 1 otherwise, 2 for bad usage.`
 
 const fail = (message: string, code = 2): never => {
   process.stderr.write(`callgate-sim: ${message}\n`)
@@ -64,6 +75,10 @@ const parse = () => {
         "auth-token": { type: "string" },
         "public-url": { type: "string" },
         "stream-via": { type: "string", default: "twiml" },
+        key: { type: "string" },
+        expect: { type: "string", default: "answered" },
+        "wait-for-agent": { type: "boolean", default: false },
+        "wait-timeout": { type: "string", default: "60" },
         verbose: { type: "boolean", default: false },
         help: { type: "boolean", default: false }
       },
@@ -101,16 +116,43 @@ const main = async () => {
     return fail((error as Error).message)
   }
 
+  const expected = args.expect
+  if (expected !== "answered" && expected !== "rescued" && expected !== "refused") {
+    return fail(`--expect must be answered, rescued or refused, got "${expected}"`)
+  }
+  const key = args.key ?? process.env.CALLGATE_API_KEY
+  if (args["wait-for-agent"] && !key) return fail("--wait-for-agent needs --key (or CALLGATE_API_KEY)")
+  const waitTimeoutMs = number("wait-timeout", args["wait-timeout"], 0) * 1000
+  const api = key ? apiClient(args.gateway, key, args.agent, args.environment) : undefined
+
   const startedAt = performance.now()
   const log = (message: string) => process.stdout.write(`[${((performance.now() - startedAt) / 1000).toFixed(3).padStart(7)}s] ${message}\n`)
+  const finish = (outcome: Outcome, detail: string) => {
+    log(`outcome: ${outcome}${detail ? ` (${detail})` : ""}`)
+    if (outcome === expected) return 0
+    log(`expected ${expected}: exit status 1`)
+    return 1
+  }
+
+  if (args["wait-for-agent"]) {
+    log(`waiting for an idle agent in environment ${args.environment}`)
+    const idle = await api!.waitForIdleAgent(waitTimeoutMs)
+    if (typeof idle === "string") {
+      log(idle)
+      return finish("failed", "no call placed")
+    }
+    log(`${idle} idle agent${idle === 1 ? "" : "s"} ready`)
+  }
 
   log(`placing a ${args.provider} call on ${args.gateway} (agent ${args.agent}, environment ${args.environment})`)
+  const callSid = twilioSid("CA")
   let call: SimCall
   try {
     const common = {
       gatewayUrl: args.gateway,
       agentId: args.agent,
       environmentId: args.environment,
+      callSid,
       ...(args.from ? { from: args.from } : {}),
       ...(args.to ? { to: args.to } : {})
     }
@@ -124,8 +166,15 @@ const main = async () => {
           })
         : await placeTelnyxTexmlCall({ ...common, streamVia: args["stream-via"] === "gateway" ? "gateway" : "texml" })
   } catch (error) {
+    if (error instanceof SimError && (error.kind === "markup" || error.kind === "webhook") && error.body !== undefined) {
+      // The gateway answered without a stream: what a carrier would do with it is the answer.
+      const told = spokenText(error.body)
+      log(`refused: the entry webhook answered HTTP ${error.status ?? 200} without a stream`)
+      log(`the carrier was told: ${told.length > 0 ? told.map((text) => `"${text}"`).join(", ") + ", then hang up" : error.body.slice(0, 300)}`)
+      return finish("refused", told.join(" ") || `HTTP ${error.status ?? 200}`)
+    }
     log(error instanceof SimError ? error.message : `the call failed: ${(error as Error).message}`)
-    return 1
+    return finish("failed", "no stream")
   }
   const entry = call.entry!
   log(`webhook answered HTTP ${entry.status}: stream ${redactUrl(entry.stream.url)}, parameters ${Object.keys(entry.stream.parameters).join(", ") || "(none)"}`)
@@ -178,7 +227,99 @@ const main = async () => {
       (s.protocolErrors > 0 ? `; ${s.protocolErrors} PROTOCOL ERRORS` : "")
   )
   const normal = closed.by === "simulator" ? closed.code === 1000 : closed.code === 1000 || closed.code === 1005
-  return normal ? 0 : 1
+
+  let session: SessionSummary | undefined
+  if (api) {
+    const found = await api.endedSession(callSid, 15_000)
+    if (typeof found === "string") log(found)
+    else {
+      session = found
+      log(
+        `session ${found.id}: ${found.status}${found.endReason ? ` (${found.endReason})` : ""}; gateway-measured latency ` +
+          `${found.turns.length > 0 ? found.turns.map((t) => (t.latencyMs === null ? "no answer" : `${Math.round(t.latencyMs)} ms`)).join(", ") : "n/a"}` +
+          ` (measured from the caller's last voiced frame as the gateway saw it, so it can differ from the simulator's)`
+      )
+    }
+  } else {
+    log("session: pass --key (or set CALLGATE_API_KEY) to read the session's id, its turns and any rescue")
+  }
+
+  if (session?.fallback) {
+    const f = session.fallback
+    log(`rescued: ${f.trigger} (${f.errorMessage}); error fallback ${f.type}: ${f.outcome}${f.detail ? ` (${f.detail})` : ""}`)
+    return finish("rescued", `${f.trigger}, ${f.outcome}`)
+  }
+  if (session === undefined && closed.by === "gateway" && latencies.length < turns) {
+    // Without the session: the gateway ended the call before the caller was done.
+    return finish("failed", `the gateway ended the call after ${latencies.length} of ${turns} turns answered; pass --key to learn why`)
+  }
+  if (latencies.length === turns && normal && s.protocolErrors === 0) return finish("answered", `${turns} of ${turns} turns answered`)
+  return finish("failed", `${latencies.length} of ${turns} turns answered${normal ? "" : `, stream closed with code ${closed.code}`}`)
+}
+
+type Outcome = "answered" | "rescued" | "refused" | "failed"
+
+/** The texts of the <Say> verbs of a TwiML/TeXML answer: what the caller hears. */
+const spokenText = (markup: string): Array<string> =>
+  [...markup.matchAll(/<Say\b[^>]*>([\s\S]*?)<\/Say>/g)].map((match) =>
+    match[1]!.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"').replace(/&apos;/g, "'").replace(/&amp;/g, "&").trim()
+  )
+
+interface SessionSummary {
+  readonly id: string
+  readonly callId: string
+  readonly status: string
+  readonly endReason: string | null
+  readonly turns: ReadonlyArray<{ readonly latencyMs: number | null }>
+  readonly fallback: {
+    readonly trigger: string
+    readonly errorMessage: string
+    readonly type: string
+    readonly outcome: string
+    readonly detail: string | null
+  } | null
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** The few /v1 reads the simulator makes with --key. */
+const apiClient = (gateway: string, key: string, agentId: string, environmentId: string) => {
+  const base = gateway.replace(/\/+$/, "")
+  const get = async (path: string): Promise<{ status: number; body: any }> => {
+    const response = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(10_000) })
+    return { status: response.status, body: await response.json().catch(() => undefined) }
+  }
+  const agent = encodeURIComponent(agentId)
+  const environment = encodeURIComponent(environmentId)
+  return {
+    /** The number of idle agents once there is one, or why it gave up. */
+    waitForIdleAgent: async (timeoutMs: number): Promise<number | string> => {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        try {
+          const { status, body } = await get(`/v1/agents/${agent}/environments/${environment}/agents`)
+          if (status === 200 && body.data.idle > 0) return body.data.idle as number
+          if (status !== 200) return `cannot read the environment's agents: HTTP ${status}${body?.error ? `: ${body.error.message}` : ""}`
+        } catch {
+          // the gateway is not up yet: keep waiting
+        }
+        if (Date.now() > deadline) return `no idle agent within ${timeoutMs / 1000} s`
+        await sleep(200)
+      }
+    },
+    /** The session of the call once the gateway has recorded its end, or why it could not be read. */
+    endedSession: async (callId: string, timeoutMs: number): Promise<SessionSummary | string> => {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        const { status, body } = await get(`/v1/agents/${agent}/sessions?environmentId=${environment}&limit=100`)
+        if (status !== 200) return `cannot read the sessions: HTTP ${status}${body?.error ? `: ${body.error.message}` : ""}`
+        const session = (body.data.sessions as Array<SessionSummary>).find((candidate) => candidate.callId === callId)
+        if (session !== undefined && session.status !== "active") return session
+        if (Date.now() > deadline) return session === undefined ? "no session was recorded for this call" : `session ${session.id} is still active`
+        await sleep(100)
+      }
+    }
+  }
 }
 
 main().then(

@@ -62,10 +62,12 @@ describe("callgate-sim", () => {
     expect(stream.events("stop")).toHaveLength(1)
   }, 20_000)
 
-  it("reports a turn nobody answers and still hangs up normally", async () => {
+  it("reports a turn nobody answers, still hangs up normally, and exits 1 (the outcome is not answered)", async () => {
     gateway = await startFakeGateway()
     const result = await runCli(["--gateway", gateway.url, "--agent", "a", "--environment", "e", "--audio", "speech:200", "--turns", "1", "--answer-timeout", "0.3"])
-    expect(result.code).toBe(0)
+    expect(result.code).toBe(1)
+    expect(result.stdout).toContain("outcome: failed (0 of 1 turns answered)")
+    expect(result.stdout).toMatch(/stream closed by the simulator: code 1000/)
     expect(result.stdout).toContain("turn 1: sent 10 frames; no answer within 0.3s")
     expect(result.stdout).toContain("response latency n/a")
   }, 20_000)
@@ -74,7 +76,11 @@ describe("callgate-sim", () => {
     gateway = await startFakeGateway({ answer: () => ({ status: 404, body: "no such environment" }) })
     const refused = await runCli(["--gateway", gateway.url, "--agent", "a", "--environment", "e"])
     expect(refused.code).toBe(1)
-    expect(refused.stdout).toContain("answered HTTP 404: no such environment")
+    expect(refused.stdout).toContain("refused: the entry webhook answered HTTP 404 without a stream")
+    expect(refused.stdout).toContain("the carrier was told: no such environment")
+    expect(refused.stdout).toContain("expected answered: exit status 1")
+    const asExpected = await runCli(["--gateway", gateway.url, "--agent", "a", "--environment", "e", "--expect", "refused"])
+    expect(asExpected.code).toBe(0)
     const usage = await runCli(["--agent", "a"])
     expect(usage.code).toBe(2)
     expect(usage.stderr).toContain("--agent and --environment are required")
