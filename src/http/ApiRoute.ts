@@ -129,6 +129,9 @@ const failureToApiError = async (run: (effect: Effect.Effect<void>) => Promise<u
 /** The principal each authenticated request was let in as, set by the onRequest hook. */
 const principals = new WeakMap<FastifyRequest, Principal>()
 
+/** Who an authenticated request was let in as (the agent WebSocket remembers its key). */
+export const principalOf = (request: FastifyRequest): Principal | undefined => principals.get(request)
+
 /**
  * A preParsing hook that authenticates before the body is read (and after the rate limiter's
  * onRequest hook), so a caller without a valid key learns nothing about validation and costs no

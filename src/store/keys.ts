@@ -13,7 +13,14 @@ export const makeKeys = (KEY_PREFIX: string) => ({
   agentEnvironments: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:environments`,
   /** Set of every agent id that ever had an environment (the agents index; never shrinks: readers skip agents with none left). */
   agents: `${KEY_PREFIX}agents`,
+  /** A scoped API key's record (JSON), addressed by a hash of the key: its current one, or its previous one during a rotation's grace (expiring). */
   apiKey: (keyHash: string) => `${KEY_PREFIX}apikey:${keyHash}`,
+  /** Hash: key id -> its current key hash (the list of keys). */
+  apiKeyIndex: `${KEY_PREFIX}apikeys`,
+  /** Hash: key id -> when it last authenticated a request (ISO 8601). */
+  apiKeyLastUsed: `${KEY_PREFIX}apikeys:last-used`,
+  /** Pub/sub channel (not a key): the id of each revoked key, so every instance closes its sockets. */
+  apiKeyRevokedChannel: `${KEY_PREFIX}apikeys:revoked`,
   /** Sorted set of the environment's no-response occurrences: member session id, score Redis time (ms). */
   breakerOccurrences: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:occurrences`,
   /** The environment's last breaker trip: JSON {at, sessionId, count, threshold}, `at` in Redis time (ms). */

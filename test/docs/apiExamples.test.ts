@@ -35,6 +35,7 @@ describe("docs/api.md", () => {
       const path = route.path
         .replace(/:agentId/g, "$AGENT")
         .replace(/:environmentId/g, "\u0000")
+        .replace(/:keyId/g, "$KEY_ID")
         .replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
         .replace(/\u0000/g, "\\$(ENV_ID|CLONE_ID)")
       const pattern = new RegExp(`curl[^\\n]*(\\\\\\n[^\\n]*)*${route.method === "GET" ? "" : `-X ${route.method}`}[\\s\\S]{0,80}"\\$BASE${path}"`)

@@ -40,8 +40,11 @@ describe.each<StoreKind>(["memory", "redis"])("authentication and authorization 
     const environmentId = needsEnvironment
       ? (await createEnvironment(t.app, agentId, { webhookUrl: "https://hooks.example.com/events" })).id
       : undefined
+    const keyId = route.path.includes(":keyId")
+      ? ((await call(t.app, "POST", "/v1/api-keys", { body: { name: "matrix target", agentIds: [agentId] } })).json.data.id as string)
+      : undefined
     const url = route.path.replace(/:([A-Za-z0-9_]+)/g, (_, name: string) =>
-      name === "agentId" ? agentId : name === "environmentId" ? environmentId! : uniqueId(name)
+      name === "agentId" ? agentId : name === "environmentId" ? environmentId! : name === "keyId" ? keyId! : uniqueId(name)
     )
     const id = `${route.method} ${route.path}`
     const body = route.path === "/v1/api-keys" ? { name: "matrix", agentIds: [agentId] } : route.body ? (sampleBodies[id] ?? {}) : undefined
@@ -138,6 +141,7 @@ describe.each<StoreKind>(["memory", "redis"])("authentication and authorization 
         name: "deployer",
         agentIds: [agentId],
         createdAt: expect.any(String),
+        expiresAt: null,
         key: expect.stringMatching(/^cgk_[A-Za-z0-9_-]{43}$/)
       })
 

@@ -21,5 +21,6 @@ layer(Layer.provideMerge(RedisApiKeyStoreLive, connection), { excludeTestService
       expect(keys.apiKey(key.keyHash)).toBe(`callgate:apikey:${key.keyHash}`)
       const raw = yield* Effect.promise(() => client.get(keys.apiKey(key.keyHash)))
       expect(JSON.parse(raw ?? "null")).toEqual(key)
+      expect(yield* Effect.promise(() => client.hget(keys.apiKeyIndex, key.id))).toBe(key.keyHash)
     }))
 })

@@ -1,9 +1,9 @@
 import { Effect, Exit, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
-import type { ApiKeys } from "../../apikeys/ApiKeys.js"
+import { ApiKeys } from "../../apikeys/ApiKeys.js"
 import { Environments } from "../../environments/Environments.js"
 import { ApiError } from "../ApiError.js"
-import { authenticationHook, toApiError } from "../ApiRoute.js"
+import { authenticationHook, principalOf, toApiError } from "../ApiRoute.js"
 import { wsWireSocket } from "../../ws/WsWireSocket.js"
 import { AgentConnection } from "../../agent/AgentConnection.js"
 import { AgentPool } from "../../agent/AgentPool.js"
@@ -25,6 +25,15 @@ interface ConnectParams {
 export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<ApiKeys | Environments | AgentPool>) => {
   const run = Runtime.runPromiseExit(runtime)
   const pool = Runtime.runSync(runtime)(AgentPool)
+
+  // Open sockets by the scoped key they came in with: revoking the key (on any instance) closes them.
+  const socketsByKey = new Map<string, Set<{ close: (code: number, reason: string) => void }>>()
+  const stopListening = Runtime.runSync(runtime)(ApiKeys).onRevoked((keyId) => {
+    const sockets = socketsByKey.get(keyId)
+    socketsByKey.delete(keyId)
+    for (const socket of sockets ?? []) socket.close(1008, "the API key was revoked")
+  })
+  app.addHook("onClose", async () => stopListening())
 
   const environmentExists = async (request: FastifyRequest) => {
     const { agentId, environmentId } = request.params as ConnectParams
@@ -48,6 +57,16 @@ export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runti
     },
     (socket, request) => {
       const { agentId, environmentId } = request.params as ConnectParams
+      const principal = principalOf(request)
+      if (principal?.kind === "scoped") {
+        let sockets = socketsByKey.get(principal.keyId)
+        if (sockets === undefined) socketsByKey.set(principal.keyId, (sockets = new Set()))
+        sockets.add(socket)
+        socket.once("close", () => {
+          sockets.delete(socket)
+          if (sockets.size === 0 && socketsByKey.get(principal.keyId) === sockets) socketsByKey.delete(principal.keyId)
+        })
+      }
       pool.offer(agentId, environmentId, new AgentConnection(wsWireSocket(socket)))
     }
   )

@@ -8,7 +8,6 @@ import {
   UpdateEnvironmentBody
 } from "../../environments/EnvironmentSchema.js"
 import { Environments } from "../../environments/Environments.js"
-import { ApiKeys, ApiKeyView, CreateApiKeyBody } from "../../apikeys/ApiKeys.js"
 import { apiRoute } from "../ApiRoute.js"
 import { Effect } from "effect"
 
@@ -110,16 +109,5 @@ export const environmentRoutes = [
   })
 ]
 
-export const apiKeyRoutes = [
-  apiRoute({
-    method: "POST",
-    path: "/v1/api-keys",
-    summary: "Create an API key scoped to some agents (admin only); the key is shown once",
-    tag: "api-keys",
-    auth: "admin",
-    body: CreateApiKeyBody,
-    response: ApiKeyView,
-    successStatus: 201,
-    handler: ({ body }) => Effect.flatMap(ApiKeys, (keys) => keys.create(body))
-  })
-]
+/** Moved to their own module; re-exported for existing importers. */
+export { apiKeyRoutes } from "./apiKeyRoutes.js"
