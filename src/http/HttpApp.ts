@@ -10,7 +10,8 @@ import { Metrics } from "../observability/Metrics.js"
 import { Deliveries } from "../webhooks/Deliveries.js"
 import { registerTelephonyEntryRoutes, type TelephonyEntryServices } from "./routes/telephonyEntryRoutes.js"
 import { ApiError } from "./ApiError.js"
-import { type ApiRoute, authenticationHook, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
+import { registerApiDocs } from "./ApiDocs.js"
+import { type ApiRoute, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
 import { deliveryRoutes } from "./routes/deliveryRoutes.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
 import { sessionRoutes } from "./routes/sessionRoutes.js"
@@ -169,8 +170,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   app.get("/metrics", async (_request, reply) =>
     reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics())
   )
-  const openapi = openApiDocument(apiRoutes, { title: "callgate management API", version: "1.0.0" })
-  app.get("/v1/openapi.json", { preParsing: authenticationHook(runtime, "any") }, async () => openapi)
+  await registerApiDocs(app, openApiDocument(apiRoutes, { title: "callgate management API", version: "1.0.0" }))
 
   registerApiRoutes<HttpServices>(app, runtime, apiRoutes)
   await registerDashboard(app)
