@@ -1,4 +1,5 @@
-import { ParseResult, Schema } from "effect"
+import { type ParseResult, Schema } from "effect"
+import { fieldProblems } from "./ValidationMessages.js"
 
 /**
  * Every error the HTTP edge answers with, in one place: a stable code, its status, and the sentence
@@ -45,24 +46,12 @@ export class ApiError extends Schema.TaggedError<ApiError>()("ApiError", {
   }
 }
 
-/** Turns a Schema decode failure into one detail per offending field, named by its path. */
+/**
+ * Turns a Schema decode failure into one detail per offending field, in the house style
+ * (src/http/ValidationMessages.ts); the message is the first detail as one sentence.
+ */
 export const fromParseError = (where: "body" | "query" | "params", error: ParseResult.ParseError): ApiError => {
-  const issues = ParseResult.ArrayFormatter.formatErrorSync(error)
-  // An optional field's failure also reports the `undefined` branch of its union: keep the first
-  // (most specific) problem per field.
-  const seen = new Set<string>()
-  const details = issues.flatMap((issue) => {
-    const field = issue.path.length > 0 ? issue.path.join(".") : where
-    const message =
-      issue._tag === "Unexpected"
-        ? "is not a known field"
-        : issue._tag === "Missing"
-          ? "is required"
-          : issue.message
-    if (seen.has(field)) return []
-    seen.add(field)
-    return [{ field, message }]
-  })
+  const details = fieldProblems(where, error)
   const first = details[0]
   return ApiError.of("VALIDATION_FAILED", first ? `${first.field} ${first.message}` : undefined, details)
 }

@@ -111,13 +111,13 @@ describe.each<StoreKind>(["memory", "redis"])("request validation (%s store)", (
     })
 
     it.each([
-      ["errorFallbackTimeout", 1.5],
-      ["errorFallbackTimeout", 29.999],
-      ["errorFallbackOccurrenceThreshold", 2.5],
-      ["errorFallbackTimeWindow", 60.5]
-    ] as const)("%s refuses the non-integer %d", async (field, value) => {
+      ["errorFallbackTimeout", 1.5, "must be an integer from 0 to 30"],
+      ["errorFallbackTimeout", 29.999, "must be an integer from 0 to 30"],
+      ["errorFallbackOccurrenceThreshold", 2.5, "must be an integer from 1 to 20"],
+      ["errorFallbackTimeWindow", 60.5, "must be an integer from 60 to 3600"]
+    ] as const)("%s refuses the non-integer %d, saying what is allowed", async (field, value, message) => {
       const error = expectFieldError(await patch({ [field]: value }), field)
-      expect(error.details[0]!.message).toBe("must be an integer")
+      expect(error.details[0]!.message).toBe(message)
     })
 
     it("create refuses out-of-range values too", async () => {
@@ -140,7 +140,7 @@ describe.each<StoreKind>(["memory", "redis"])("request validation (%s store)", (
       expect(error.message).toMatch(/^webhookUrl /)
     })
 
-    it("agentUrl must be a wss:// URL", async () => {
+    it("agentUrl must be a ws:// or wss:// URL", async () => {
       expectFieldError(await patch({ agentUrl: "https://agent.example.com/media" }), "agentUrl")
       const answer = await patch({ agentUrl: "wss://agent.example.com/media" })
       expect(answer.status).toBe(200)
