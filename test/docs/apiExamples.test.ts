@@ -4,7 +4,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { defaults } from "../../config/defaults.js"
-import { apiKeyRoutes, environmentRoutes } from "../../src/http/routes/environmentRoutes.js"
+import { apiRoutes } from "../../src/http/HttpApp.js"
 import { type GatewayProcess, repoRoot, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 
 const doc = readFileSync(join(repoRoot, "docs/api.md"), "utf8")
@@ -29,16 +29,18 @@ describe("docs/api.md", () => {
     }
   })
 
-  it("has a curl example for every /v1 environment and api-key route, and the OpenAPI document", () => {
+  it("has a curl example for every /v1 route of the route table, and the OpenAPI document", () => {
     const examples = shellBlocks.join("\n")
-    for (const route of [...environmentRoutes, ...apiKeyRoutes]) {
+    for (const route of apiRoutes) {
       const path = route.path
         .replace(/:agentId/g, "$AGENT")
         .replace(/:environmentId/g, "\u0000")
         .replace(/:keyId/g, "$KEY_ID")
+        .replace(/:sessionId/g, "ses_not_a_real_one")
+        .replace(/:deliveryId/g, "dlv_not_a_real_one")
         .replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
         .replace(/\u0000/g, "\\$(ENV_ID|CLONE_ID)")
-      const pattern = new RegExp(`curl[^\\n]*(\\\\\\n[^\\n]*)*${route.method === "GET" ? "" : `-X ${route.method}`}[\\s\\S]{0,80}"\\$BASE${path}"`)
+      const pattern = new RegExp(`curl[^\\n]*(\\\\\\n[^\\n]*)*${route.method === "GET" ? "" : `-X ${route.method}`}[\\s\\S]{0,80}"\\$BASE${path}(\\?[^"]*)?"`)
       expect(examples, `${route.method} ${route.path}`).toMatch(pattern)
     }
     expect(examples).toContain('"$BASE/v1/openapi.json"')
