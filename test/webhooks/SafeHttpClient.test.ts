@@ -230,7 +230,8 @@ describe("SafeHttpClient", () => {
       const patient = post(open, receiver.url("/slow"), "10 seconds").then((r) => (settled.push("patient"), r))
       const result = await post(open, receiver.url(path), "300 millis").then((r) => (settled.push(path), r))
       expect(Either.isLeft(result) && result.left.kind, path).toBe("timeout")
-      expect(Either.isRight(await patient) && (await patient).right.status).toBe(200)
+      const patientResult = await patient
+      expect(Either.isRight(patientResult) && patientResult.right.status).toBe(200)
       expect(settled).toEqual([path, "patient"])
     }
   })
