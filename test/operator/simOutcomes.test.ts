@@ -104,11 +104,10 @@ describe("callgate-sim outcomes against the real gateway", () => {
     const result = await run("bash", ["-eo", "pipefail", "-c", block], { CALLGATE: gateway.baseUrl }).done
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0)
     expect(result.stdout).toContain("outcome: answered (2 of 2 turns answered)")
-    // The agent the block started is gone: its environment has no idle agent left.
-    const sessions = JSON.parse(result.stdout.trim().split("\n").find((line) => line.startsWith('{"data"'))!) as {
-      data: { sessions: Array<{ environmentId: string; status: string }> }
-    }
-    const blockEnvironment = sessions.data.sessions[0]!.environmentId
-    await until(async () => (await api(gateway, "GET", `/v1/agents/demo-agent/environments/${blockEnvironment}/agents`)).body.data.idle === 0)
+    expect(result.stdout).toMatch(/\{"data":\{"sessions":\[\{"id":"ses_/)
+    // The agent the block started is gone: the environment it made has no idle agent left.
+    const environments = (await api(gateway, "GET", "/v1/agents/demo-agent/environments")).body.data as Array<{ id: string }>
+    expect(environments).toHaveLength(1)
+    await until(async () => (await api(gateway, "GET", `/v1/agents/demo-agent/environments/${environments[0]!.id}/agents`)).body.data.idle === 0)
   }, 180_000)
 })
