@@ -237,7 +237,9 @@ const main = async () => {
       log(
         `session ${found.id}: ${found.status}${found.endReason ? ` (${found.endReason})` : ""}; gateway-measured latency ` +
           `${found.turns.length > 0 ? found.turns.map((t) => (t.latencyMs === null ? "no answer" : `${Math.round(t.latencyMs)} ms`)).join(", ") : "n/a"}` +
-          ` (measured from the caller's last voiced frame as the gateway saw it, so it can differ from the simulator's)`
+          (found.turns.some((t) => t.latencyMs !== null)
+            ? " (measured from the caller's last voiced frame as the gateway heard it, so it can differ from the simulator's)"
+            : "")
       )
     }
   } else {
