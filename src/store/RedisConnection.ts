@@ -49,7 +49,7 @@ export const connectionProblem = (error: unknown): string => {
 
 /**
  * Reports the connection's state changes, one log line each (docs/turns-and-breaker.md, "When
- * Redis is down"): unreachable (with the address and why, never the password) and reachable again
+ * Redis is slow or down"): unreachable (with the address and why, never the password) and reachable again
  * (with how long it was away). While it is down, commands fail at once instead of waiting in
  * ioredis's offline queue, so callers (the voice webhook above all) answer 503 without delay.
  */
