@@ -1,7 +1,7 @@
 import { Either } from "effect"
 import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
-import type { WireListener, WireSocket } from "../core/WireSocket.js"
+import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
 import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
 import { AGENT_MESSAGE_EVENTS, AgentMessage, isAgentMediaFrame } from "./AgentDialect.js"
 
@@ -100,12 +100,14 @@ export class AgentConnection implements WireListener, AgentLink {
     const previous = this.state
     this.state = "done"
     if (previous === "idle") return this.onIdleClose?.()
-    if (previous === "bound") {
-      this.events?.agentFailed({
-        kind: "agent_disconnected",
-        message: fault !== undefined ? `The agent connection failed: ${fault}` : `The agent closed its connection during the call (code ${code})`
-      })
-    }
+    if (previous !== "bound") return
+    // A close handshake with 1000 is the agent ending the call on purpose, as a Twilio
+    // <Connect><Stream> server does; any other code, or a socket that broke, is a failure.
+    if (code === CloseCode.normal && fault === undefined) return this.events?.agentClosed()
+    this.events?.agentFailed({
+      kind: "agent_disconnected",
+      message: fault !== undefined ? `The agent connection failed: ${fault}` : `The agent closed its connection during the call (code ${code})`
+    })
   }
 
   sendMedia(payload: string, timestampMs: number): void {

@@ -42,6 +42,11 @@ export interface AgentEvents {
   agentMark(name: string): void
   agentClear(): void
   agentHangup(): void
+  /**
+   * The agent closed its socket with 1000 (normal) during the call: an ending, not a failure
+   * (docs/calls.md, "A clean close is an ending").
+   */
+  agentClosed(): void
   agentTransfer(to: string): void
   /** The agent failed: `error` event, protocol violation, socket dropped, stopped reading. */
   agentFailed(fault: LegFault): void

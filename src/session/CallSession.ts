@@ -7,8 +7,11 @@ import type { SessionInfo } from "../core/SessionInfo.js"
 
 /** How a session ends; decided once, by whichever comes first. */
 export type SessionEnding = Data.TaggedEnum<{
-  /** The caller hung up (carrier stop, stream closed, CallHungUp) or the agent hung up. */
-  Completed: { readonly reason: "caller_hangup" | "agent_hangup" }
+  /**
+   * The caller hung up (carrier stop, stream closed, CallHungUp), the agent hung up (`hangup`
+   * event or the Twilio-compatible REST API), or the agent closed its socket cleanly (1000).
+   */
+  Completed: { readonly reason: "caller_hangup" | "agent_hangup" | "agent_closed" }
   /** The agent asked to move the call to `to`. */
   Transfer: { readonly to: string }
   /** SESSION_MAX_DURATION elapsed. */
@@ -181,6 +184,10 @@ export class CallSession implements CallerEvents, AgentEvents {
 
   agentHangup(): void {
     this.end(SessionEnding.Completed({ reason: "agent_hangup" }))
+  }
+
+  agentClosed(): void {
+    this.end(SessionEnding.Completed({ reason: "agent_closed" }))
   }
 
   agentTransfer(to: string): void {

@@ -117,7 +117,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
           if (ending.reason === "caller_hangup") return Effect.succeed({ status: "completed", endReason: "caller_hangup" })
           return carrierAction("hangup", carriers.hangup(info.call)).pipe(
             Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
-            Effect.as({ status: "completed" as const, endReason: "agent_hangup" })
+            Effect.as({ status: "completed" as const, endReason: ending.reason })
           )
         case "Timeout":
           return carrierAction("hangup", carriers.hangup(info.call)).pipe(

@@ -27,7 +27,7 @@ export const Session = Schema.Struct({
   endReason: Schema.NullOr(
     Schema.String.annotations({
       description:
-        "caller_hangup, agent_hangup, agent_transfer, max_duration, or the hard error kind (no_idle_agent, agent_disconnected, ...)"
+        "caller_hangup, agent_hangup, agent_closed, agent_transfer, max_duration, for an unanswered outbound call busy, no_answer, carrier_failed or canceled, or the hard error kind (no_idle_agent, agent_disconnected, ...)"
     })
   ),
   turns: Schema.Array(TurnRecord).annotations({ description: "Caller turns and agent response latencies" }),

@@ -21,10 +21,20 @@ const fakeSocket = () => {
     bufferedAmount: 0,
     heartbeat: () => open
   }
-  return { socket, sent, closes, deliver: (text: string) => listener!.onText(text), drop: (fault?: string) => {
-    open = false
-    listener!.onClose(1006, "", fault)
-  } }
+  return {
+    socket,
+    sent,
+    closes,
+    deliver: (text: string) => listener!.onText(text),
+    drop: (fault?: string) => {
+      open = false
+      listener!.onClose(1006, "", fault)
+    },
+    closedByPeer: (code: number) => {
+      open = false
+      listener!.onClose(code, "", undefined)
+    }
+  }
 }
 
 const start: AgentStart = {
@@ -46,6 +56,7 @@ const recorder = () => {
     agentMark: (n) => void seen.push(`mark:${n}`),
     agentClear: () => void seen.push("clear"),
     agentHangup: () => void seen.push("hangup"),
+    agentClosed: () => void seen.push("closed"),
     agentTransfer: (to) => void seen.push(`transfer:${to}`),
     agentFailed: (fault) => void faults.push(fault)
   }
@@ -109,6 +120,24 @@ describe("AgentConnection", () => {
     other.finish(1000, "the call ended")
     other.finish(1000, "the call ended")
     expect(second.sent.map((s) => JSON.parse(s).event)).toEqual(["connected", "start", "stop"])
+  })
+
+  it("a close handshake with 1000 during the call is an ending; any other code is a fault", () => {
+    const clean = fakeSocket()
+    const first = recorder()
+    new AgentConnection(clean.socket).begin(start, first.events)
+    clean.closedByPeer(1000)
+    expect(first.seen).toEqual(["closed"])
+    expect(first.faults).toEqual([])
+
+    for (const code of [1001, 1006, 1011]) {
+      const wire = fakeSocket()
+      const { events, seen, faults } = recorder()
+      new AgentConnection(wire.socket).begin(start, events)
+      wire.closedByPeer(code)
+      expect(seen).toEqual([])
+      expect(faults).toEqual([{ kind: "agent_disconnected", message: `The agent closed its connection during the call (code ${code})` }])
+    }
   })
 
   it("a connection that closed before its call began fails the call instead of hanging it", () => {
