@@ -20,7 +20,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["turns", "fallback", "agent"],
   ["session"],
   ["telephony"],
-  ["store", "ws"],
+  ["store", "ws", "calls"],
   ["http"],
   ["(root)"]
 ]

@@ -10,6 +10,7 @@ import { AppConfig } from "./config/AppConfig.js"
 import { PublicUrl } from "./config/PublicUrl.js"
 import { Environments } from "./environments/Environments.js"
 import { MemoryEnvironmentStoreLive } from "./environments/MemoryEnvironmentStore.js"
+import { CallControl } from "./calls/CallControl.js"
 import { ErrorFallback } from "./fallback/ErrorFallback.js"
 import { FallbackMetrics } from "./fallback/FallbackMetrics.js"
 import { HttpApp } from "./http/HttpApp.js"
@@ -32,7 +33,10 @@ import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
 import { CarriersLive } from "./telephony/CarriersLive.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
 import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
+import { TelnyxCallCommands } from "./telephony/TelnyxCallCommands.js"
 import { TelnyxCarrier } from "./telephony/TelnyxCarrier.js"
+import { TelnyxRest } from "./telephony/TelnyxRest.js"
+import { TelnyxTwimlRunner } from "./telephony/TelnyxTwimlRunner.js"
 import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
 import { TurnTiming } from "./turns/TurnTiming.js"
 import { VoiceActivity } from "./turns/VoiceActivity.js"
@@ -84,7 +88,9 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
 
 /** Carrier REST through the SDKs (the `Carriers` port and the adapters behind it) and session tokens. */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default))
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default)),
+  Layer.provideMerge(TelnyxTwimlRunner.Default),
+  Layer.provideMerge(TelnyxRest.Default)
 )
 
 /** Turn timing per call (voice activity, turn tracker, response watchdog) and the breaker behind it. */
@@ -105,11 +111,15 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(FallbackMetrics.Default)
 )
 
+/** What agents and operators do to calls: the Twilio-compatible call-control API. */
+export const CallApiLive = CallControl.Default
+
 /**
  * Every service of the gateway, the HTTP app included (built, not listening), over configuration
  * from the ambient ConfigProvider. Nothing here listens or works in the background but live calls.
  */
 export const appServicesLayer = HttpApp.Default.pipe(
+  Layer.provideMerge(CallApiLive),
   Layer.provideMerge(CallsLive),
   Layer.provideMerge(TurnsLive),
   Layer.provideMerge(TelephonyLive),

@@ -1,6 +1,7 @@
 import { Either } from "effect"
 import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
+import { accountSidOf } from "../core/TwilioIds.js"
 import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
 import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
 import { AGENT_MESSAGE_EVENTS, AgentMessage, isAgentMediaFrame } from "./AgentDialect.js"
@@ -50,7 +51,8 @@ export class AgentConnection implements WireListener, AgentLink {
     this.state = "bound"
     this.events = events
     this.encoder = twilioInboundEncoder(start.streamSid)
-    this.stopFields = { accountSid: start.agentId, callSid: start.sessionId }
+    // The ids a Twilio-stream bot hands back to Twilio's REST API: callgate serves that API for them.
+    this.stopFields = { accountSid: accountSidOf(start.agentId), callSid: start.sessionId }
     this.socket.send(this.encoder.connected())
     this.socket.send(
       this.encoder.start(++this.sequence, {

@@ -25,6 +25,8 @@ export type HardErrorKind =
   | "carrier_protocol_error"
   /** The agent asked for a transfer and the carrier refused it. */
   | "transfer_failed"
+  /** The agent's TwiML (Twilio-compatible call-control API) was refused by the carrier. */
+  | "twiml_failed"
   /** The environment the call was issued for no longer exists. */
   | "environment_not_found"
   /** callgate is shutting down and the drain timeout ran out. */

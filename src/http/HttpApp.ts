@@ -26,12 +26,14 @@ import { type Sessions } from "../session/Sessions.js"
 import { SessionRegistry } from "../session/SessionRegistry.js"
 import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "./routes/streamRoutes.js"
+import type { CallControl } from "../calls/CallControl.js"
+import { registerTwilioCallRoutes } from "./routes/twilioCallRoutes.js"
 
 /** The services the HTTP edge calls into. */
 export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry
+type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -177,6 +179,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   registerTelephonyEntryRoutes(app, runtime)
   registerStreamRoutes(app, runtime)
   registerAgentRoutes(app, runtime)
+  registerTwilioCallRoutes(app, runtime)
   return app
 }
 

@@ -14,6 +14,11 @@ export type SessionEnding = Data.TaggedEnum<{
   Completed: { readonly reason: "caller_hangup" | "agent_hangup" | "agent_closed" }
   /** The agent asked to move the call to `to`. */
   Transfer: { readonly to: string }
+  /**
+   * The agent handed the call a TwiML document through the Twilio-compatible REST API; `reason`
+   * is agent_transfer when it dials, agent_hangup when it only hangs up, agent_twiml otherwise.
+   */
+  Twiml: { readonly twiml: string; readonly reason: "agent_transfer" | "agent_hangup" | "agent_twiml" }
   /** SESSION_MAX_DURATION elapsed. */
   Timeout: {}
   /** A hard error: the rescue runs. */

@@ -132,12 +132,21 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
                 : runRescue(info, new HardError({ kind: "transfer_failed", message: `The agent's transfer failed: ${result.left.message}` }))
             )
           )
+        case "Twiml":
+          return carrierAction("applyTwiml", carriers.applyTwiml(info.call, ending.twiml)).pipe(
+            Effect.flatMap((result) =>
+              result._tag === "Right"
+                ? Effect.succeed({ status: "completed" as const, endReason: ending.reason })
+                : runRescue(info, new HardError({ kind: "twiml_failed", message: `The agent's TwiML could not be applied: ${result.left.message}` }))
+            )
+          )
         case "Failed":
           return runRescue(info, ending.error)
       }
     }
 
-    const finish = (relay: CallSession, ending: SessionEnding, observed: ObservedSession = unobserved) =>
+    /** Acts on the ending, closes the record and queues session.ended; returns the closed record. */
+    const finish = (relay: CallSession, ending: SessionEnding, observed: ObservedSession = unobserved): Effect.Effect<Session> =>
       Effect.gen(function* () {
         const { info } = relay
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
@@ -173,6 +182,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
           durationMs: end.endedAt.getTime() - info.createdAt.getTime(),
           ...(relay.droppedFrames > 0 ? { droppedFrames: relay.droppedFrames } : {})
         })
+        return record
       })
 
     return { begin, observerFor, agentTarget, finish } as const

@@ -14,13 +14,23 @@ import type { FrameProblem } from "../wire/FrameDecoding.js"
 import { HardError } from "../core/HardError.js"
 import type { SessionInfo } from "../core/SessionInfo.js"
 import { SessionLifecycle } from "./SessionLifecycle.js"
+import type { Session } from "./SessionSchema.js"
 import { CloseCode } from "../core/WireSocket.js"
 
-const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
+export const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
 
 /** How long cut sessions get to run their rescue and record their end during shutdown. */
 const CUT_GRACE = Duration.seconds(15)
+
+/** A live session as the call-control API sees it. */
+export interface LiveSession {
+  readonly info: SessionInfo
+  /** Ends the session with `ending` unless it is already ending; true when this ending stands. */
+  readonly end: (ending: SessionEnding) => boolean
+  /** The session's closed record once its ending was acted on (none if it was cut at shutdown). */
+  readonly settled: Effect.Effect<Option.Option<Session>>
+}
 
 /**
  * Every live session of this instance: opened synchronously by a carrier stream at `start`, run
@@ -37,6 +47,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     const callEvents = yield* CarrierCallEvents
 
     const bySession = new Map<string, CallSession>()
+    const settledBy = new Map<string, Deferred.Deferred<Option.Option<Session>>>()
     const byCall = new Map<string, CallSession>()
     let draining = false
 
@@ -60,6 +71,9 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
 
     const unregister = (relay: CallSession) => {
       bySession.delete(relay.info.sessionId)
+      const settled = settledBy.get(relay.info.sessionId)
+      settledBy.delete(relay.info.sessionId)
+      if (settled !== undefined) Deferred.unsafeDone(settled, Exit.succeed(Option.none()))
       if (byCall.get(relay.info.call.callId) === relay) byCall.delete(relay.info.call.callId)
     }
 
@@ -111,7 +125,9 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         yield* Fiber.interrupt(connecting)
         // The end is recorded over the start, so the start must be written first.
         yield* Fiber.join(recording)
-        yield* lifecycle.finish(relay, ending, observed).pipe(Effect.uninterruptible)
+        const record = yield* lifecycle.finish(relay, ending, observed).pipe(Effect.uninterruptible)
+        const settled = settledBy.get(relay.info.sessionId)
+        if (settled !== undefined) yield* Deferred.succeed(settled, Option.some(record))
       }).pipe(
         // The session's scope: its turn observer's watchdog and store writes end with the session.
         Effect.scoped,
@@ -152,6 +168,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       const relay = new CallSession(info, opening.carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
       opening.carrier.bind(relay)
       bySession.set(info.sessionId, relay)
+      settledBy.set(info.sessionId, Deferred.unsafeMake<Option.Option<Session>>(FiberId.none))
       byCall.set(info.call.callId, relay)
       run(info.sessionId, runSession(relay, ended).pipe(Effect.ensuring(Effect.sync(() => unregister(relay)))))
       return Either.void
@@ -168,6 +185,18 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     )
 
     const liveCount = () => bySession.size
+
+    /** The live session with this id on this instance, if any. */
+    const live = (sessionId: string): Option.Option<LiveSession> => {
+      const relay = bySession.get(sessionId)
+      const settled = settledBy.get(sessionId)
+      if (relay === undefined || settled === undefined) return Option.none()
+      return Option.some({
+        info: relay.info,
+        end: (ending) => relay.end(ending) === ending,
+        settled: Deferred.await(settled)
+      })
+    }
 
     /**
      * Graceful shutdown: no new calls or dial-in agents, live calls run on for up to
@@ -196,7 +225,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       open,
       drain,
       isDraining: (): boolean => draining,
-      liveCount
+      liveCount,
+      live
     } as const
   })
 }) {}

@@ -7,10 +7,13 @@ import { TurnRecord } from "../turns/TurnRecord.js"
  * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
  * `fallback` by the error fallback.
  */
-export const SessionStatus = Schema.Literal("active", "completed", "failed", "timeout").annotations({
-  message: () => "must be one of active, completed, failed, timeout"
+export const SessionStatus = Schema.Literal("queued", "ringing", "active", "completed", "failed", "timeout").annotations({
+  message: () => "must be one of queued, ringing, active, completed, failed, timeout"
 })
 export type SessionStatus = typeof SessionStatus.Type
+
+/** Statuses of a session that has not ended: an outbound call placed (queued, ringing), or a live call. */
+export const isOpenStatus = (status: SessionStatus): boolean => status === "queued" || status === "ringing" || status === "active"
 
 export const Session = Schema.Struct({
   id: Schema.String,

@@ -3,7 +3,7 @@ import { isE164 } from "../environments/EnvironmentSchema.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
 import type { SessionEndedEvent } from "../webhooks/SessionEndedEvent.js"
-import { DEFAULT_PAGE_SIZE, type Session, type SessionListQuery, type SessionStatus } from "./SessionSchema.js"
+import { DEFAULT_PAGE_SIZE, isOpenStatus, type Session, type SessionListQuery, type SessionStatus } from "./SessionSchema.js"
 import { type SessionCursor, SessionStore } from "./SessionStore.js"
 
 export class SessionNotFound extends Data.TaggedError("SessionNotFound")<{
@@ -24,7 +24,7 @@ const parseCursor = (text: string): Option.Option<SessionCursor> =>
   decodeCursor(Buffer.from(text, "base64url").toString("utf8")).pipe(Option.map(({ i, t }) => ({ createdAtMs: t, id: i })))
 
 export interface SessionEnd {
-  readonly status: Exclude<SessionStatus, "active">
+  readonly status: Exclude<SessionStatus, "queued" | "ringing" | "active">
   readonly endReason: string
   readonly endedAt: Date
   readonly fallback?: FallbackRecord | undefined
@@ -76,10 +76,10 @@ export class Sessions extends Effect.Service<Sessions>()("callgate/Sessions", {
 
     return {
       record: (session: Session) => store.insert(session),
-      /** Closes an active session; a session already closed keeps its first ending. */
+      /** Closes an open session (placed or live); a session already closed keeps its first ending. */
       finish: (agentId: string, sessionId: string, end: SessionEnd) =>
         store.update(agentId, sessionId, (current) =>
-          current.status !== "active"
+          !isOpenStatus(current.status)
             ? current
             : {
                 ...current,

@@ -5,8 +5,8 @@ import { TwilioCarrier } from "./TwilioCarrier.js"
 
 /**
  * The `Carriers` port over the two adapters, by `CallRef.kind`. Needs TwilioCarrier and
- * TelnyxCarrier (main.ts provides them; the call-control entry endpoint shares the same
- * TelnyxCarrier, whose running TwiML translations it moves along).
+ * TelnyxCarrier (src/layers.ts provides them; the call-control entry endpoint shares the same
+ * TelnyxTwimlRunner, whose running TwiML translations it moves along).
  */
 export const CarriersLive = Layer.effect(
   Carriers,

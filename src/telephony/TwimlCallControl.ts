@@ -3,7 +3,7 @@ import { XMLParser, XMLValidator } from "fast-xml-parser"
 
 /**
  * TwiML for Telnyx Call Control calls, which have no markup interpreter: the verbs callgate can
- * run are translated into call commands, in document order. Pure; TelnyxCarrier runs the result.
+ * run are translated into call commands, in document order. Pure; TelnyxTwimlRunner runs the result.
  *
  *   <Say>      -> speak (then wait for call.speak.ended)
  *   <Play>     -> playback_start (then wait for call.playback.ended)

@@ -1,7 +1,7 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CallKind } from "../../src/core/Carrier.js"
-import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { TelnyxTwimlRunner } from "../../src/telephony/TelnyxTwimlRunner.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"
 import { type Gateway, startGateway, until } from "../session/callHarness.js"
 import { CA_FILE, type Receiver, type ReceivedRequest, startReceiver } from "../webhooks/httpsReceiver.js"
@@ -150,7 +150,7 @@ describe.each(CALL_KINDS)("error fallback end to end: %s calls", (kind) => {
     expect(speak!.headers.authorization).toBe(`Bearer ${gateway.telnyx.apiKey}`)
     expect(speak!.json).toEqual({ payload: SORRY, voice: "female", command_id: expect.any(String) })
     // Telnyx reports call.speak.ended; the document goes on with its <Dial>.
-    await gateway.run(Effect.flatMap(TelnyxCarrier, (telnyx) => telnyx.callProgress(call.callId, "speak.ended")))
+    await gateway.run(Effect.flatMap(TelnyxTwimlRunner, (runner) => runner.callProgress(call.callId, "speak.ended")))
     await until(() => carrierRequestsFor(gateway, call.callId).length === 2, "the transfer command")
     expectCarrierRequest(gateway, call, carrierRequestsFor(gateway, call.callId)[1]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER })
   }

@@ -1,7 +1,8 @@
 import { Effect, Either, TestClock } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { CallRef } from "../../src/core/Carrier.js"
-import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { TelnyxCallCommands } from "../../src/telephony/TelnyxCallCommands.js"
+import { TelnyxTwimlRunner } from "../../src/telephony/TelnyxTwimlRunner.js"
 import { translateTwiml } from "../../src/telephony/TwimlCallControl.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { carrierOp, type CarrierRuntime, makeCarrierRuntime, metricsText } from "./carrierRuntime.js"
@@ -24,7 +25,7 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
   let telnyx: FakeTelnyx
   let runtime: CarrierRuntime
   const progress = (callId: string, event: "speak.ended" | "playback.ended" | "hangup") =>
-    runtime.runPromise(Effect.flatMap(TelnyxCarrier, (carrier) => carrier.callProgress(callId, event)))
+    runtime.runPromise(Effect.flatMap(TelnyxTwimlRunner, (runner) => runner.callProgress(callId, event)))
 
   beforeAll(async () => {
     telnyx = await startFakeTelnyx()
@@ -84,7 +85,7 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
 
     it("answerWithStream answers with a bidirectional RTP (PCMU) stream and its auth token", async () => {
       const stream = { url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig", token: "tok.sig" }
-      await runtime.runPromise(Effect.flatMap(TelnyxCarrier, (carrier) => carrier.answerWithStream("v3:cc-7", stream)))
+      await runtime.runPromise(Effect.flatMap(TelnyxCallCommands, (commands) => commands.answerWithStream("v3:cc-7", stream)))
       expect(telnyx.commands("v3:cc-7", "answer").map((r) => r.json)).toEqual([
         {
           stream_url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig",
@@ -108,7 +109,7 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
     })
     afterAll(() => clocked.dispose())
     const clockedProgress = (callId: string, event: "speak.ended" | "playback.ended" | "hangup") =>
-      clocked.runPromise(Effect.flatMap(TelnyxCarrier, (carrier) => carrier.callProgress(callId, event)))
+      clocked.runPromise(Effect.flatMap(TelnyxTwimlRunner, (runner) => runner.callProgress(callId, event)))
     /** Resolves once the runner waits `ms` from now on the TestClock (a speak.ended wait, a <Pause>). */
     const waitingFor = async (ms: number) => {
       const now = await clocked.runPromise(TestClock.currentTimeMillis)

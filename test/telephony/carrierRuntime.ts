@@ -3,7 +3,10 @@ import { AppConfig } from "../../src/config/AppConfig.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/core/Carrier.js"
 import { CarriersLive } from "../../src/telephony/CarriersLive.js"
+import { TelnyxCallCommands } from "../../src/telephony/TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
+import { TelnyxRest } from "../../src/telephony/TelnyxRest.js"
+import { TelnyxTwimlRunner } from "../../src/telephony/TelnyxTwimlRunner.js"
 import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"
 import { testConfigLayer } from "../support/testApp.js"
 
@@ -15,7 +18,9 @@ import { testConfigLayer } from "../support/testApp.js"
 export const makeCarrierRuntime = (env: Record<string, string>, options: { readonly clock?: "live" | "test" } = {}) =>
   ManagedRuntime.make(
     CarriersLive.pipe(
-      Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default)),
+      Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default)),
+      Layer.provideMerge(TelnyxTwimlRunner.Default),
+      Layer.provideMerge(TelnyxRest.Default),
       Layer.provideMerge(Metrics.Default),
       Layer.provideMerge(AppConfig.Default),
       Layer.provide(Logger.remove(Logger.defaultLogger)),

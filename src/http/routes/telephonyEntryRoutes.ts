@@ -7,14 +7,25 @@ import type { Environments } from "../../environments/Environments.js"
 import type { CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { makeTelnyxVerifier } from "../../telephony/CarrierSignatures.js"
 import type { SessionTokens } from "../../telephony/SessionTokens.js"
+import type { TelnyxCallCommands } from "../../telephony/TelnyxCallCommands.js"
 import type { TelnyxCarrier } from "../../telephony/TelnyxCarrier.js"
+import type { TelnyxTwimlRunner } from "../../telephony/TelnyxTwimlRunner.js"
 import { EntryPaths, type EntryRequest, type EntryResponse } from "../../telephony/entry/EntryWire.js"
 import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlEntry.js"
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
 
 /** What the call entry endpoints need from the app's runtime. */
-export type TelephonyEntryServices = AppConfig | PublicUrl | Environments | SessionTokens | CarrierCallEvents | TelnyxCarrier | SessionRegistry
+export type TelephonyEntryServices =
+  | AppConfig
+  | PublicUrl
+  | Environments
+  | SessionTokens
+  | CarrierCallEvents
+  | TelnyxCarrier
+  | TelnyxCallCommands
+  | TelnyxTwimlRunner
+  | SessionRegistry
 
 const internalError: EntryResponse = {
   status: 500,

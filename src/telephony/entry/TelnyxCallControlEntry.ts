@@ -2,7 +2,9 @@ import { Effect, Either } from "effect"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
+import { TelnyxCallCommands } from "../TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../TelnyxCarrier.js"
+import { TelnyxTwimlRunner } from "../TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry } from "./CallAdmission.js"
 import {
   CallControlCallPayload,
@@ -53,20 +55,20 @@ export const telnyxCallControlEntry = (
     if (Either.isLeft(decoded)) return error(400, "VALIDATION_FAILED", `The ${event} payload is not valid: ${decoded.left}.`)
     const payload = decoded.right
     const callId = payload.call_control_id
-    const telnyx = yield* TelnyxCarrier
+    const runner = yield* TelnyxTwimlRunner
 
     switch (event) {
       case "call.hangup": {
-        yield* telnyx.callProgress(callId, "hangup")
+        yield* runner.callProgress(callId, "hangup")
         const events = yield* CarrierCallEvents
         yield* events.publish(CarrierCallEvent.CallHungUp({ callId, cause: payload.hangup_cause ?? undefined }))
         return received
       }
       case "call.speak.ended":
-        yield* telnyx.callProgress(callId, "speak.ended")
+        yield* runner.callProgress(callId, "speak.ended")
         return received
       case "call.playback.ended":
-        yield* telnyx.callProgress(callId, "playback.ended")
+        yield* runner.callProgress(callId, "playback.ended")
         return received
     }
 
@@ -91,14 +93,16 @@ export const telnyxCallControlEntry = (
       url: `${publicWsUrl(publicUrl.current())}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission._tag === "Admitted" ? admission.token : "")}`,
       token: admission._tag === "Admitted" ? admission.token : ""
     }
+    const telnyx = yield* TelnyxCarrier
+    const commands = yield* TelnyxCallCommands
     const command =
       admission._tag === "UnknownEnvironment"
         ? direction === "inbound"
-          ? telnyx.reject(callId)
+          ? commands.reject(callId)
           : telnyx.hangup({ kind: "telnyx-call-control", callId })
         : direction === "inbound"
-          ? telnyx.answerWithStream(callId, stream)
-          : telnyx.startStream(callId, stream)
+          ? commands.answerWithStream(callId, stream)
+          : commands.startStream(callId, stream)
     // Failures are logged by the carrier adapter; nothing more can be done for this call here.
     yield* Effect.forkDaemon(Effect.ignore(command))
     return received

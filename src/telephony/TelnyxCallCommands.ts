@@ -1,0 +1,61 @@
+import { Effect } from "effect"
+import { TelnyxRest } from "./TelnyxRest.js"
+
+/** How a bidirectional RTP media stream to callgate is requested (PCMU both ways). */
+export interface StreamTarget {
+  /** wss://.../telephony/telnyx/stream?token=... */
+  readonly url: string
+  /** The session token, also sent as the stream's auth token. */
+  readonly token: string
+}
+
+/**
+ * The Call Control commands that bring a call to callgate's media stream: answer an incoming call
+ * with the stream, start it on an answered outgoing call, or reject a call callgate cannot serve.
+ */
+export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("callgate/TelnyxCallCommands", {
+  effect: Effect.gen(function* () {
+    const rest = yield* TelnyxRest
+
+    /** Answers an incoming Call Control call with a bidirectional RTP (PCMU) stream to callgate. */
+    const answerWithStream = (callControlId: string, stream: StreamTarget) =>
+      rest.command("answer", callControlId, (actions, command_id, signal) =>
+        actions.answer(
+          callControlId,
+          {
+            stream_url: stream.url,
+            stream_track: "inbound_track",
+            stream_bidirectional_mode: "rtp",
+            stream_bidirectional_codec: "PCMU",
+            // Sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
+            ...({ stream_auth_token: stream.token } as object),
+            command_id
+          },
+          { signal }
+        )
+      )
+
+    /** Starts the same stream on an outbound call once it is answered. */
+    const startStream = (callControlId: string, stream: StreamTarget) =>
+      rest.command("streaming_start", callControlId, (actions, command_id, signal) =>
+        actions.startStreaming(
+          callControlId,
+          {
+            stream_url: stream.url,
+            stream_track: "inbound_track",
+            stream_bidirectional_mode: "rtp",
+            stream_bidirectional_codec: "PCMU",
+            stream_auth_token: stream.token,
+            command_id
+          },
+          { signal }
+        )
+      )
+
+    /** Refuses a ringing call callgate cannot serve (unknown environment). */
+    const reject = (callControlId: string) =>
+      rest.command("reject", callControlId, (actions, command_id, signal) => actions.reject(callControlId, { cause: "CALL_REJECTED", command_id }, { signal }))
+
+    return { answerWithStream, startStream, reject } as const
+  })
+}) {}
