@@ -12,6 +12,8 @@ export const defaults = {
   REDIS_KEY_PREFIX: "callgate:",
   TWILIO_API_BASE_URL: "https://api.twilio.com",
   TELNYX_API_BASE_URL: "https://api.telnyx.com/v2",
+  /** The carrier of an outbound call whose request names none: twilio or telnyx. */
+  OUTBOUND_DEFAULT_PROVIDER: "twilio",
   /** How long one carrier REST request (hang up, transfer, apply TwiML) may take before it counts as failed. */
   CARRIER_REQUEST_TIMEOUT: "5s",
   /** Delays between event webhook attempts, each jittered by +-20%. */

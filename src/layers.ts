@@ -11,6 +11,7 @@ import { PublicUrl } from "./config/PublicUrl.js"
 import { Environments } from "./environments/Environments.js"
 import { MemoryEnvironmentStoreLive } from "./environments/MemoryEnvironmentStore.js"
 import { CallControl } from "./calls/CallControl.js"
+import { OutboundCalls } from "./calls/OutboundCalls.js"
 import { ErrorFallback } from "./fallback/ErrorFallback.js"
 import { FallbackMetrics } from "./fallback/FallbackMetrics.js"
 import { HttpApp } from "./http/HttpApp.js"
@@ -111,8 +112,8 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(FallbackMetrics.Default)
 )
 
-/** What agents and operators do to calls: the Twilio-compatible call-control API. */
-export const CallApiLive = CallControl.Default
+/** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */
+export const CallApiLive = CallControl.Default.pipe(Layer.provideMerge(OutboundCalls.Default))
 
 /**
  * Every service of the gateway, the HTTP app included (built, not listening), over configuration

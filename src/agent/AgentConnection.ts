@@ -58,6 +58,8 @@ export class AgentConnection implements WireListener, AgentLink {
       this.encoder.start(++this.sequence, {
         ...this.stopFields,
         customParameters: {
+          // The placer's metadata first: callgate's own parameters cannot be overridden by it.
+          ...start.metadata,
           sessionId: start.sessionId,
           agentId: start.agentId,
           environmentId: start.environmentId,

@@ -12,6 +12,7 @@ import { Sessions } from "../session/Sessions.js"
 import { MAX_TWILIO_TWIML_CHARS } from "../telephony/TwilioCarrier.js"
 import { translateTwiml } from "../telephony/TwimlCallControl.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
+import { OutboundCalls } from "./OutboundCalls.js"
 import { callResource, type CallUpdateForm, TWILIO_API_VERSION, TwilioErrors, type TwilioRestError } from "./TwilioCallWire.js"
 
 /** The most of a `Url=` answer that is read. */
@@ -57,7 +58,7 @@ const checkTwiml = (call: CallRef, text: string): Either.Either<string, TwilioRe
  * AccountSid is `start.accountSid` (accountSidOf the agent) and CallSid `start.callSid` (the
  * session id). Hang-ups, TwiML and TwiML URLs become session endings acted on by the session
  * itself, through the call's own carrier (Twilio call update, Telnyx TeXML update or translated
- * Call Control commands).
+ * Call Control commands); an outbound call not answered yet is canceled through OutboundCalls.
  */
 export class CallControl extends Effect.Service<CallControl>()("callgate/CallControl", {
   effect: Effect.gen(function* () {
@@ -66,6 +67,7 @@ export class CallControl extends Effect.Service<CallControl>()("callgate/CallCon
     const sessions = yield* Sessions
     const http = yield* SafeHttpClient
     const config = yield* AppConfig
+    const outbound = yield* OutboundCalls
 
     const pathOf = (request: CallControlRequest) => `/${TWILIO_API_VERSION}/Accounts/${request.accountSid}/Calls/${request.callSid}.json`
 
@@ -154,7 +156,14 @@ export class CallControl extends Effect.Service<CallControl>()("callgate/CallCon
       const status = form.Status?.toLowerCase()
       if (status !== undefined && status !== "completed" && status !== "canceled") return yield* Effect.fail(TwilioErrors.invalidStatus(form.Status!))
 
-      if (target._tag === "Stored") return yield* Effect.fail(TwilioErrors.notInProgress())
+      if (target._tag === "Stored") {
+        // Placed but not answered: completed or canceled both cancel it (a ringing call has nothing to complete).
+        if ((target.session.status === "queued" || target.session.status === "ringing") && status !== undefined) {
+          const canceled = yield* outbound.cancel(target.agentId, target.session.environmentId, target.session.id).pipe(Effect.option)
+          return callResource(Option.getOrElse(canceled, () => target.session), accountSid)
+        }
+        return yield* Effect.fail(TwilioErrors.notInProgress())
+      }
 
       const { live } = target
       if (status === "completed") return yield* endLive(live, SessionEnding.Completed({ reason: "agent_hangup" }), accountSid)

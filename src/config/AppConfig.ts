@@ -112,6 +112,11 @@ const settings = Config.all({
   telnyxApiKey: optionalSecret("TELNYX_API_KEY"),
   telnyxApiBaseUrl: httpUrl("TELNYX_API_BASE_URL"),
   telnyxPublicKey: Config.option(Config.string("TELNYX_PUBLIC_KEY")),
+  /** The Telnyx Call Control application (connection id) outbound Telnyx calls are placed on. */
+  telnyxConnectionId: Config.option(Config.string("TELNYX_CONNECTION_ID")),
+  outboundDefaultProvider: Config.literal("twilio", "telnyx")("OUTBOUND_DEFAULT_PROVIDER").pipe(
+    Config.withDefault(defaults.OUTBOUND_DEFAULT_PROVIDER as "twilio" | "telnyx")
+  ),
   carrierRequestTimeout: duration("CARRIER_REQUEST_TIMEOUT"),
   webhookRetrySchedule: durationList("WEBHOOK_RETRY_SCHEDULE"),
   webhookTimeout: duration("WEBHOOK_TIMEOUT"),

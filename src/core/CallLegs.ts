@@ -62,6 +62,8 @@ export interface AgentStart {
   readonly direction: "inbound" | "outbound"
   readonly provider: Provider
   readonly streamSid: string
+  /** The placer's metadata of an outbound call, added to the `start` customParameters. */
+  readonly metadata?: Readonly<Record<string, string>> | undefined
 }
 
 /** What the session asks of the agent connection. */
@@ -89,5 +91,7 @@ export interface StreamOpening {
   readonly direction?: "inbound" | "outbound" | undefined
   /** The carrier's id of this media stream (Twilio streamSid, Telnyx stream_id). */
   readonly streamSid: string
+  /** Set for an outbound call callgate placed: the session waiting for this stream. */
+  readonly sessionId?: string | undefined
   readonly carrier: CarrierLeg
 }

@@ -14,4 +14,6 @@ export interface SessionInfo {
   /** The carrier's id of the media stream (Twilio streamSid, Telnyx stream_id). */
   readonly streamSid: string
   readonly createdAt: Date
+  /** An outbound call's metadata, as given when it was placed. */
+  readonly metadata?: Readonly<Record<string, string>> | undefined
 }

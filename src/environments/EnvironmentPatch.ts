@@ -35,6 +35,7 @@ export const applyPatch = (
 
   if (patch.name !== undefined) next.name = patch.name
   if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
+  if (patch.maxConcurrentOutboundCalls !== undefined) next.maxConcurrentOutboundCalls = patch.maxConcurrentOutboundCalls
 
   // Event webhook. Removing the URL removes the webhook, secret included (docs/api.md, "Rules the API enforces").
   if (patch.webhookUrl === null) {

@@ -59,6 +59,10 @@ export const FallbackWindow = intBetween(60, 3600)
 
 export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as const
 
+/** Outbound calls of an environment placed or live at once (docs/calls.md, "Placing outbound calls"). */
+export const MaxConcurrentOutboundCalls = intBetween(1, 1000)
+export const DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS = 10
+
 /**
  * An environment as stored. Secrets are sealed (see SecretBox); `version` increases with every
  * write so stores can refuse a write based on a stale read.
@@ -79,7 +83,9 @@ export const StoredEnvironment = Schema.Struct({
   errorFallbackOccurrenceThreshold: Schema.Number,
   errorFallbackTimeWindow: Schema.Number,
   errorFallbackWebhookSecretSealed: Schema.NullOr(Schema.String),
-  agentUrl: Schema.NullOr(Schema.String)
+  agentUrl: Schema.NullOr(Schema.String),
+  /** Absent on environments stored before outbound calls existed: the default applies. */
+  maxConcurrentOutboundCalls: Schema.optional(Schema.Number)
 })
 export type StoredEnvironment = typeof StoredEnvironment.Type
 
@@ -101,7 +107,8 @@ export const EnvironmentView = Schema.Struct({
   errorFallbackOccurrenceThreshold: Schema.Number,
   errorFallbackTimeWindow: Schema.Number,
   errorFallbackWebhookSecret: Schema.NullOr(Schema.String),
-  agentUrl: Schema.NullOr(Schema.String)
+  agentUrl: Schema.NullOr(Schema.String),
+  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" })
 }).annotations({ identifier: "Environment" })
 export type EnvironmentView = typeof EnvironmentView.Type
 
@@ -125,7 +132,8 @@ const patchFields = {
       message: () => "only null is accepted (it clears the secret); use regenerate-error-fallback-webhook-secret for a new one"
     })
   ),
-  agentUrl: Schema.optional(Schema.NullOr(WssUrl))
+  agentUrl: Schema.optional(Schema.NullOr(WssUrl)),
+  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls)
 }
 
 /** The message a body that is not an object gets (nested fields keep their own messages). */

@@ -6,6 +6,7 @@ import { EnvironmentStore } from "./EnvironmentStore.js"
 import {
   type CreateEnvironmentBody,
   type EnvironmentView,
+  DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
   FALLBACK_DEFAULTS,
   type StoredEnvironment,
   type UpdateEnvironmentBody
@@ -58,7 +59,8 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackOccurrenceThreshold: env.errorFallbackOccurrenceThreshold,
       errorFallbackTimeWindow: env.errorFallbackTimeWindow,
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
-      agentUrl: env.agentUrl
+      agentUrl: env.agentUrl,
+      maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS
     })
 
     const blank = (agentId: string, name: string, now: string): StoredEnvironment => ({

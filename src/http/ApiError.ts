@@ -17,6 +17,7 @@ export const ErrorCodes = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: "Send the request body as application/json." },
   RATE_LIMITED: { status: 429, message: "Too many requests: slow down and retry later." },
   INTERNAL: { status: 500, message: "Something went wrong on our side." },
+  CARRIER_ERROR: { status: 502, message: "The carrier refused the request." },
   UNAVAILABLE: { status: 503, message: "A backing service is unavailable; retry later." }
 } as const
 export type ErrorCode = keyof typeof ErrorCodes

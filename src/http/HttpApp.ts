@@ -28,12 +28,14 @@ import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "./routes/streamRoutes.js"
 import type { CallControl } from "../calls/CallControl.js"
 import { registerTwilioCallRoutes } from "./routes/twilioCallRoutes.js"
+import type { OutboundCalls } from "../calls/OutboundCalls.js"
+import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.js"
 
 /** The services the HTTP edge calls into. */
 export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl
+type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -53,6 +55,7 @@ export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [
   ...breakerRoutes,
   ...deliveryRoutes,
   ...sessionRoutes,
+  ...callRoutes,
   ...apiKeyRoutes
 ]
 
@@ -180,6 +183,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   registerStreamRoutes(app, runtime)
   registerAgentRoutes(app, runtime)
   registerTwilioCallRoutes(app, runtime)
+  registerOutboundCallbackRoutes(app, runtime)
   return app
 }
 

@@ -9,9 +9,10 @@ import type { SessionInfo } from "../core/SessionInfo.js"
 export type SessionEnding = Data.TaggedEnum<{
   /**
    * The caller hung up (carrier stop, stream closed, CallHungUp), the agent hung up (`hangup`
-   * event or the Twilio-compatible REST API), or the agent closed its socket cleanly (1000).
+   * event or the Twilio-compatible REST API), the agent closed its socket cleanly (1000), or an
+   * operator hung up through `DELETE .../calls/{sessionId}` (api_hangup).
    */
-  Completed: { readonly reason: "caller_hangup" | "agent_hangup" | "agent_closed" }
+  Completed: { readonly reason: "caller_hangup" | "agent_hangup" | "agent_closed" | "api_hangup" }
   /** The agent asked to move the call to `to`. */
   Transfer: { readonly to: string }
   /**

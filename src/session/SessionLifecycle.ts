@@ -34,7 +34,8 @@ export const recordOf = (info: SessionInfo): Session => ({
   status: "active",
   endReason: null,
   turns: [],
-  fallback: null
+  fallback: null,
+  ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {})
 })
 
 /**

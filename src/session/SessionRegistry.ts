@@ -23,6 +23,19 @@ const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
 /** How long cut sessions get to run their rescue and record their end during shutdown. */
 const CUT_GRACE = Duration.seconds(15)
 
+/** An outbound call callgate placed, waiting for its media stream (the carrier answered it). */
+export interface OutboundExpectation {
+  readonly agentId: string
+  readonly environmentId: string
+  /** When the call was placed: the session's createdAt. */
+  readonly createdAt: Date
+  readonly metadata?: Readonly<Record<string, string>> | undefined
+  /** The carrier's call id once the carrier accepted the call; a stream for another call is refused. */
+  callId?: string | undefined
+  /** Called once, synchronously, when the stream opened the session. */
+  readonly opened: (live: LiveSession) => void
+}
+
 /** A live session as the call-control API sees it. */
 export interface LiveSession {
   readonly info: SessionInfo
@@ -48,6 +61,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
 
     const bySession = new Map<string, CallSession>()
     const settledBy = new Map<string, Deferred.Deferred<Option.Option<Session>>>()
+    /** Outbound calls placed from this instance whose stream has not opened yet, by session id. */
+    const expected = new Map<string, OutboundExpectation>()
     const byCall = new Map<string, CallSession>()
     let draining = false
 
@@ -91,7 +106,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
           to: info.to ?? "",
           direction: info.direction,
           provider: info.provider,
-          streamSid
+          streamSid,
+          metadata: info.metadata
         })
       }).pipe(
         Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),
@@ -152,8 +168,22 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         refusals.inc({ reason: "duplicate_call" })
         return Either.left({ code: CloseCode.policyViolation, reason: "a stream for this call is already open" })
       }
+      const outbound = opening.sessionId !== undefined ? expected.get(opening.sessionId) : undefined
+      if (opening.sessionId !== undefined) {
+        // Only a call this instance placed, still waiting, for the agent and call it was placed for.
+        if (
+          outbound === undefined ||
+          outbound.agentId !== opening.agentId ||
+          outbound.environmentId !== opening.environmentId ||
+          (outbound.callId !== undefined && outbound.callId !== opening.callId)
+        ) {
+          refusals.inc({ reason: "unexpected_outbound" })
+          return Either.left({ code: CloseCode.policyViolation, reason: "no outbound call is waiting for this stream" })
+        }
+        expected.delete(opening.sessionId)
+      }
       const info: SessionInfo = {
-        sessionId: newSessionId(),
+        sessionId: opening.sessionId ?? newSessionId(),
         agentId: opening.agentId,
         environmentId: opening.environmentId,
         provider: providerOf(opening.kind),
@@ -162,7 +192,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         to: opening.to ?? null,
         direction: opening.direction ?? "inbound",
         streamSid: opening.streamSid,
-        createdAt: new Date()
+        createdAt: outbound?.createdAt ?? new Date(),
+        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {})
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
       const relay = new CallSession(info, opening.carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
@@ -171,6 +202,13 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       settledBy.set(info.sessionId, Deferred.unsafeMake<Option.Option<Session>>(FiberId.none))
       byCall.set(info.call.callId, relay)
       run(info.sessionId, runSession(relay, ended).pipe(Effect.ensuring(Effect.sync(() => unregister(relay)))))
+      if (outbound !== undefined) {
+        try {
+          outbound.opened(Option.getOrThrow(live(info.sessionId)))
+        } catch {
+          // The placer's bookkeeping must not break the call.
+        }
+      }
       return Either.void
     }
 
@@ -185,6 +223,16 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     )
 
     const liveCount = () => bySession.size
+
+    /**
+     * Outbound calls (docs/calls.md, "Placing outbound calls"): the placer registers the session
+     * before asking the carrier, so the stream of the answered call can open exactly that session.
+     * `withdraw` takes an expectation back (the call ended unanswered, or was canceled); false when
+     * the stream already opened it (or it was never there).
+     */
+    const expectOutbound = (sessionId: string, expectation: OutboundExpectation) => void expected.set(sessionId, expectation)
+    const withdrawOutbound = (sessionId: string): boolean => expected.delete(sessionId)
+    const outboundExpectation = (sessionId: string): Option.Option<OutboundExpectation> => Option.fromNullable(expected.get(sessionId))
 
     /** The live session with this id on this instance, if any. */
     const live = (sessionId: string): Option.Option<LiveSession> => {
@@ -226,7 +274,10 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       drain,
       isDraining: (): boolean => draining,
       liveCount,
-      live
+      live,
+      expectOutbound,
+      withdrawOutbound,
+      outboundExpectation
     } as const
   })
 }) {}

@@ -34,7 +34,10 @@ export const Session = Schema.Struct({
     })
   ),
   turns: Schema.Array(TurnRecord).annotations({ description: "Caller turns and agent response latencies" }),
-  fallback: Schema.NullOr(FallbackRecord).annotations({ description: "What the error fallback did, when it ran" })
+  fallback: Schema.NullOr(FallbackRecord).annotations({ description: "What the error fallback did, when it ran" }),
+  metadata: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })).annotations({
+    description: "An outbound call's metadata, as given when it was placed (also in the agent's start customParameters)"
+  })
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

@@ -114,7 +114,25 @@ export interface CarrierRequestSpec<A> {
  * Runs a carrier request with the shared policy: retries where safe, "call already ended" counts as
  * done, every other failure becomes a CarrierError (never a defect), and each outcome is counted.
  */
-export const runCarrierRequest = <A>(instruments: CarrierInstruments, spec: CarrierRequestSpec<A>): Effect.Effect<void, CarrierError> => {
+export const runCarrierRequest = <A>(instruments: CarrierInstruments, spec: CarrierRequestSpec<A>): Effect.Effect<void, CarrierError> =>
+  runRequest(instruments, spec, () => Effect.void).pipe(Effect.asVoid)
+
+/**
+ * The same policy for a request whose answer is needed (placing a call): "ended" is no success
+ * here (there is no call yet to have ended), so it fails like any refusal.
+ */
+export const runCarrierRequestFor = <A>(instruments: CarrierInstruments, spec: CarrierRequestSpec<A>): Effect.Effect<A, CarrierError> =>
+  runRequest(instruments, spec, (failure) =>
+    Effect.fail(
+      new CarrierError({ provider: spec.provider, operation: spec.operation, status: failure.status, detail: failure.detail, retryable: false })
+    )
+  )
+
+const runRequest = <A, B>(
+  instruments: CarrierInstruments,
+  spec: CarrierRequestSpec<A>,
+  onEnded: (failure: ClassifiedFailure) => Effect.Effect<B, CarrierError>
+): Effect.Effect<A | B, CarrierError> => {
   const labels = { provider: spec.provider, operation: spec.operation }
   const timedAttempt = Effect.suspend(() => {
     const stop = instruments.duration.startTimer(labels)
@@ -126,11 +144,13 @@ export const runCarrierRequest = <A>(instruments: CarrierInstruments, spec: Carr
       while: (failure) => failure.kind === "unsent" || (failure.kind === "transient" && spec.idempotent)
     }),
     Effect.matchEffect({
-      onSuccess: () => Effect.sync(() => instruments.requests.inc({ ...labels, outcome: "ok" })),
-      onFailure: (failure) => {
+      onSuccess: (answer) => Effect.sync(() => (instruments.requests.inc({ ...labels, outcome: "ok" }), answer)),
+      onFailure: (failure): Effect.Effect<A | B, CarrierError> => {
         if (failure.kind === "ended") {
           instruments.requests.inc({ ...labels, outcome: "ended" })
-          return Effect.logDebug("carrier: call already ended, nothing to do", { ...labels, callId: spec.callId })
+          return Effect.logDebug("carrier: call already ended, nothing to do", { ...labels, callId: spec.callId }).pipe(
+            Effect.zipRight(onEnded(failure))
+          )
         }
         instruments.requests.inc({ ...labels, outcome: "error" })
         const error = new CarrierError({

@@ -17,6 +17,8 @@ export const SessionClaims = Schema.Struct({
   to: Schema.optional(Schema.String),
   direction: Schema.optional(Schema.Literal("inbound", "outbound")),
   accountSid: Schema.optional(Schema.String),
+  /** An outbound call callgate placed: the session it opens (see SessionRegistry.expectOutbound). */
+  sessionId: Schema.optional(Schema.String),
   /** Expiry, Unix milliseconds. */
   exp: Schema.Number
 })

@@ -1,4 +1,6 @@
+import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
+import { CarrierError } from "../core/Carrier.js"
 import { TelnyxRest } from "./TelnyxRest.js"
 
 /** How a bidirectional RTP media stream to callgate is requested (PCMU both ways). */
@@ -56,6 +58,41 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
     const reject = (callControlId: string) =>
       rest.command("reject", callControlId, (actions, command_id, signal) => actions.reject(callControlId, { cause: "CALL_REJECTED", command_id }, { signal }))
 
-    return { answerWithStream, startStream, reject } as const
+    /**
+     * Places an outbound call on the Call Control application `connectionId`; answers its
+     * call_control_id. Telnyx reports progress (call.answered, call.hangup with its cause) to
+     * `webhookUrl`, callgate's Call Control webhook, which starts the stream once it is answered.
+     */
+    const dial = (params: {
+      readonly connectionId: string
+      readonly to: string
+      readonly from: string
+      readonly webhookUrl: string
+      readonly timeoutSecs: number
+    }) =>
+      rest
+        .requestFor("dial", "", (sdk, signal) =>
+          sdk.calls.dial(
+            {
+              connection_id: params.connectionId,
+              to: params.to,
+              from: params.from,
+              webhook_url: params.webhookUrl,
+              webhook_url_method: "POST",
+              timeout_secs: params.timeoutSecs,
+              command_id: randomUUID()
+            },
+            { signal }
+          )
+        )
+        .pipe(
+          Effect.flatMap((answer) =>
+            answer.data?.call_control_id !== undefined
+              ? Effect.succeed(answer.data.call_control_id)
+              : Effect.fail(new CarrierError({ provider: "telnyx", operation: "dial", detail: "the answer has no call_control_id", retryable: false }))
+          )
+        )
+
+    return { answerWithStream, startStream, reject, dial } as const
   })
 }) {}

@@ -10,7 +10,8 @@ import {
   classifyNetworkFailure,
   classifyStatus,
   clip,
-  runCarrierRequest
+  runCarrierRequest,
+  runCarrierRequestFor
 } from "./CarrierRequest.js"
 
 /** Telnyx's "Call has already ended" (HTTP 422). */
@@ -59,7 +60,7 @@ export class TelnyxRest extends Effect.Service<TelnyxRest>()("callgate/TelnyxRes
     )
     if (Option.isNone(client)) yield* Effect.logInfo("Telnyx REST is disabled: TELNYX_API_KEY is not set")
 
-    /** One request; `callId` labels the logs. Answers the SDK's response (undefined when unconfigured is an error). */
+    /** One request whose answer is not needed; `callId` labels the logs. */
     const request = <A>(operation: string, callId: string, idempotent: boolean, send: (sdk: Telnyx, signal: AbortSignal) => Promise<A>) =>
       Option.match(client, {
         onNone: () =>
@@ -70,6 +71,21 @@ export class TelnyxRest extends Effect.Service<TelnyxRest>()("callgate/TelnyxRes
             operation,
             callId,
             idempotent,
+            attempt: Effect.tryPromise({ try: (signal) => send(sdk, signal), catch: classifyTelnyxFailure })
+          })
+      })
+
+    /** A request whose answer is needed (dial); the command_id in the body makes a repeat harmless. */
+    const requestFor = <A>(operation: string, callId: string, send: (sdk: Telnyx, signal: AbortSignal) => Promise<A>): Effect.Effect<A, CarrierError> =>
+      Option.match(client, {
+        onNone: () =>
+          Effect.fail(new CarrierError({ provider: "telnyx", operation, detail: "not configured: TELNYX_API_KEY is not set", retryable: false })),
+        onSome: (sdk) =>
+          runCarrierRequestFor(instruments, {
+            provider: "telnyx",
+            operation,
+            callId,
+            idempotent: true,
             attempt: Effect.tryPromise({ try: (signal) => send(sdk, signal), catch: classifyTelnyxFailure })
           })
       })
@@ -104,6 +120,6 @@ export class TelnyxRest extends Effect.Service<TelnyxRest>()("callgate/TelnyxRes
         )
       )
 
-    return { client, request, command, texmlUpdate, hangup, transfer } as const
+    return { client, request, requestFor, command, texmlUpdate, hangup, transfer } as const
   })
 }) {}

@@ -10,7 +10,8 @@ import {
   classifyNetworkFailure,
   classifyStatus,
   clip,
-  runCarrierRequest
+  runCarrierRequest,
+  runCarrierRequestFor
 } from "./CarrierRequest.js"
 
 const TWILIO_ORIGIN = "https://api.twilio.com"
@@ -48,6 +49,17 @@ const classifyTwilioFailure = (error: unknown): ClassifiedFailure => {
   return classifyStatus(status, detail)
 }
 
+/** What placing an outbound call through Twilio's Calls API needs. */
+export interface TwilioDial {
+  readonly to: string
+  readonly from: string
+  /** The voice URL Twilio fetches once the call is answered (callgate's voice entry). */
+  readonly url: string
+  /** Where Twilio reports the call's progress (initiated, ringing, answered, completed). */
+  readonly statusCallback: string
+  readonly timeoutSeconds: number
+}
+
 /** A TwiML document that moves the call to `to`, showing `callerId` where given. */
 export const dialTwiml = (to: string, callerId?: string): string => {
   const response = new twilio.twiml.VoiceResponse()
@@ -82,7 +94,7 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
     const notConfigured = (operation: string) =>
       new CarrierError({ provider: "twilio", operation, detail: `not configured: ${client as string}`, retryable: false })
 
-    const updateCall = (operation: string, call: CallRef, params: { status?: "completed"; twiml?: string }, idempotent: boolean) => {
+    const updateCall = (operation: string, call: CallRef, params: { status?: "completed" | "canceled"; twiml?: string }, idempotent: boolean) => {
       if (typeof client === "string") return Effect.fail(notConfigured(operation))
       const account = call.accountSid ?? client.accountSid
       return runCarrierRequest(instruments, {
@@ -120,6 +132,35 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
 
     const applyTwiml = (call: CallRef, twiml: string) => applyDocument("applyTwiml", call, twiml)
 
-    return { hangup, transfer, applyTwiml } as const satisfies CarrierShape
+    /** Calls.create; answers the new CallSid. Not repeated after an ambiguous failure: that could place two calls. */
+    const placeCall = (dial: TwilioDial): Effect.Effect<{ readonly callSid: string; readonly accountSid: string }, CarrierError> => {
+      if (typeof client === "string") return Effect.fail(notConfigured("placeCall"))
+      return runCarrierRequestFor(instruments, {
+        provider: "twilio",
+        operation: "placeCall",
+        callId: "",
+        idempotent: false,
+        attempt: Effect.tryPromise({
+          try: () =>
+            client.sdk.api.v2010.accounts(client.accountSid).calls.create({
+              to: dial.to,
+              from: dial.from,
+              url: dial.url,
+              method: "POST",
+              statusCallback: dial.statusCallback,
+              statusCallbackMethod: "POST",
+              statusCallbackEvent: ["initiated", "ringing", "answered", "completed"],
+              timeout: dial.timeoutSeconds
+            }),
+          catch: classifyTwilioFailure
+        })
+      }).pipe(Effect.map((created) => ({ callSid: created.sid, accountSid: client.accountSid })))
+    }
+
+    /** Cancels a call that is queued or ringing (Twilio: Status=canceled). */
+    const cancel = (call: CallRef) => updateCall("cancel", call, { status: "canceled" }, true)
+
+    const port: CarrierShape = { hangup, transfer, applyTwiml }
+    return { ...port, placeCall, cancel } as const
   })
 }) {}

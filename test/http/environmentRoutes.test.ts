@@ -47,7 +47,8 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackOccurrenceThreshold: 5,
         errorFallbackTimeWindow: 300,
         errorFallbackWebhookSecret: null,
-        agentUrl: null
+        agentUrl: null,
+        maxConcurrentOutboundCalls: 10
       })
       expect(Date.parse(env.createdAt)).toBeGreaterThanOrEqual(before - 1000)
       expect(new Date(env.createdAt).toISOString()).toBe(env.createdAt)

@@ -1,4 +1,4 @@
-import { generateKeyPairSync, type KeyObject, sign } from "node:crypto"
+import { generateKeyPairSync, type KeyObject, randomBytes, sign } from "node:crypto"
 import { type Answer, type Override, type RecordedRequest, type RecordingServer, startRecordingServer } from "./recordingServer.js"
 
 export type { RecordedRequest } from "./recordingServer.js"
@@ -27,6 +27,8 @@ export interface FakeTelnyx {
   /** TELNYX_API_KEY, TELNYX_API_BASE_URL and TELNYX_PUBLIC_KEY for callgate's config. */
   readonly env: Record<string, string>
   readonly requests: ReadonlyArray<RecordedRequest>
+  /** Call Control dial requests (outbound calls placed), in order, each with the call_control_id it was answered with. */
+  readonly dialed: () => ReadonlyArray<RecordedRequest & { readonly callControlId: string }>
   /** Call Control commands, optionally for one call and one action (answer, hangup, transfer, speak, ...). */
   readonly commands: (callControlId?: string, action?: string) => ReadonlyArray<RecordedRequest>
   /** TeXML call updates, optionally for one call. */
@@ -46,6 +48,7 @@ export interface FakeTelnyx {
   readonly close: () => Promise<void>
 }
 
+const DIAL_PATH = /^\/v2\/calls$/
 const COMMAND_PATH = /^\/v2\/calls\/([^/]+)\/actions\/([a-z_]+)$/
 const TEXML_PATH = /^\/v2\/texml\/Accounts\/([^/]+)\/Calls\/([^/]+)$/
 
@@ -68,12 +71,34 @@ export const startFakeTelnyx = async (options: { readonly apiKey?: string } = {}
   const { privateKey, publicKey } = generateKeyPairSync("ed25519")
   const publicKeyBase64 = publicKey.export({ format: "der", type: "spki" }).subarray(-32).toString("base64")
   const ended = new Set<string>()
+  const dialed: Array<RecordedRequest & { readonly callControlId: string }> = []
   const unknown = new Set<string>()
   const decode = (segment: string) => decodeURIComponent(segment)
 
   const respond = (request: RecordedRequest): Answer => {
     if (request.headers.authorization !== `Bearer ${apiKey}`) {
       return telnyxError(401, "10009", "Authentication failed", "The required authentication headers were either invalid or not included in the request.")
+    }
+    if (request.method === "POST" && DIAL_PATH.test(request.path)) {
+      // Call Control dial: a new outbound call on the connection.
+      const body = request.json as { connection_id?: string; to?: string; from?: string } | undefined
+      if (body?.connection_id === undefined || body.to === undefined || body.from === undefined) {
+        return telnyxError(422, "10032", "Missing required parameter", "connection_id, to and from are required.")
+      }
+      const callControlId = `v3:${randomBytes(12).toString("base64url")}`
+      dialed.push({ ...request, callControlId })
+      return {
+        status: 200,
+        body: {
+          data: {
+            call_control_id: callControlId,
+            call_leg_id: crypto.randomUUID(),
+            call_session_id: crypto.randomUUID(),
+            is_alive: false,
+            record_type: "call"
+          }
+        }
+      }
     }
     const command = COMMAND_PATH.exec(request.path)
     const texml = TEXML_PATH.exec(request.path)
@@ -113,6 +138,7 @@ export const startFakeTelnyx = async (options: { readonly apiKey?: string } = {}
         const match = TEXML_PATH.exec(r.path)
         return match !== null && (callSid === undefined || decode(match[2]!) === callSid)
       }),
+    dialed: () => dialed,
     endCall: (callId) => void ended.add(callId),
     forgetCall: (callId) => void unknown.add(callId),
     failNext: (failure, times = 1) => {
@@ -132,6 +158,7 @@ export const startFakeTelnyx = async (options: { readonly apiKey?: string } = {}
     reset: () => {
       server.reset()
       ended.clear()
+      dialed.length = 0
       unknown.clear()
     },
     close: server.close

@@ -1,4 +1,4 @@
-import { createHmac } from "node:crypto"
+import { createHmac, randomBytes } from "node:crypto"
 import { type Answer, type Override, type RecordedRequest, type RecordingServer, startRecordingServer } from "./recordingServer.js"
 
 export type { RecordedRequest } from "./recordingServer.js"
@@ -22,6 +22,8 @@ export interface FakeTwilio {
   /** TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_API_BASE_URL for callgate's config. */
   readonly env: Record<string, string>
   readonly requests: ReadonlyArray<RecordedRequest>
+  /** Calls.create requests (outbound calls placed), in order; each answered with a new CallSid. */
+  readonly createdCalls: () => ReadonlyArray<RecordedRequest & { readonly callSid: string }>
   /** The call update requests, optionally for one call. */
   readonly callUpdates: (callSid?: string) => ReadonlyArray<RecordedRequest>
   /** The call is over: updates answer 400 with error 21220 (Call is not in-progress). */
@@ -38,6 +40,7 @@ export interface FakeTwilio {
 }
 
 const CALL_PATH = /^\/2010-04-01\/Accounts\/([^/]+)\/Calls\/([^/]+)\.json$/
+const CALLS_PATH = /^\/2010-04-01\/Accounts\/([^/]+)\/Calls\.json$/
 
 const twilioError = (status: number, code: number, message: string): Answer => ({
   status,
@@ -57,10 +60,35 @@ export const startFakeTwilio = async (
   const authToken = options.authToken ?? "fake-twilio-auth-token-0001"
   const expectedAuth = `Basic ${Buffer.from(`${accountSid}:${authToken}`).toString("base64")}`
   const ended = new Set<string>()
+  const created: Array<RecordedRequest & { readonly callSid: string }> = []
   const unknown = new Set<string>()
 
   const respond = (request: RecordedRequest): Answer => {
     if (request.headers.authorization !== expectedAuth) return twilioError(401, 20003, "Authenticate")
+    const create = CALLS_PATH.exec(request.path)
+    if (request.method === "POST" && create !== null) {
+      // Calls.create: a new outbound call, queued.
+      const form = request.form ?? {}
+      if (form.To === undefined || form.From === undefined || (form.Url === undefined && form.Twiml === undefined)) {
+        return twilioError(400, 21201, "No 'To', 'From' and 'Url' or 'Twiml' parameter provided")
+      }
+      const sid = `CA${randomBytes(16).toString("hex")}`
+      created.push({ ...request, callSid: sid })
+      return {
+        status: 201,
+        body: {
+          sid,
+          account_sid: create[1],
+          status: "queued",
+          direction: "outbound-api",
+          from: form.From,
+          to: form.To,
+          date_created: new Date().toUTCString(),
+          api_version: "2010-04-01",
+          uri: `/2010-04-01/Accounts/${create[1]}/Calls/${sid}.json`
+        }
+      }
+    }
     const match = CALL_PATH.exec(request.path)
     if (request.method !== "POST" || match === null) return twilioError(404, 20404, `The requested resource ${request.path} was not found`)
     const [, account, callSid] = match as unknown as [string, string, string]
@@ -99,6 +127,7 @@ export const startFakeTwilio = async (
         const match = CALL_PATH.exec(r.path)
         return match !== null && (callSid === undefined || match[2] === callSid)
       }),
+    createdCalls: () => created,
     endCall: (callSid) => void ended.add(callSid),
     forgetCall: (callSid) => void unknown.add(callSid),
     failNext: (failure, times = 1) => {
@@ -113,6 +142,7 @@ export const startFakeTwilio = async (
     reset: () => {
       server.reset()
       ended.clear()
+      created.length = 0
       unknown.clear()
     },
     close: server.close

@@ -7,7 +7,12 @@ import { ResourceId } from "../../environments/EnvironmentSchema.js"
  */
 
 /** Where a call goes: `?agentId=..&environmentId=..` on every entry URL. */
-export const EntryQuery = Schema.Struct({ agentId: ResourceId, environmentId: ResourceId })
+export const EntryQuery = Schema.Struct({
+  agentId: ResourceId,
+  environmentId: ResourceId,
+  /** Set by callgate on the URLs of an outbound call it placed: the session the call opens. */
+  sessionId: Schema.optional(ResourceId)
+})
 export type EntryQuery = typeof EntryQuery.Type
 
 const CarrierText = Schema.String.pipe(Schema.maxLength(256))

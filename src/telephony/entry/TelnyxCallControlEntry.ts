@@ -85,7 +85,8 @@ export const telnyxCallControlEntry = (
       from: payload.from ?? undefined,
       to: payload.to ?? undefined,
       direction,
-      accountSid: payload.connection_id ?? undefined
+      accountSid: payload.connection_id ?? undefined,
+      ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
     const publicUrl = yield* PublicUrl

@@ -33,7 +33,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       })
       return hangupOnly(400)
     }
-    const { agentId, environmentId } = query.right
+    const { agentId, environmentId, sessionId } = query.right
     const call = form.right
     const direction = directionOf(call.Direction)
     const admission = yield* admitCall({
@@ -44,7 +44,8 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       from: call.From,
       to: call.To,
       direction,
-      accountSid: call.AccountSid
+      accountSid: call.AccountSid,
+      ...(sessionId !== undefined ? { sessionId } : {})
     })
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream({ url: publicWsUrl(publicUrl) + EntryPaths.twilioStream }, [

@@ -1,0 +1,282 @@
+import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
+import type { CallKind, CallRef, Provider } from "../core/Carrier.js"
+import { Environments } from "../environments/Environments.js"
+import { SessionEnding } from "../session/CallSession.js"
+import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
+import { type LiveSession, newSessionId, SessionRegistry } from "../session/SessionRegistry.js"
+import type { Session } from "../session/SessionSchema.js"
+import { SessionNotFound, sessionEndedEvent, Sessions } from "../session/Sessions.js"
+import { EntryPaths } from "../telephony/entry/EntryWire.js"
+import { TelnyxCallCommands } from "../telephony/TelnyxCallCommands.js"
+import { TelnyxRest } from "../telephony/TelnyxRest.js"
+import { TwilioCarrier } from "../telephony/TwilioCarrier.js"
+import { Outbox } from "../webhooks/Outbox.js"
+import {
+  DEFAULT_RING_TIMEOUT_SECONDS,
+  OutboundNotConfigured,
+  OutboundPlacementFailed,
+  type PlaceCallBody,
+  telnyxUnanswered,
+  TooManyOutboundCalls,
+  twilioUnanswered,
+  type UnansweredReason
+} from "./OutboundCallWire.js"
+
+/** Store writes and the outbox are retried briefly: a blip must not lose a call's end. */
+const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
+
+/** Where an outbound call callgate placed is, until its session is over. */
+interface Placed {
+  readonly sessionId: string
+  readonly agentId: string
+  readonly environmentId: string
+  readonly kind: CallKind
+  call: CallRef | undefined
+  phase: "placing" | "queued" | "ringing" | "answered" | "live" | "ended"
+}
+
+/** Twilio's "the call is going": progress that is not an ending. */
+const TWILIO_PROGRESS = new Set(["queued", "initiated", "in-progress", "answered"])
+
+/**
+ * Outbound calls (docs/calls.md, "Placing outbound calls"): placed from this instance through the
+ * carrier's REST API, with the session recorded at once (`queued`). The carrier's answer reaches
+ * callgate's entry endpoints with the session id in their query; the stream then opens exactly
+ * that session (SessionRegistry.expectOutbound) and the call goes on like any other. A call that
+ * ends unanswered (busy, no answer, failed, canceled) ends its session `failed` with that reason:
+ * one session.ended, no fallback (there is no caller to rescue). At most
+ * `maxConcurrentOutboundCalls` per environment are placed or live at once on this instance.
+ */
+export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/OutboundCalls", {
+  scoped: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const environments = yield* Environments
+    const sessions = yield* Sessions
+    const registry = yield* SessionRegistry
+    const outbox = yield* Outbox
+    const twilio = yield* TwilioCarrier
+    const telnyxCommands = yield* TelnyxCallCommands
+    const telnyxRest = yield* TelnyxRest
+    const callEvents = yield* CarrierCallEvents
+    const runFork = yield* FiberSet.makeRuntime<never>()
+
+    const placed = new Map<string, Placed>()
+    const byCallId = new Map<string, string>()
+    const inUse = new Map<string, number>()
+    const slotKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
+
+    /** The call is over for this service: its slot is free and it is forgotten. */
+    const release = (call: Placed) => {
+      if (!placed.delete(call.sessionId)) return
+      if (call.call !== undefined) byCallId.delete(call.call.callId)
+      const key = slotKey(call.agentId, call.environmentId)
+      const count = (inUse.get(key) ?? 1) - 1
+      if (count <= 0) inUse.delete(key)
+      else inUse.set(key, count)
+    }
+
+    const missingFor = (provider: Provider): string | undefined => {
+      if (provider === "twilio") {
+        return Option.isNone(config.twilioAccountSid) || Option.isNone(config.twilioAuthToken) ? "TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN" : undefined
+      }
+      if (Option.isNone(config.telnyxApiKey)) return "TELNYX_API_KEY"
+      return Option.isNone(config.telnyxConnectionId) ? "TELNYX_CONNECTION_ID" : undefined
+    }
+
+    /** Closes the record of a call that ended unanswered and queues its session.ended. */
+    const closeUnanswered = (call: Placed, reason: UnansweredReason) =>
+      Effect.gen(function* () {
+        const stored = yield* sessions
+          .finish(call.agentId, call.sessionId, { status: "failed", endReason: reason, endedAt: new Date() })
+          .pipe(
+            Effect.retry(storeRetry),
+            Effect.tapError((error) => Effect.logError("could not record the outbound call's end", { error: error.message })),
+            Effect.orElseSucceed(() => Option.none<Session>())
+          )
+        if (Option.isSome(stored)) {
+          yield* outbox.enqueue(sessionEndedEvent(stored.value)).pipe(
+            Effect.retry(storeRetry),
+            Effect.tapError((error) => Effect.logError("could not queue session.ended", { error: error.message })),
+            Effect.ignore
+          )
+        }
+        yield* Effect.logInfo("outbound call ended unanswered", { sessionId: call.sessionId, endReason: reason })
+        return stored
+      })
+
+    /**
+     * Ends a call that was not answered, once: false when it is live already (the stream opened
+     * it) or over. Synchronous up to the decision, so a status callback and a stream cannot both win.
+     */
+    const endUnanswered = (call: Placed, reason: UnansweredReason) =>
+      Effect.suspend(() => {
+        if (call.phase === "live" || call.phase === "ended") return Effect.succeed(Option.none<Session>())
+        if (!registry.withdrawOutbound(call.sessionId)) return Effect.succeed(Option.none<Session>())
+        call.phase = "ended"
+        release(call)
+        return closeUnanswered(call, reason)
+      })
+
+    /** The stream of the answered call opened its session: the slot is held until it ends. */
+    const opened = (call: Placed) => (live: LiveSession) => {
+      call.phase = "live"
+      runFork(live.settled.pipe(Effect.ensuring(Effect.sync(() => release(call)))))
+    }
+
+    const entryQuery = (agentId: string, environmentId: string, sessionId: string) =>
+      new URLSearchParams({ agentId, environmentId, sessionId }).toString()
+
+    const place = Effect.fn("OutboundCalls.place")(function* (agentId: string, environmentId: string, body: PlaceCallBody) {
+      const env = yield* environments.get(agentId, environmentId)
+      const provider = body.provider ?? config.outboundDefaultProvider
+      const missing = missingFor(provider)
+      if (missing !== undefined) return yield* Effect.fail(new OutboundNotConfigured({ provider, missing }))
+
+      // The slot is taken before anything is awaited, so concurrent requests cannot both pass.
+      const limit = env.maxConcurrentOutboundCalls
+      const key = slotKey(agentId, environmentId)
+      if ((inUse.get(key) ?? 0) >= limit) return yield* Effect.fail(new TooManyOutboundCalls({ environmentId, limit }))
+      inUse.set(key, (inUse.get(key) ?? 0) + 1)
+
+      const sessionId = newSessionId()
+      const kind: CallKind = provider === "twilio" ? "twilio" : "telnyx-call-control"
+      const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing" }
+      placed.set(sessionId, call)
+      const createdAt = new Date()
+      const metadata = body.metadata !== undefined ? { ...body.metadata } : undefined
+      registry.expectOutbound(sessionId, { agentId, environmentId, createdAt, metadata, opened: opened(call) })
+
+      const record: Session = {
+        id: sessionId,
+        agentId,
+        environmentId,
+        provider,
+        callId: "",
+        from: body.from,
+        to: body.to,
+        direction: "outbound",
+        createdAt: createdAt.toISOString(),
+        endedAt: null,
+        status: "queued",
+        endReason: null,
+        turns: [],
+        fallback: null,
+        ...(metadata !== undefined ? { metadata } : {})
+      }
+      const recorded = yield* Effect.either(sessions.record(record).pipe(Effect.retry(storeRetry)))
+      if (recorded._tag === "Left") {
+        registry.withdrawOutbound(sessionId)
+        release(call)
+        return yield* Effect.fail(recorded.left)
+      }
+
+      const query = entryQuery(agentId, environmentId, sessionId)
+      const timeoutSeconds = body.timeoutSeconds ?? DEFAULT_RING_TIMEOUT_SECONDS
+      const dialed = yield* Effect.either(
+        provider === "twilio"
+          ? twilio
+              .placeCall({
+                to: body.to,
+                from: body.from,
+                url: `${config.publicUrl}${EntryPaths.twilioVoice}?${query}`,
+                statusCallback: `${config.publicUrl}${TWILIO_STATUS_PATH}?${query}`,
+                timeoutSeconds
+              })
+              .pipe(Effect.map((created): CallRef => ({ kind, callId: created.callSid, accountSid: created.accountSid })))
+          : telnyxCommands
+              .dial({
+                connectionId: Option.getOrThrow(config.telnyxConnectionId),
+                to: body.to,
+                from: body.from,
+                webhookUrl: `${config.publicUrl}${EntryPaths.telnyxCallControl}?${query}`,
+                timeoutSecs: timeoutSeconds
+              })
+              .pipe(Effect.map((callControlId): CallRef => ({ kind, callId: callControlId })))
+      )
+      if (dialed._tag === "Left") {
+        yield* endUnanswered(call, "carrier_failed")
+        return yield* Effect.fail(new OutboundPlacementFailed({ sessionId, detail: dialed.left.message }))
+      }
+      call.call = dialed.right
+      byCallId.set(dialed.right.callId, sessionId)
+      const expectation = registry.outboundExpectation(sessionId)
+      if (Option.isSome(expectation)) expectation.value.callId = dialed.right.callId
+      if (call.phase === "placing") call.phase = "queued"
+      const updated = yield* sessions
+        .update(agentId, sessionId, (current) => ({ ...current, callId: dialed.right.callId }))
+        .pipe(Effect.retry(storeRetry), Effect.orElseSucceed(() => Option.none<Session>()))
+      yield* Effect.logInfo("outbound call placed", { sessionId, provider, callId: dialed.right.callId })
+      return Option.getOrElse(updated, () => ({ ...record, callId: dialed.right.callId }))
+    })
+
+    /** A Twilio status callback for a call placed here (signature checked by the caller). */
+    const twilioStatus = Effect.fn("OutboundCalls.twilioStatus")(function* (sessionId: string, callSid: string, status: string) {
+      const call = placed.get(sessionId)
+      if (call === undefined || call.call?.callId !== callSid) return
+      if (status === "ringing") {
+        if (call.phase !== "queued" && call.phase !== "placing") return
+        call.phase = "ringing"
+        yield* sessions
+          .update(call.agentId, sessionId, (current) => (current.status === "queued" ? { ...current, status: "ringing" } : current))
+          .pipe(Effect.retry(storeRetry), Effect.ignore)
+        return
+      }
+      if (TWILIO_PROGRESS.has(status)) {
+        if (status === "in-progress" || status === "answered") call.phase = call.phase === "live" ? "live" : "answered"
+        return
+      }
+      const reason = twilioUnanswered(status)
+      if (reason !== undefined) yield* endUnanswered(call, reason)
+    })
+
+    /**
+     * Cancels a call not answered yet (Twilio Status=canceled, Telnyx hangup) or hangs up a live
+     * one; a call already over is answered as it stands.
+     */
+    const cancel = Effect.fn("OutboundCalls.cancel")(function* (agentId: string, environmentId: string, sessionId: string) {
+      const call = placed.get(sessionId)
+      if (call !== undefined && call.agentId === agentId && call.environmentId === environmentId && call.phase !== "live" && call.phase !== "ended") {
+        if (registry.withdrawOutbound(sessionId)) {
+          call.phase = "ended"
+          release(call)
+          if (call.call !== undefined) {
+            const ref = call.call
+            const stopped = yield* Effect.either(ref.kind === "twilio" ? twilio.cancel(ref) : telnyxRest.hangup(ref.callId))
+            if (stopped._tag === "Left") yield* Effect.logWarning("canceling the outbound call failed", { sessionId, error: stopped.left.message })
+          }
+          const stored = yield* closeUnanswered(call, "canceled")
+          if (Option.isSome(stored)) return stored.value
+        }
+      }
+      const live = registry.live(sessionId)
+      if (Option.isSome(live) && live.value.info.agentId === agentId && live.value.info.environmentId === environmentId) {
+        live.value.end(SessionEnding.Completed({ reason: "api_hangup" }))
+        const record = yield* live.value.settled
+        if (Option.isSome(record)) return record.value
+      }
+      const stored = yield* sessions.get(agentId, sessionId)
+      if (stored.environmentId !== environmentId) return yield* Effect.fail(new SessionNotFound({ agentId, sessionId }))
+      return stored
+    })
+
+    // Telnyx reports an unanswered call's end as call.hangup (the Call Control entry publishes it).
+    const hangups = yield* callEvents.subscribe
+    yield* Queue.take(hangups).pipe(
+      Effect.flatMap((event) => {
+        const sessionId = byCallId.get(event.callId)
+        const call = sessionId !== undefined ? placed.get(sessionId) : undefined
+        if (call === undefined || call.kind === "twilio") return Effect.void
+        return endUnanswered(call, telnyxUnanswered(event.cause))
+      }),
+      Effect.catchAllCause((cause) => Effect.logError("handling a Telnyx hangup of an outbound call failed", cause)),
+      Effect.forever,
+      Effect.forkScoped
+    )
+
+    return { place, twilioStatus, cancel } as const
+  })
+}) {}
+
+/** Where Twilio reports the progress of calls callgate placed. */
+export const TWILIO_STATUS_PATH = "/telephony/twilio/status"

@@ -1,0 +1,83 @@
+import { Effect, Either, Runtime, Schema } from "effect"
+import type { FastifyInstance } from "fastify"
+import { OutboundCalls, TWILIO_STATUS_PATH } from "../../calls/OutboundCalls.js"
+import { CallParams, PlaceCallBody } from "../../calls/OutboundCallWire.js"
+import { AppConfig } from "../../config/AppConfig.js"
+import { EnvironmentParams, ResourceId } from "../../environments/EnvironmentSchema.js"
+import { Session } from "../../session/SessionSchema.js"
+import { verifyTwilioWebhook } from "../../telephony/CarrierSignatures.js"
+import { formParams } from "../../telephony/entry/CallAdmission.js"
+import { ApiError } from "../ApiError.js"
+import { apiRoute, registerDomainError } from "../ApiRoute.js"
+
+registerDomainError("TooManyOutboundCalls", (e) =>
+  ApiError.of(
+    "RATE_LIMITED",
+    `Environment ${e.environmentId} already has ${e.limit} outbound calls placed or live (maxConcurrentOutboundCalls); retry when one ends.`
+  )
+)
+registerDomainError("OutboundNotConfigured", (e) =>
+  ApiError.of("VALIDATION_FAILED", `provider ${e.provider} cannot place calls: ${e.missing} not set`, [
+    { field: "provider", message: `cannot place calls: ${e.missing} not set` }
+  ])
+)
+registerDomainError("OutboundPlacementFailed", (e) =>
+  ApiError.of("CARRIER_ERROR", `The carrier refused the call (session ${e.sessionId} ended failed, carrier_failed): ${e.detail}`)
+)
+
+const base = "/v1/agents/:agentId/environments/:environmentId/calls"
+
+export const callRoutes = [
+  apiRoute({
+    method: "POST",
+    path: base,
+    summary: "Place an outbound call: the agent gets it once answered (201 with the session, queued)",
+    tag: "calls",
+    auth: "agent",
+    params: EnvironmentParams,
+    body: PlaceCallBody,
+    response: Session,
+    successStatus: 201,
+    handler: ({ params, body }) => Effect.flatMap(OutboundCalls, (calls) => calls.place(params.agentId, params.environmentId, body))
+  }),
+  apiRoute({
+    method: "DELETE",
+    path: `${base}/:sessionId`,
+    summary: "Cancel an outbound call not answered yet, or hang up a live call; answers the session",
+    tag: "calls",
+    auth: "agent",
+    params: CallParams,
+    response: Session,
+    handler: ({ params }) =>
+      Effect.flatMap(OutboundCalls, (calls) => calls.cancel(params.agentId, params.environmentId, params.sessionId))
+  })
+]
+
+const StatusQuery = Schema.Struct({ sessionId: ResourceId }, { key: Schema.String, value: Schema.Unknown })
+const StatusForm = Schema.Struct({ CallSid: Schema.String, CallStatus: Schema.String }, { key: Schema.String, value: Schema.Unknown })
+
+/**
+ * `POST /telephony/twilio/status?sessionId=..`: Twilio's status callbacks for the calls callgate
+ * placed (X-Twilio-Signature checked when TWILIO_AUTH_TOKEN is set). Answers 204; 401 for a bad
+ * signature, 400 for a request that is not a status callback.
+ */
+export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<OutboundCalls | AppConfig>) => {
+  const run = Runtime.runPromise(runtime)
+  const config = Runtime.runSync(runtime)(AppConfig)
+  app.post(TWILIO_STATUS_PATH, async (request, reply) => {
+    const params = formParams(request.body)
+    if (!verifyTwilioWebhook(config, request.url, request.headers, params)) {
+      await run(Effect.logWarning("twilio status callback refused: bad X-Twilio-Signature"))
+      return reply.code(401).send()
+    }
+    const query = Schema.decodeUnknownEither(StatusQuery)(request.query)
+    const form = Schema.decodeUnknownEither(StatusForm)(params)
+    if (Either.isLeft(query) || Either.isLeft(form)) return reply.code(400).send()
+    await run(
+      Effect.flatMap(OutboundCalls, (calls) => calls.twilioStatus(query.right.sessionId, form.right.CallSid, form.right.CallStatus)).pipe(
+        Effect.catchAllCause((cause) => Effect.logError("twilio status callback failed", cause))
+      )
+    )
+    return reply.code(204).send()
+  })
+}

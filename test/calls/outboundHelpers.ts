@@ -1,0 +1,24 @@
+import { type Gateway, dialInAgent, until } from "../session/callHarness.js"
+import { uniqueId } from "../support/testApp.js"
+import { FALLBACK_NUMBER } from "../fallback/liveCalls.js"
+
+export { FALLBACK_NUMBER, fallbackGatewayEnv } from "../fallback/liveCalls.js"
+
+export interface TestEnvironment {
+  readonly agentId: string
+  readonly environmentId: string
+}
+
+/** An environment with a phone fallback, so a fallback that ran would show as a transfer to FALLBACK_NUMBER. */
+export const createEnvironment = async (gateway: Gateway): Promise<TestEnvironment> => {
+  const agentId = uniqueId("agent")
+  const { id } = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER })
+  return { agentId, environmentId: id }
+}
+
+/** One idle dial-in agent of the environment. */
+export const dialInAgentFor = async (gateway: Gateway, env: TestEnvironment) => {
+  const agent = await dialInAgent(gateway, env.agentId, env.environmentId)
+  await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the agent to be idle")
+  return agent
+}
