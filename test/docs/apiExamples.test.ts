@@ -1,10 +1,11 @@
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { defaults } from "../../config/defaults.js"
 import { apiRoutes } from "../../src/http/HttpApp.js"
+import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
 import { type GatewayProcess, repoRoot, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 
 const doc = readFileSync(join(repoRoot, "docs/api.md"), "utf8")
@@ -18,6 +19,21 @@ const configVariables = () => {
   const read = [...source.matchAll(/\(\s*\[?"([A-Z][A-Z0-9_]+)"/g)].map((match) => match[1]!)
   return [...new Set([...Object.keys(defaults), ...read])]
 }
+
+/** Runs a bash script to its end (at most 120 s), keeping its output. */
+const runBash = (script: string, cwd: string) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn("bash", ["-c", script], { cwd, env: { PATH: process.env.PATH ?? "", HOME: cwd }, stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+    const timer = setTimeout(() => child.kill("SIGKILL"), 120_000)
+    child.once("close", (status) => {
+      clearTimeout(timer)
+      resolve({ status, stdout, stderr })
+    })
+  })
 
 describe("docs/api.md", () => {
   it("has a configuration row, with its default, for every variable in config/defaults.ts and AppConfig", () => {
@@ -34,6 +50,7 @@ describe("docs/api.md", () => {
     for (const route of apiRoutes) {
       const path = route.path
         .replace(/:agentId/g, "$AGENT")
+        .replace(/\/calls\/:sessionId/g, "/calls/$CALL_ID")
         .replace(/:environmentId/g, "\u0000")
         .replace(/:keyId/g, "$KEY_ID")
         .replace(/:sessionId/g, "ses_not_a_real_one")
@@ -48,18 +65,22 @@ describe("docs/api.md", () => {
 
   describe("its sh examples, run in order against a gateway started as the doc says", () => {
     let gateway: GatewayProcess
+    let twilio: FakeTwilio
     let workDir: string
     beforeAll(async () => {
-      gateway = await spawnGateway({ ADMIN_API_KEY: "dev-admin-key-change-me" })
+      // The outbound call examples place their call at a Twilio-compatible server on loopback.
+      twilio = await startFakeTwilio()
+      gateway = await spawnGateway({ ADMIN_API_KEY: "dev-admin-key-change-me", ...twilio.env })
       await waitForHealthy(gateway)
       workDir = mkdtempSync(join(tmpdir(), "callgate-docs-"))
     }, 60_000)
     afterAll(async () => {
       await gateway?.stop()
+      await twilio?.close()
       if (workDir) rmSync(workDir, { recursive: true, force: true })
     })
 
-    it("every block succeeds", () => {
+    it("every block succeeds", async () => {
       expect(shellBlocks.length).toBeGreaterThanOrEqual(10)
       // One bash session, so later blocks see the variables earlier ones set. After each block a
       // marker line (on a line of its own: curl prints JSON without a final newline) says it got
@@ -68,12 +89,8 @@ describe("docs/api.md", () => {
         "set -euo pipefail",
         ...shellBlocks.flatMap((block, index) => [block.replaceAll("http://localhost:8080", gateway.baseUrl), `printf '\n::block-ok ${index}\n'`])
       ].join("\n")
-      const run = spawnSync("bash", ["-c", script], {
-        cwd: workDir,
-        env: { PATH: process.env.PATH ?? "", HOME: workDir },
-        encoding: "utf8",
-        timeout: 120_000
-      })
+      // Asynchronously: the fake Twilio server the outbound call examples reach runs in this process.
+      const run = await runBash(script, workDir)
       const passed = [...run.stdout.matchAll(/^::block-ok (\d+)$/gm)].map((match) => Number(match[1]))
       const failed = shellBlocks.findIndex((_, index) => !passed.includes(index))
       const context = `block ${failed} failed:\n${shellBlocks[failed] ?? ""}\n--- stdout\n${run.stdout}\n--- stderr\n${run.stderr}`
@@ -89,6 +106,10 @@ describe("docs/api.md", () => {
       expect(run.stdout).toContain('"code":"VALIDATION_FAILED"')
       expect(run.stdout).toContain('"code":"FORBIDDEN"')
       expect(run.stdout).toContain('"code":"UNAUTHORIZED"')
+      expect(run.stdout).toMatch(/^queued$/m)
+      expect(run.stdout).toMatch(/^canceled$/m)
+      expect(twilio.createdCalls().map((call) => call.form?.To)).toEqual(["+14155550142"])
+      expect(twilio.callUpdates().map((update) => update.form)).toEqual([{ Status: "canceled" }])
     })
   })
 })

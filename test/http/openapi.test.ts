@@ -77,6 +77,20 @@ describe.each<StoreKind>(["memory", "redis"])("GET /v1/openapi.json (%s store)",
     expect(document.components.securitySchemes.bearer).toEqual({ type: "http", scheme: "bearer" })
   })
 
+  it("documents the outbound call routes: place (201, PlaceCall body, Session) and cancel or hang up", () => {
+    const calls = "/v1/agents/{agentId}/environments/{environmentId}/calls"
+    const place = document.paths[calls]?.post
+    expect(place.tags).toEqual(["calls"])
+    expect(place.requestBody.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/PlaceCall" })
+    expect(place.responses["201"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/Session" })
+    const placeCall = document.components.schemas.PlaceCall
+    expect(placeCall.required.sort()).toEqual(["from", "to"])
+    expect(Object.keys(placeCall.properties).sort()).toEqual(["from", "metadata", "provider", "timeoutSeconds", "to"])
+    const cancel = document.paths[`${calls}/{sessionId}`]?.delete
+    expect(cancel.parameters.map((p: { name: string }) => p.name).sort()).toEqual(["agentId", "environmentId", "sessionId"])
+    expect(document.components.schemas.Environment.properties.maxConcurrentOutboundCalls).toMatchObject({ type: "number" })
+  })
+
   it("carries the schemas, with the same rules the validation enforces", () => {
     const schemas = document.components.schemas
     for (const name of ["Environment", "CreateEnvironment", "UpdateEnvironment", "CloneEnvironment", "CreateApiKey", "ApiKey", "Error"]) {
