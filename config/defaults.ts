@@ -14,6 +14,11 @@ export const defaults = {
   TELNYX_API_BASE_URL: "https://api.telnyx.com/v2",
   /** The carrier of an outbound call whose request names none: twilio or telnyx. */
   OUTBOUND_DEFAULT_PROVIDER: "twilio",
+  /**
+   * How long past its ring timeout an outbound call may go without its carrier reporting an
+   * ending or its stream opening; then callgate gives up on it (the carrier's reports were lost).
+   */
+  OUTBOUND_ANSWER_GRACE: "60s",
   /** How long one carrier REST request (hang up, transfer, apply TwiML) may take before it counts as failed. */
   CARRIER_REQUEST_TIMEOUT: "5s",
   /** Delays between event webhook attempts, each jittered by +-20%. */

@@ -118,6 +118,28 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
         return closeUnanswered(call, reason)
       })
 
+    /** Stops the call at the carrier (best effort) before callgate forgets it. */
+    const stopAtCarrier = (call: Placed) =>
+      call.call === undefined
+        ? Effect.void
+        : Effect.either(call.call.kind === "twilio" ? twilio.cancel(call.call) : telnyxRest.hangup(call.call.callId)).pipe(
+            Effect.flatMap((stopped) =>
+              stopped._tag === "Left" ? Effect.logWarning("stopping the outbound call at the carrier failed", { sessionId: call.sessionId, error: stopped.left.message }) : Effect.void
+            )
+          )
+
+    /** Neither an ending nor the stream came in time (OUTBOUND_ANSWER_GRACE past the ring timeout). */
+    const giveUp = (call: Placed) =>
+      Effect.gen(function* () {
+        const reason: UnansweredReason = call.phase === "answered" ? "carrier_failed" : "no_answer"
+        if (!registry.withdrawOutbound(call.sessionId)) return
+        call.phase = "ended"
+        release(call)
+        yield* Effect.logWarning("outbound call: no ending reported by the carrier in time; giving up", { sessionId: call.sessionId, endReason: reason })
+        yield* stopAtCarrier(call)
+        yield* closeUnanswered(call, reason)
+      })
+
     /** The stream of the answered call opened its session: the slot is held until it ends. */
     const opened = (call: Placed) => (live: LiveSession) => {
       call.phase = "live"
@@ -207,6 +229,12 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
         .update(agentId, sessionId, (current) => ({ ...current, callId: dialed.right.callId }))
         .pipe(Effect.retry(storeRetry), Effect.orElseSucceed(() => Option.none<Session>()))
       yield* Effect.logInfo("outbound call placed", { sessionId, provider, callId: dialed.right.callId })
+      // Should the carrier's reports be lost, the call must not hold its slot (and its session stay open) for ever.
+      runFork(
+        Effect.sleep(Duration.sum(Duration.seconds(timeoutSeconds), config.outboundAnswerGrace)).pipe(
+          Effect.zipRight(Effect.suspend(() => (call.phase === "live" || call.phase === "ended" ? Effect.void : giveUp(call))))
+        )
+      )
       return Option.getOrElse(updated, () => ({ ...record, callId: dialed.right.callId }))
     })
 
@@ -240,11 +268,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
         if (registry.withdrawOutbound(sessionId)) {
           call.phase = "ended"
           release(call)
-          if (call.call !== undefined) {
-            const ref = call.call
-            const stopped = yield* Effect.either(ref.kind === "twilio" ? twilio.cancel(ref) : telnyxRest.hangup(ref.callId))
-            if (stopped._tag === "Left") yield* Effect.logWarning("canceling the outbound call failed", { sessionId, error: stopped.left.message })
-          }
+          yield* stopAtCarrier(call)
           const stored = yield* closeUnanswered(call, "canceled")
           if (Option.isSome(stored)) return stored.value
         }

@@ -114,6 +114,7 @@ const settings = Config.all({
   telnyxPublicKey: Config.option(Config.string("TELNYX_PUBLIC_KEY")),
   /** The Telnyx Call Control application (connection id) outbound Telnyx calls are placed on. */
   telnyxConnectionId: Config.option(Config.string("TELNYX_CONNECTION_ID")),
+  outboundAnswerGrace: duration("OUTBOUND_ANSWER_GRACE"),
   outboundDefaultProvider: Config.literal("twilio", "telnyx")("OUTBOUND_DEFAULT_PROVIDER").pipe(
     Config.withDefault(defaults.OUTBOUND_DEFAULT_PROVIDER as "twilio" | "telnyx")
   ),

@@ -7,13 +7,22 @@ export { FALLBACK_NUMBER, fallbackGatewayEnv } from "../fallback/liveCalls.js"
 export interface TestEnvironment {
   readonly agentId: string
   readonly environmentId: string
+  /** The event webhook's secret, when a webhookUrl was given. */
+  readonly webhookSecret?: string | undefined
 }
 
-/** An environment with a phone fallback, so a fallback that ran would show as a transfer to FALLBACK_NUMBER. */
-export const createEnvironment = async (gateway: Gateway): Promise<TestEnvironment> => {
+/**
+ * An environment with a phone fallback, so a fallback that ran would show as a transfer to
+ * FALLBACK_NUMBER; with `webhookUrl`, session.ended is delivered there, signed.
+ */
+export const createEnvironment = async (gateway: Gateway, webhookUrl?: string): Promise<TestEnvironment> => {
   const agentId = uniqueId("agent")
-  const { id } = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER })
-  return { agentId, environmentId: id }
+  const view = (await gateway.createEnvironment(agentId, {
+    errorFallbackType: "phone",
+    errorFallbackValue: FALLBACK_NUMBER,
+    ...(webhookUrl !== undefined ? { webhookUrl } : {})
+  })) as { id: string; webhookSecret?: string }
+  return { agentId, environmentId: view.id, webhookSecret: view.webhookSecret }
 }
 
 /** One idle dial-in agent of the environment. */
