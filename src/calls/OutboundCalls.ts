@@ -284,6 +284,21 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       return stored
     })
 
+    // At shutdown, calls still ringing are canceled: their answer would find no instance to serve it.
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach(
+        [...placed.values()].filter((call) => call.phase !== "live" && call.phase !== "ended"),
+        (call) =>
+          Effect.suspend(() => {
+            if (!registry.withdrawOutbound(call.sessionId)) return Effect.void
+            call.phase = "ended"
+            release(call)
+            return stopAtCarrier(call).pipe(Effect.zipRight(closeUnanswered(call, "canceled")))
+          }),
+        { concurrency: 8, discard: true }
+      ).pipe(Effect.timeout(Duration.seconds(15)), Effect.ignore)
+    )
+
     // Telnyx reports an unanswered call's end as call.hangup (the Call Control entry publishes it).
     const hangups = yield* callEvents.subscribe
     yield* Queue.take(hangups).pipe(

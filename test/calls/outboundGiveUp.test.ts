@@ -71,3 +71,19 @@ describe("outbound calls whose carrier goes quiet", () => {
     expect(ended).toMatchObject({ status: "failed", endReason: "carrier_failed" })
   }, 90_000)
 })
+
+describe("outbound calls at shutdown", () => {
+  it("calls still ringing are canceled at the carrier and their sessions end canceled", async () => {
+    const own = await startGateway({})
+    const env = await createEnvironment(own)
+    const res = await fetch(`${own.httpBase}/v1/agents/${env.agentId}/environments/${env.environmentId}/calls`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({ to: "+14155550142", from: "+14155550199" })
+    })
+    const placed = ((await res.json()) as any).data
+    await own.close()
+    expect(own.twilio.callUpdates(placed.callId).map((r) => r.form)).toEqual([{ Status: "canceled" }])
+    expect(own.outbox.events.filter((e) => e.sessionId === placed.id)).toMatchObject([{ status: "failed", endReason: "canceled" }])
+  })
+})
