@@ -113,7 +113,8 @@ export interface FallbackRecord {
   readonly detail: string | null
 }
 
-export type SessionStatus = "active" | "completed" | "failed" | "timeout"
+/** queued and ringing: an outbound call placed and not answered yet (docs/calls.md, "Placing outbound calls"). */
+export type SessionStatus = "queued" | "ringing" | "active" | "completed" | "failed" | "timeout"
 
 export interface Session {
   readonly id: string
