@@ -106,8 +106,9 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       })
 
     /**
-     * Ends a call that was not answered, once: false when it is live already (the stream opened
-     * it) or over. Synchronous up to the decision, so a status callback and a stream cannot both win.
+     * Ends a call that was not answered, once; does nothing (none) when it is live already (the
+     * stream opened it) or over. Synchronous up to the decision, so a status callback and a stream
+     * cannot both win.
      */
     const endUnanswered = (call: Placed, reason: UnansweredReason) =>
       Effect.suspend(() => {

@@ -254,6 +254,18 @@ describe.each<StoreKind>(["memory", "redis"])("outbound calls, %s store", (store
       expect(endedEventsOf(placed.id)).toHaveLength(1)
     })
 
+    it("Twilio refuses the call: 502 CARRIER_ERROR naming the session, which ends failed (carrier_failed) with one session.ended", async () => {
+      const env = await createEnvironment(gateway)
+      gateway.twilio.failNext({ status: 400, code: 21211, message: "Invalid 'To' Phone Number" })
+      const refused = await request("POST", callsPath(env), { to: CUSTOMER, from: OUR_NUMBER })
+      expect(refused.status).toBe(502)
+      expect(refused.body.error).toMatchObject({ code: "CARRIER_ERROR", message: expect.stringContaining("21211") })
+      const sessionId = /session (ses_[A-Za-z0-9_-]+)/.exec(refused.body.error.message)![1]!
+      expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "failed", endReason: "carrier_failed", direction: "outbound" })
+      expect(await sessionOf(env, sessionId)).toMatchObject({ status: "failed", endReason: "carrier_failed", callId: "" })
+      expect(endedEventsOf(sessionId)).toHaveLength(1)
+    })
+
     it("a status callback with a bad signature is refused (401) and changes nothing", async () => {
       const env = await createEnvironment(gateway)
       const placed = await place(env)

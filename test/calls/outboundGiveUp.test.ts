@@ -72,6 +72,23 @@ describe("outbound calls whose carrier goes quiet", () => {
   }, 90_000)
 })
 
+describe("a carrier that cannot place calls", () => {
+  it("Telnyx without TELNYX_CONNECTION_ID: 400 naming provider, nothing placed", async () => {
+    const env = await createEnvironment(gateway)
+    const res = await fetch(`${gateway.httpBase}/v1/agents/${env.agentId}/environments/${env.environmentId}/calls`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({ to: "+14155550142", from: "+14155550199", provider: "telnyx" })
+    })
+    expect(res.status).toBe(400)
+    expect(((await res.json()) as any).error).toMatchObject({
+      code: "VALIDATION_FAILED",
+      details: [{ field: "provider", message: "cannot place calls: TELNYX_CONNECTION_ID not set" }]
+    })
+    expect(gateway.telnyx.requests).toEqual([])
+  })
+})
+
 describe("outbound calls at shutdown", () => {
   it("calls still ringing are canceled at the carrier and their sessions end canceled", async () => {
     const own = await startGateway({})
