@@ -1,5 +1,6 @@
 import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
+import { PublicUrl } from "../config/PublicUrl.js"
 import type { CallKind, CallRef, Provider } from "../core/Carrier.js"
 import { Environments } from "../environments/Environments.js"
 import { SessionEnding } from "../session/CallSession.js"
@@ -51,6 +52,7 @@ const TWILIO_PROGRESS = new Set(["queued", "initiated", "in-progress", "answered
 export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/OutboundCalls", {
   scoped: Effect.gen(function* () {
     const config = yield* AppConfig
+    const publicUrl = yield* PublicUrl
     const environments = yield* Environments
     const sessions = yield* Sessions
     const registry = yield* SessionRegistry
@@ -195,6 +197,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       }
 
       const query = entryQuery(agentId, environmentId, sessionId)
+      const base = publicUrl.current()
       const timeoutSeconds = body.timeoutSeconds ?? DEFAULT_RING_TIMEOUT_SECONDS
       const dialed = yield* Effect.either(
         provider === "twilio"
@@ -202,8 +205,8 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
               .placeCall({
                 to: body.to,
                 from: body.from,
-                url: `${config.publicUrl}${EntryPaths.twilioVoice}?${query}`,
-                statusCallback: `${config.publicUrl}${TWILIO_STATUS_PATH}?${query}`,
+                url: `${base}${EntryPaths.twilioVoice}?${query}`,
+                statusCallback: `${base}${TWILIO_STATUS_PATH}?${query}`,
                 timeoutSeconds
               })
               .pipe(Effect.map((created): CallRef => ({ kind, callId: created.callSid, accountSid: created.accountSid })))
@@ -212,7 +215,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
                 connectionId: Option.getOrThrow(config.telnyxConnectionId),
                 to: body.to,
                 from: body.from,
-                webhookUrl: `${config.publicUrl}${EntryPaths.telnyxCallControl}?${query}`,
+                webhookUrl: `${base}${EntryPaths.telnyxCallControl}?${query}`,
                 timeoutSecs: timeoutSeconds
               })
               .pipe(Effect.map((callControlId): CallRef => ({ kind, callId: callControlId })))

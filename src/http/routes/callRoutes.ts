@@ -3,6 +3,7 @@ import type { FastifyInstance } from "fastify"
 import { OutboundCalls, TWILIO_STATUS_PATH } from "../../calls/OutboundCalls.js"
 import { CallParams, PlaceCallBody } from "../../calls/OutboundCallWire.js"
 import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import { EnvironmentParams, ResourceId } from "../../environments/EnvironmentSchema.js"
 import { Session } from "../../session/SessionSchema.js"
 import { verifyTwilioWebhook } from "../../telephony/CarrierSignatures.js"
@@ -61,12 +62,13 @@ const StatusForm = Schema.Struct({ CallSid: Schema.String, CallStatus: Schema.St
  * placed (X-Twilio-Signature checked when TWILIO_AUTH_TOKEN is set). Answers 204; 401 for a bad
  * signature, 400 for a request that is not a status callback.
  */
-export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<OutboundCalls | AppConfig>) => {
+export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<OutboundCalls | AppConfig | PublicUrl>) => {
   const run = Runtime.runPromise(runtime)
   const config = Runtime.runSync(runtime)(AppConfig)
+  const publicUrl = Runtime.runSync(runtime)(PublicUrl)
   app.post(TWILIO_STATUS_PATH, async (request, reply) => {
     const params = formParams(request.body)
-    if (!verifyTwilioWebhook(config, request.url, request.headers, params)) {
+    if (!verifyTwilioWebhook({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
       await run(Effect.logWarning("twilio status callback refused: bad X-Twilio-Signature"))
       return reply.code(401).send()
     }
