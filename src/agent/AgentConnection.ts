@@ -4,9 +4,11 @@ import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
 import { accountSidOf } from "../core/TwilioIds.js"
 import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
 import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
-import { AGENT_MESSAGE_EVENTS, AgentMessage, isAgentMediaFrame } from "./AgentDialect.js"
+import { AGENT_MESSAGE_EVENTS, AgentMessage, agentMediaScanner, isAgentMediaFrame } from "./AgentDialect.js"
 
 const isMedia = isAgentMediaFrame
+const scanner = agentMediaScanner
+const scanned = scanner.result
 const decodeMessage = makeFrameDecoder("agent", AgentMessage, AGENT_MESSAGE_EVENTS)
 
 type Encoder = ReturnType<typeof twilioInboundEncoder>
@@ -75,6 +77,8 @@ export class AgentConnection implements WireListener, AgentLink {
   onText(text: string): void {
     const events = this.events
     if (this.state !== "bound" || events === undefined) return
+    // The hot path: a media frame written exactly as Twilio-stream bots write it (MediaScanner.ts).
+    if (scanner.scan(text)) return events.agentMedia(scanned.payload(text))
     const raw = parseJson(text)
     if (isMedia(raw)) return events.agentMedia(raw.media.payload)
     const decoded = decodeMessage(raw)

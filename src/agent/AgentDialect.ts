@@ -2,6 +2,7 @@ import { Schema } from "effect"
 import { E164 } from "../environments/EnvironmentSchema.js"
 import {
   isTwilioOutboundMediaFrame,
+  twilioOutboundMediaScanner,
   TwilioClear,
   TwilioConnected,
   TwilioDtmf,
@@ -41,6 +42,8 @@ export const AGENT_MESSAGE_EVENTS: ReadonlySet<string> = new Set(["media", "mark
 /** The media frame an agent sends, and its hot-path guard (`Schema.is(AgentMedia)`, hand-written). */
 export const AgentMedia = TwilioOutboundMedia
 export const isAgentMediaFrame = isTwilioOutboundMediaFrame
+/** The agent's media frame exactly as Twilio-stream bots write it (MediaScanner.ts); the rest takes the full parse. */
+export const agentMediaScanner = twilioOutboundMediaScanner
 
 /** Everything callgate sends to an agent: Twilio's own frames. */
 export const CallgateMessage = Schema.Union(TwilioConnected, TwilioStart, TwilioMedia, TwilioDtmf, TwilioMark, TwilioStop)

@@ -1,5 +1,6 @@
 import { Schema } from "effect"
 import { Base64Payload, DtmfDigit, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
+import { makeMediaScanner } from "./MediaScanner.js"
 
 /**
  * Telnyx media streaming over WebSocket (bidirectional RTP mode): snake_case, `stream_id` at the
@@ -69,6 +70,14 @@ export const isTelnyxMediaFrame = (raw: unknown): raw is typeof TelnyxMedia.Type
     (raw.sequence_number === undefined || isNumberLike(raw.sequence_number))
   )
 }
+
+/**
+ * The media fast path (MediaScanner.ts): a media frame exactly as Telnyx writes it, the chunk
+ * number as a string of digits. Anything else takes the full parse.
+ */
+export const telnyxMediaScanner = makeMediaScanner(
+  `{"event":"media","sequence_number":"<digits:skip>","media":{"track":"<text:track>","chunk":"<chunk:chunk>","timestamp":"<digits:skip>","payload":"<payload:payload>"},"stream_id":"<text:stream>"}`
+)
 
 export const TelnyxDtmf = Schema.Struct({
   event: Schema.Literal("dtmf"),

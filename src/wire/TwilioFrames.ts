@@ -1,5 +1,6 @@
 import { Schema } from "effect"
 import { Base64Payload, DtmfDigit, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
+import { makeMediaScanner } from "./MediaScanner.js"
 
 /**
  * Twilio Media Streams, bidirectional (`<Connect><Stream>`): the frames Twilio sends and the ones
@@ -80,6 +81,14 @@ export const isTwilioMediaFrame = (raw: unknown): raw is typeof TwilioMedia.Type
   )
 }
 
+/**
+ * The media fast path (MediaScanner.ts): a media frame exactly as Twilio writes it (and as
+ * twilioInboundEncoder writes it to agents). Anything else takes the full parse.
+ */
+export const twilioMediaScanner = makeMediaScanner(
+  `{"event":"media","sequenceNumber":"<digits:skip>","media":{"track":"<text:track>","chunk":"<digits:skip>","timestamp":"<digits:skip>","payload":"<payload:payload>"},"streamSid":"<text:stream>"}`
+)
+
 /** Every frame Twilio sends to a stream server. */
 export const TwilioInbound = Schema.Union(TwilioConnected, TwilioStart, TwilioMedia, TwilioDtmf, TwilioMark, TwilioStop)
 export type TwilioInbound = typeof TwilioInbound.Type
@@ -106,6 +115,15 @@ export const isTwilioOutboundMediaFrame = (raw: unknown): raw is typeof TwilioOu
   isRecord(raw.media) &&
   isBase64Payload(raw.media.payload) &&
   (raw.streamSid === undefined || typeof raw.streamSid === "string")
+
+/**
+ * The media fast path for what is sent to Twilio (the agent dialect's media): exactly as
+ * twilioOutboundEncoder writes it, with or without the streamSid.
+ */
+export const twilioOutboundMediaScanner = makeMediaScanner(
+  `{"event":"media","streamSid":"<text:stream>","media":{"payload":"<payload:payload>"}}`,
+  `{"event":"media","media":{"payload":"<payload:payload>"}}`
+)
 
 /**
  * Frames built as strings around values that are already safe to paste: the payload passed the

@@ -6,7 +6,16 @@ import { isCallerTrack } from "../../wire/MediaFields.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
-import { isTelnyxMediaFrame as isMedia, TELNYX_INBOUND_EVENTS, TelnyxInbound, telnyxOutboundEncoder } from "../../wire/TelnyxFrames.js"
+import {
+  isTelnyxMediaFrame as isMedia,
+  TELNYX_INBOUND_EVENTS,
+  TelnyxInbound,
+  telnyxMediaScanner,
+  telnyxOutboundEncoder
+} from "../../wire/TelnyxFrames.js"
+
+const scanner = telnyxMediaScanner
+const scanned = scanner.result
 
 const decodeFrame = makeFrameDecoder("telnyx", TelnyxInbound, TELNYX_INBOUND_EVENTS)
 
@@ -36,6 +45,11 @@ export class TelnyxStream extends CarrierStreamLeg {
 
   onText(text: string): void {
     if (this.state === "done") return
+    // The hot path: a live stream's media frame, written exactly as Telnyx writes it, for this stream.
+    if (this.events !== undefined && scanner.scan(text) && scanned.isStream(text, this.streamId)) {
+      if (!scanned.isCallerTrack(text)) return
+      return this.media(scanned.chunk, scanned.payload(text))
+    }
     const raw = parseJson(text)
     if (this.events !== undefined && isMedia(raw)) {
       if (raw.stream_id !== this.streamId) {
@@ -43,10 +57,7 @@ export class TelnyxStream extends CarrierStreamLeg {
       }
       if (!isCallerTrack(raw.media.track)) return
       const chunk = raw.media.chunk
-      if (!this.reorder.push(typeof chunk === "number" ? chunk : +chunk, raw.media.payload)) {
-        return this.fail({ code: CloseCode.protocolError, reason: "telnyx: media chunks out of order beyond repair" })
-      }
-      return
+      return this.media(typeof chunk === "number" ? chunk : +chunk, raw.media.payload)
     }
     const decoded = decodeFrame(raw)
     if (Either.isLeft(decoded)) return this.fail(decoded.left)
@@ -74,6 +85,12 @@ export class TelnyxStream extends CarrierStreamLeg {
         events?.carrierGone({ kind: "carrier_stream_error", message: `Telnyx stream error${code}: ${detail}` })
         return
       }
+    }
+  }
+
+  private media(chunk: number, payload: string) {
+    if (!this.reorder.push(chunk, payload)) {
+      this.fail({ code: CloseCode.protocolError, reason: "telnyx: media chunks out of order beyond repair" })
     }
   }
 

@@ -4,7 +4,16 @@ import { CloseCode, type WireSocket } from "../../core/WireSocket.js"
 import { CarrierStreamLeg } from "./CarrierStreamLeg.js"
 import { isCallerTrack } from "../../wire/MediaFields.js"
 import type { StreamHost } from "./StreamHost.js"
-import { isTwilioMediaFrame as isMedia, TWILIO_INBOUND_EVENTS, TwilioInbound, twilioOutboundEncoder } from "../../wire/TwilioFrames.js"
+import {
+  isTwilioMediaFrame as isMedia,
+  TWILIO_INBOUND_EVENTS,
+  TwilioInbound,
+  twilioMediaScanner,
+  twilioOutboundEncoder
+} from "../../wire/TwilioFrames.js"
+
+const scanner = twilioMediaScanner
+const scanned = scanner.result
 
 const decodeFrame = makeFrameDecoder("twilio", TwilioInbound, TWILIO_INBOUND_EVENTS)
 
@@ -25,8 +34,13 @@ export class TwilioStream extends CarrierStreamLeg {
 
   onText(text: string): void {
     if (this.state === "done") return
+    // The hot path: a live stream's media frame, written exactly as Twilio writes it, for this stream.
+    if (this.events !== undefined && scanner.scan(text) && scanned.isStream(text, this.streamSid)) {
+      if (scanned.isCallerTrack(text)) this.events.callerMedia(scanned.payload(text))
+      return
+    }
     const raw = parseJson(text)
-    // The hot path: a media frame of a live stream, checked by a precompiled guard.
+    // Any other media frame of a live stream, checked by a precompiled guard.
     if (this.events !== undefined && isMedia(raw)) {
       if (raw.streamSid !== undefined && raw.streamSid !== this.streamSid) {
         return this.fail({ code: CloseCode.protocolError, reason: "twilio: media frame for another streamSid" })
