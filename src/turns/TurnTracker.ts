@@ -191,10 +191,24 @@ export class TurnTracker implements TurnObserver {
     this.endTurn("dtmf", atMs, atMs)
   }
 
+  /**
+   * Whether the agent's voice can matter now: a turn waits for its answer, or the caller is
+   * speaking (or may be starting to), so the agent could take the floor or already be talking
+   * when the turn ends. Otherwise (the agent talks on after its answer was timed, or nobody talks)
+   * the agent-side VAD is not run: only the level is read (docs/turns-and-breaker.md).
+   */
+  private get answerAwaited(): boolean {
+    return this.pending !== undefined || this.speaking || this.runMs > 0
+  }
+
   agentAudio(frame: Uint8Array, atMs: number): void {
     if (this.closed) return
-    const voiced = this.options.agent.isVoiced(frame)
-    const power = this.options.agent.lastPower
+    const agent = this.options.agent
+    const listening = this.answerAwaited
+    let voiced = false
+    if (listening) voiced = agent.isVoiced(frame)
+    else agent.measure(frame)
+    const power = agent.lastPower
     const frameMs = frame.length / BYTES_PER_MS
     if (atMs > this.agentAudioEndAt + AGENT_GAP_MS) {
       // The agent went quiet by sending nothing: its last voiced run is over, whatever its last frame was.
@@ -211,7 +225,7 @@ export class TurnTracker implements TurnObserver {
     }
     if (!voiced) {
       this.agentRunMs = 0
-      this.agentFloor = followFloor(this.agentFloor, power)
+      if (listening) this.agentFloor = followFloor(this.agentFloor, power)
       return
     }
     if (this.agentRunMs === 0) {

@@ -29,10 +29,27 @@ const SAMPLE_RATE = 8000
 const PIECE_SAMPLES = 160
 const MAX_DIRECT_SAMPLES = 240
 
+/**
+ * The energy gate: digital silence (every sample zero, what carriers and agents send between
+ * words) is silence, and after the first few such frames the VAD is not run on it. The VAD calls
+ * digital silence silence in any state (it is under its minimum energy, so the models are not
+ * consulted); only its filters' memory of the last audio decays over it, and after this many
+ * frames of zeros there is nothing left to decay, so skipping the rest changes nothing.
+ * test/turns/VoiceActivity.test.ts compares every verdict with the ungated VAD's on the
+ * recordings, and test/turns/recordedTurns.test.ts pins turn detection. A wider gate (quiet but
+ * not zero) would not be exact: the VAD's hangover calls some quiet frames speech.
+ */
+export const SILENCE_SETTLE_FRAMES = 5
+
 /** What the turn tracker needs from a detector; tests substitute scripted ones. */
 export interface VoiceClassifier {
   /** Whether this frame is speech. Synchronous, allocation-free; `frame` is not kept. */
   isVoiced(frame: Uint8Array): boolean
+  /**
+   * Reads only the frame's level (`lastPower`): the VAD does not hear it and its verdict is not
+   * asked for. For frames whose verdict nobody needs (the agent's audio while no answer is due).
+   */
+  measure(frame: Uint8Array): void
   /** Mean square of the last frame's PCM samples (0 for digital silence), for trimming the VAD's hangover. */
   readonly lastPower: number
   /** Frees the detector. Idempotent; afterwards every frame is unvoiced. */
@@ -56,6 +73,8 @@ export class VoiceDetector implements VoiceClassifier {
   /** Samples of an odd-sized frame waiting in `samples` for the rest of their 20 ms piece. */
   private carried = 0
   private voiced = false
+  /** Frames of digital silence in a row (the energy gate). */
+  private silentRun = 0
   lastPower = 0
 
   /** `mode`: WebRTC aggressiveness, 0 (keeps most audio as speech) to 3 (most eager to call it noise). */
@@ -87,6 +106,8 @@ export class VoiceDetector implements VoiceClassifier {
         power += sample * sample
       }
       this.lastPower = power / length
+      if (power === 0 && ++this.silentRun > SILENCE_SETTLE_FRAMES) return (this.voiced = false)
+      if (power > 0) this.silentRun = 0
       this.voiced = this.fvad._fvad_process(this.instance, this.samples, length) === 1
       return this.voiced
     }
@@ -107,6 +128,19 @@ export class VoiceDetector implements VoiceClassifier {
     this.lastPower = power / length
     if (anyPiece) this.voiced = anyVoiced
     return this.voiced
+  }
+
+  measure(frame: Uint8Array): void {
+    let power = 0
+    const length = frame.length
+    for (let i = 0; i < length; i++) {
+      const sample = MU_LAW_TO_PCM[frame[i]!]!
+      power += sample * sample
+    }
+    this.lastPower = length === 0 ? 0 : power / length
+    // A piece of an odd-sized frame waiting for its rest would be joined to audio it does not precede.
+    this.carried = 0
+    this.voiced = false
   }
 
   close(): void {

@@ -21,9 +21,17 @@ const frames = { loud: frameOf(LOUD), hang: frameOf(HANG), quiet: frameOf(QUIET)
 class ScriptedVoice implements VoiceClassifier {
   lastPower = 0
   closed = 0
+  /** Frames the "VAD" classified, and frames of which only the level was read. */
+  classified = 0
+  measured = 0
   isVoiced(frame: Uint8Array) {
+    this.classified++
     this.lastPower = frame[0] === LOUD || frame[0] === SOFT ? 1_000_000 : 20
     return frame[0] === LOUD || frame[0] === HANG
+  }
+  measure(frame: Uint8Array) {
+    this.measured++
+    this.lastPower = frame[0] === LOUD || frame[0] === SOFT ? 1_000_000 : 20
   }
   close() {
     this.closed++
@@ -220,11 +228,15 @@ describe("TurnTracker", () => {
     expect(t.answered[0]!.latencyMs).toBe(answer - t.ended[0]!.endedAtMs)
   })
 
-  it("an agent still talking when a digit ends the turn answers it at once", () => {
+  it("an agent still talking when a digit ends the turn answers it, dated at the digit", () => {
     const t = setup()
     t.play(10, frames.quiet, frames.loud)
     const digitAt = t.now()
     t.tracker.callerDtmf("5", digitAt)
+    // Nobody awaited an answer before the digit, so the agent's VAD was not running: its voice is
+    // confirmed over the next agentMinSpeechMs, and the answer is dated where that voice began.
+    expect(t.answered).toEqual([])
+    t.play(5, frames.quiet, frames.loud)
     expect(t.answered).toEqual([{ index: 1, input: "dtmf", endedAtMs: digitAt, detectedAtMs: digitAt, respondedAtMs: digitAt, latencyMs: 0 }])
   })
 
@@ -324,5 +336,22 @@ describe("TurnTracker", () => {
     t.play(60, frames.quiet)
     t.tracker.callerDtmf("1", t.now())
     expect(t.ended).toEqual([])
+  })
+
+  it("runs the agent's VAD only while an answer may be due: the caller speaking or a turn pending", () => {
+    const t = setup()
+    t.play(50, frames.quiet, frames.loud) // the agent greets; nobody waits for it
+    expect(t.agent.classified).toBe(0)
+    expect(t.agent.measured).toBe(50)
+    t.play(20, frames.loud) // the caller speaks: the agent could take the floor or talk over the turn
+    expect(t.agent.classified).toBe(20)
+    t.play(40, frames.quiet) // the end-of-turn silence, then the turn waits for its answer
+    expect(t.ended).toHaveLength(1)
+    expect(t.agent.classified).toBe(60)
+    t.play(5, frames.quiet, frames.loud) // the answer
+    expect(t.answered).toHaveLength(1)
+    const classified = t.agent.classified
+    t.play(100, frames.quiet, frames.loud) // the agent talks on: nothing to time
+    expect(t.agent.classified).toBe(classified)
   })
 })

@@ -200,4 +200,48 @@ describe("VoiceActivity", () => {
     expect(exit._tag).toBe("Failure")
     expect(JSON.stringify(exit)).toContain("VAD_MODE")
   })
+
+  it("the energy gate: settled digital silence skips the VAD, and every frame's verdict is the VAD's own", async () => {
+    // One gated detector and one plain VAD hear every recording of recordedTurns.ts back to back
+    // (speech, noise, silence, and the transitions between them, in both directions).
+    const { scenarios } = await import("./recordedTurns.js")
+    const gated = detector()
+    const reference = fvad._fvad_new()
+    fvad._fvad_set_mode(reference, defaults.VAD_MODE)
+    fvad._fvad_set_sample_rate(reference, 8000)
+    const samples = fvad._malloc(FRAME * 2)
+    let frames = 0
+    let silent = 0
+    let voiced = 0
+    for (const scenario of scenarios()) {
+      for (const clip of [scenario.caller, scenario.agent]) {
+        for (let at = 0; at + FRAME <= clip.length; at += FRAME) {
+          const frame = clip.subarray(at, at + FRAME)
+          const heap = fvad.HEAP16
+          for (let i = 0; i < FRAME; i++) heap[(samples >> 1) + i] = MU_LAW_TO_PCM[frame[i]!]!
+          const expected = fvad._fvad_process(reference, samples, FRAME) === 1
+          expect(gated.isVoiced(frame), `${scenario.name}, frame ${at / FRAME}`).toBe(expected)
+          frames++
+          if (gated.lastPower === 0) silent++
+          if (expected) voiced++
+        }
+      }
+    }
+    fvad._fvad_free(reference)
+    fvad._free(samples)
+    gated.close()
+    // The recordings exercise the gate (digital silence) and the VAD (speech, noise) alike.
+    expect(silent).toBeGreaterThan(frames / 4)
+    expect(voiced).toBeGreaterThan(frames / 10)
+  })
+
+  it("measure reads the level without the VAD", () => {
+    const vad = detector()
+    const speech = audio("caller-appointment").subarray(160 * 100, 160 * 101)
+    vad.measure(speech)
+    expect(vad.lastPower).toBeGreaterThan(1000)
+    vad.measure(new Uint8Array(FRAME).fill(0xff))
+    expect(vad.lastPower).toBe(0)
+    vad.close()
+  })
 })
