@@ -1,90 +1,188 @@
 import { Either } from "effect"
-import type { CallerEvents, CarrierLeg, StreamOpening } from "../../core/CallLegs.js"
-import type { FrameProblem } from "../../wire/FrameDecoding.js"
+import type { CallerEvents, CarrierLeg, LegFault, StreamOpening } from "../../core/CallLegs.js"
+import { type FrameProblem, parseJson } from "../../wire/FrameDecoding.js"
+import { isCallerTrack } from "../../wire/MediaFields.js"
+import type { MediaScanner } from "../../wire/MediaScanner.js"
 import { CloseCode, type WireListener, type WireSocket } from "../../core/WireSocket.js"
 import type { StreamHost } from "./StreamHost.js"
 
+/** A media frame's fields, as the full parse reads them (the slow path: off the template, or before start). */
+export interface CarrierMedia {
+  /** The stream id the frame names; undefined when the dialect lets it leave it out and it did. */
+  readonly stream: string | undefined
+  readonly track: string | undefined
+  /** The chunk number, for dialects whose chunks may arrive out of order; undefined otherwise. */
+  readonly chunk: number | undefined
+  readonly payload: string
+}
+
+/** Every non-media frame of a carrier dialect, decoded into what the shared leg acts on. */
+export type CarrierFrame<Start> =
+  | { readonly event: "connected" }
+  | { readonly event: "start"; readonly start: Start }
+  /** A media frame before the session opened (a live stream's media takes the media paths). */
+  | { readonly event: "media" }
+  | { readonly event: "dtmf"; readonly digit: string }
+  | { readonly event: "mark"; readonly name: string }
+  | { readonly event: "stop" }
+  /** The carrier reports a stream error (Telnyx): the stream is over. */
+  | { readonly event: "error"; readonly message: string }
+
 /**
- * What every carrier media stream does the same way, whatever its dialect: its life
- * (awaiting-start, open, done), refusing bad credentials, closing on protocol violations, opening
- * the session, and the control frames (dtmf, mark, stop). Subclasses parse their dialect and keep
- * the per-frame media path to themselves.
+ * One carrier's media-stream dialect, as the shared leg needs it: its names, its media fast path
+ * (src/wire/MediaScanner.ts), its full-parse media guard, and its decoder for everything else.
  */
-export abstract class CarrierStreamLeg implements WireListener, CarrierLeg {
+export interface CarrierStreamDialect<Start> {
+  /** "twilio" or "telnyx": prefixes close reasons. */
+  readonly name: string
+  /** "Twilio" or "Telnyx": names the carrier in hard error messages. */
+  readonly carrierName: string
+  /** The frame field naming the stream ("streamSid", "stream_id"), for close reasons. */
+  readonly streamField: string
+  readonly scanner: MediaScanner
+  /** The media fields when `raw` is a valid media frame (the schema's guard), else undefined. */
+  readonly media: (raw: unknown) => CarrierMedia | undefined
+  readonly decode: (raw: unknown) => Either.Either<CarrierFrame<Start>, FrameProblem>
+}
+
+/**
+ * What every carrier media stream does the same way, whatever its dialect: reading frames (the
+ * media fast path, then the full parse, then one event switch), its life (awaiting-start, open,
+ * done), refusing bad credentials, closing on protocol violations, opening the session, and the
+ * control frames (dtmf, mark, stop, error). A dialect's subclass authenticates its `start`
+ * (`begin`), writes its outbound frames, and may hold media back (`deliver`, `beforeStop`).
+ *
+ * The per-frame path is synchronous and allocates nothing beyond the payload's slice: a media
+ * frame written exactly as the carrier writes it is read by the dialect's scanner; anything else
+ * takes the full parse and is handled exactly as before the scanner existed.
+ */
+export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLeg {
   protected state: "awaiting-start" | "open" | "done" = "awaiting-start"
   protected events: CallerEvents | undefined
+  /** The stream id from `start`: media frames naming another are refused. */
+  protected streamId = ""
 
   constructor(
     protected readonly socket: WireSocket,
     protected readonly host: StreamHost,
-    /** "twilio" or "telnyx": prefixes close reasons. */
-    private readonly dialect: string,
-    /** "Twilio" or "Telnyx": names the carrier in hard error messages. */
-    private readonly carrierName: string
+    private readonly dialect: CarrierStreamDialect<Start>
   ) {}
 
-  abstract onText(text: string): void
+  /** Authenticates and opens the stream from its `start` frame (state is "awaiting-start"). */
+  protected abstract begin(start: Start): void
+
+  /** Hands one caller media frame to the session; a dialect with out-of-order chunks reorders here. */
+  protected deliver(_chunk: number | undefined, payload: string): void {
+    this.events?.callerMedia(payload)
+  }
+
+  /** Runs for a live session when the carrier stops, before the session hears it. */
+  protected beforeStop(): void {}
+
+  onText(text: string): void {
+    if (this.state === "done") return
+    const events = this.events
+    if (events !== undefined) {
+      // The hot path: a live stream's media frame, written exactly as the carrier writes it, for this stream.
+      const scanner = this.dialect.scanner
+      if (scanner.scan(text) && scanner.result.isStream(text, this.streamId)) {
+        const scanned = scanner.result
+        if (scanned.isCallerTrack(text)) this.deliver(scanned.chunk < 0 ? undefined : scanned.chunk, scanned.payload(text))
+        return
+      }
+    }
+    const raw = parseJson(text)
+    if (events !== undefined) {
+      // Any other media frame of a live stream, checked by the dialect's precompiled guard.
+      const media = this.dialect.media(raw)
+      if (media !== undefined) return this.media(media)
+    }
+    const decoded = this.dialect.decode(raw)
+    if (Either.isLeft(decoded)) return this.fail(decoded.left)
+    const frame = decoded.right
+    switch (frame.event) {
+      case "connected":
+        return
+      case "start":
+        if (this.state !== "awaiting-start") return this.protocolError("second start frame")
+        return this.begin(frame.start)
+      case "media":
+        return this.protocolError("media frame before start")
+      case "dtmf":
+        if (this.events === undefined) return this.protocolError("dtmf frame before start")
+        return this.events.callerDtmf(frame.digit)
+      case "mark":
+        if (this.events === undefined) return this.protocolError("mark frame before start")
+        return this.events.carrierMark(frame.name)
+      case "stop":
+        return this.stop()
+      case "error":
+        return this.end(CloseCode.normal, "stream error reported", { kind: "carrier_stream_error", message: frame.message })
+    }
+  }
 
   onClose(_code: number, _reason: string, fault: string | undefined): void {
     if (this.state === "done") return
     this.state = "done"
     this.events?.carrierGone(
-      fault === undefined ? undefined : { kind: "carrier_stream_error", message: `${this.carrierName} stream socket failed: ${fault}` }
+      fault === undefined ? undefined : { kind: "carrier_stream_error", message: `${this.dialect.carrierName} stream socket failed: ${fault}` }
     )
   }
 
-  /** Bad credentials: closed before any agent hears the stream. */
-  protected refuse(reason: string) {
-    this.state = "done"
-    this.socket.close(CloseCode.policyViolation, `${this.dialect}: ${reason}`)
-  }
-
-  /** Closes this stream for a protocol violation; a live session hears it as a hard error. */
-  protected fail(problem: FrameProblem) {
-    const events = this.events
-    this.state = "done"
-    this.socket.close(problem.code, problem.reason)
-    events?.carrierGone({ kind: "carrier_protocol_error", message: `${this.carrierName} stream closed: ${problem.reason}` })
-  }
-
-  /** Opens the session for this stream, or closes the stream with the registry's refusal. */
-  protected openSession(opening: Omit<StreamOpening, "carrier">) {
-    this.state = "open"
-    const opened = this.host.open({ ...opening, carrier: this })
-    if (Either.isLeft(opened)) {
-      this.state = "done"
-      this.socket.close(opened.left.code, opened.left.reason)
+  private media(media: CarrierMedia) {
+    if (media.stream !== undefined && media.stream !== this.streamId) {
+      return this.protocolError(`media frame for another ${this.dialect.streamField}`)
     }
+    if (isCallerTrack(media.track)) this.deliver(media.chunk, media.payload)
   }
 
-  protected dtmf(digit: string) {
-    if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: `${this.dialect}: dtmf frame before start` })
-    this.events.callerDtmf(digit)
-  }
-
-  protected mark(name: string) {
-    if (this.events === undefined) return this.fail({ code: CloseCode.protocolError, reason: `${this.dialect}: mark frame before start` })
-    this.events.carrierMark(name)
-  }
-
-  /** `beforeEnd` runs only for a live session, before it hears the stop (Telnyx flushes held chunks). */
-  protected stop(beforeEnd?: () => void) {
+  /** `stop`: a live session hears it after `beforeStop`; before start, the stream just closes. */
+  private stop() {
     const events = this.events
     if (events === undefined) {
       this.state = "done"
       return this.socket.close(CloseCode.normal, "stream stopped before start")
     }
-    beforeEnd?.()
+    this.beforeStop()
     this.state = "done"
     events.carrierStopped()
   }
 
-  protected mediaBeforeStart() {
-    this.fail({ code: CloseCode.protocolError, reason: `${this.dialect}: media frame before start` })
+  /** Closes this stream; a live session hears `fault` (or a normal end when there is none). */
+  protected end(code: number, reason: string, fault: LegFault) {
+    const events = this.events
+    this.state = "done"
+    this.socket.close(code, reason)
+    events?.carrierGone(fault)
   }
 
-  protected secondStart() {
-    this.fail({ code: CloseCode.protocolError, reason: `${this.dialect}: second start frame` })
+  /** Bad credentials: closed before any agent hears the stream. */
+  protected refuse(reason: string) {
+    this.state = "done"
+    this.socket.close(CloseCode.policyViolation, `${this.dialect.name}: ${reason}`)
+  }
+
+  /** Closes this stream for a protocol violation; a live session hears it as a hard error. */
+  protected fail(problem: FrameProblem) {
+    this.end(problem.code, problem.reason, {
+      kind: "carrier_protocol_error",
+      message: `${this.dialect.carrierName} stream closed: ${problem.reason}`
+    })
+  }
+
+  protected protocolError(what: string) {
+    this.fail({ code: CloseCode.protocolError, reason: `${this.dialect.name}: ${what}` })
+  }
+
+  /** Opens the session for this stream, or closes the stream with the registry's refusal. */
+  protected openSession(opening: Omit<StreamOpening, "carrier">) {
+    this.state = "open"
+    this.streamId = opening.streamSid
+    const opened = this.host.open({ ...opening, carrier: this })
+    if (Either.isLeft(opened)) {
+      this.state = "done"
+      this.socket.close(opened.left.code, opened.left.reason)
+    }
   }
 
   // CarrierLeg
