@@ -15,7 +15,10 @@
  * - occurrence lateness: when each occurrence was recorded (store call done) minus its deadline
  *   (the gateway's turn end + k * timeout), in ms;
  * - latency error: |latency the gateway measured - latency the agent actually used|, in ms;
- * - detection: caller sentences played vs turns found, and event-loop delay for context.
+ * - detection: caller sentences played vs turns found, and event-loop delay for context;
+ * - turn accounting: each played sentence classified as a detected turn, an overlap, a correct
+ *   merge, unfinished at the end of the window, or a miss, and the turns matched to no sentence
+ *   (bench/turnAccounting.ts; docs/turns-and-breaker.md, "Turn accounting").
  *
  *   npx tsx bench/breaker.ts [--sessions 500] [--duration 30] [--redis redis://127.0.0.1:6379]
  */
@@ -36,6 +39,7 @@ import { MemoryEnvironmentStoreLive } from "../src/environments/MemoryEnvironmen
 import { RedisConnectionLive } from "../src/store/RedisConnection.js"
 import { TurnTiming, type WatchedCall } from "../src/turns/TurnTiming.js"
 import { MU_LAW_TO_PCM, VoiceActivity } from "../src/turns/VoiceActivity.js"
+import { addCall, classifyCall, emptyAccount, type PlayedSentence, type TurnAccount } from "./turnAccounting.js"
 
 export interface BreakerBenchOptions {
   readonly sessions?: number
@@ -64,6 +68,8 @@ export interface BreakerBenchFigures {
   readonly callerSentences: number
   readonly turnsDetected: number
   readonly turnsMatched: number
+  /** Every played sentence classified (see bench/turnAccounting.ts). */
+  readonly turnAccount: TurnAccount
   readonly eventLoopDelayMs: { readonly p50: number; readonly p99: number; readonly max: number }
   /** How late plain setTimeout callbacks fired in the same process meanwhile: the floor for any timer. */
   readonly plainTimerLatenessMs: Percentiles
@@ -120,7 +126,8 @@ const layerFor = (redisUrl: string | undefined) => {
 }
 
 interface Truth {
-  readonly endedAtEpoch: number
+  startedAtEpoch: number
+  endedAtEpoch: number
   actualMs: number | undefined
 }
 
@@ -130,18 +137,20 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
   const timeoutMs = (options.timeoutSeconds ?? 1) * 1000
   const runtime = ManagedRuntime.make(layerFor(options.redisUrl))
   const timing = await runtime.runPromise(TurnTiming)
+  const vad = await runtime.runPromise(VoiceActivity)
 
   const silence = new Uint8Array(FRAME).fill(0xff)
   const greeting = clip("agent-greeting")
   const greetingStart = loudSpan(greeting).first
   const cleanSentences = [
-    { audio: clip("caller-appointment"), lastLoud: loudSpan(clip("caller-appointment")).last },
-    { audio: clip("caller-account"), lastLoud: loudSpan(clip("caller-account")).last }
+    { audio: clip("caller-appointment"), ...loudSpan(clip("caller-appointment")) },
+    { audio: clip("caller-account"), ...loudSpan(clip("caller-account")) }
   ]
   // The noisy recording is the clean one over line noise: speech ends where the clean one's does.
-  const noisy = { audio: clip("caller-appointment-noisy"), lastLoud: loudSpan(clip("caller-appointment")).last }
+  const clean = loudSpan(clip("caller-appointment"))
+  const noisy = { audio: clip("caller-appointment-noisy"), first: clean.first, last: clean.last }
   /** That line's noise alone: the recording after the speech (and the VAD's hangover) is over. */
-  const lineNoise = noisy.audio.subarray((noisy.lastLoud + 8) * FRAME, Math.floor(noisy.audio.length / FRAME) * FRAME)
+  const lineNoise = noisy.audio.subarray((noisy.last + 8) * FRAME, Math.floor(noisy.audio.length / FRAME) * FRAME)
 
   const lateness: Array<number> = []
   const errors: Array<number> = []
@@ -208,12 +217,14 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
         callerFrame = 0
         sentence = sentences[Math.floor(Math.random() * sentences.length)]!
         callerSentences++
+        truth = { startedAtEpoch: NaN, endedAtEpoch: NaN, actualMs: undefined }
+        truths.push(truth)
       }
       if (phase === "caller") {
         observer.callerAudio(sentence.audio.subarray(callerFrame * FRAME, callerFrame * FRAME + FRAME), at)
-        if (callerFrame === sentence.lastLoud) {
-          truth = { endedAtEpoch: epoch(at), actualMs: undefined }
-          truths.push(truth)
+        if (callerFrame === sentence.first && truth) truth.startedAtEpoch = epoch(at)
+        if (callerFrame === sentence.last && truth) {
+          truth.endedAtEpoch = epoch(at)
           // A quarter of the answers come only after the response timeout (once or twice).
           const stall = Math.random() < 0.25
           agentStartAt = at + (stall ? random(timeoutMs + 150, 2 * timeoutMs + 800) : random(200, 2500))
@@ -268,10 +279,24 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
   const rssMb = Math.round(process.memoryUsage().rss / 1e6)
   for (const timer of timers) clearInterval(timer)
   const cpu = process.cpuUsage(cpuBefore)
+  const observedUntil = epoch(performance.now())
+  let turnAccount = emptyAccount()
 
   for (const { call, truths } of started) {
     const answered = call.turns().filter((turn) => turn.latencyMs !== null)
     const used = new Set<number>()
+    // A sentence whose speech had not begun when the window closed was not played.
+    const played: Array<PlayedSentence> = truths.filter((truth) => !Number.isNaN(truth.startedAtEpoch)).map((truth) => ({
+      startedAtMs: truth.startedAtEpoch,
+      // A sentence still being spoken when the window closed has not ended yet.
+      speechEndedAtMs: Number.isNaN(truth.endedAtEpoch) ? observedUntil : truth.endedAtEpoch,
+      agentStartedAtMs: truth.actualMs === undefined ? undefined : truth.endedAtEpoch + truth.actualMs
+    }))
+    const reported = call.turns().map((turn) => ({ endedAtMs: Date.parse(turn.callerEndedAt) }))
+    turnAccount = addCall(
+      turnAccount,
+      classifyCall(played, reported, { turnEndSilenceMs: vad.settings.turnEndSilenceMs, toleranceMs: 150, observedUntilMs: observedUntil })
+    )
     for (const truth of truths) {
       if (truth.actualMs === undefined) continue
       const turn = answered.find((t) => !used.has(t.index) && Math.abs(Date.parse(t.callerEndedAt) - truth.endedAtEpoch) <= 150)
@@ -295,6 +320,7 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
     callerSentences,
     turnsDetected,
     turnsMatched,
+    turnAccount,
     eventLoopDelayMs: {
       p50: Math.round(delay.percentile(50) / 1e4) / 100,
       p99: Math.round(delay.percentile(99) / 1e4) / 100,

@@ -230,6 +230,17 @@ const breakerSection = (b: BreakerBenchFigures | PartError | undefined) => {
         [`occurrence recorded after its deadline (${b.sessions} sessions, ${b.store} store)`, `p50 ${o.p50} ms, p99 ${o.p99} ms, max ${o.max} ms (${o.count})`, "p99 < 20 ms"],
         ["measured turn latency vs the agent's actual", `p50 ${e.p50} ms, p99 ${e.p99} ms, max ${e.max} ms; ${Math.round(e.withinOneFrame * 1000) / 10} % within 20 ms (${e.count})`, "within 20 ms"],
         ["caller sentences / turns detected / matched", `${b.callerSentences} / ${b.turnsDetected} / ${b.turnsMatched}`, ""],
+        ...(b.turnAccount === undefined
+          ? []
+          : [
+              [
+                "every caller sentence accounted for",
+                `${b.turnAccount.sentences} played: ${b.turnAccount.detected} detected, ${b.turnAccount.overlap} overlap, ${b.turnAccount.merge} merge, ` +
+                  `${b.turnAccount.unfinished} unfinished at the window's end, **${b.turnAccount.miss} miss**; extra turns: ` +
+                  `${b.turnAccount.extraSplit} split, ${b.turnAccount.extraNoise} on noise`,
+                "0 miss, 0 on noise"
+              ]
+            ]),
         ["event-loop delay", `p50 ${b.eventLoopDelayMs.p50} ms, p99 ${b.eventLoopDelayMs.p99} ms`, ""]
       ]
     ),
