@@ -3,7 +3,7 @@
  * and fallback figures, written to bench/results/ (latest.md, latest.json and a timestamped copy)
  * and printed. Every part runs in processes of its own; all of them stop by themselves.
  *
- *   npm run bench                          # the default run (under 10 minutes on 2 cores)
+ *   npm run bench                          # the default run (about 12 minutes on 2 cores)
  *   npm run bench -- --quick               # a 1-2 minute smoke run
  *   npm run bench -- --steps 100,200,400 --step-seconds 30 --only gateway,baseline --profile
  *
@@ -14,16 +14,24 @@ import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { forkWorker, repoRoot } from "./benchProcess.js"
 import { buildForBench } from "./build.js"
+import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
 const PARTS = ["baseline", "gateway", "webhooks", "breaker", "fallback"] as const
+
+/**
+ * The default ramp: steps of 25 calls from 25 to 200, around where both systems' knee lies on a
+ * 2-core machine (fine enough to tell 90 % of the relay's capacity), then coarser. A system stops
+ * at its first clearly failing step.
+ */
+const DEFAULT_STEPS = [25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 400]
 type Part = (typeof PARTS)[number]
 
 const USAGE = `Usage: npm run bench -- [options]
 
   --quick               smoke run, about 1-2 minutes (small steps, short windows, small parts)
-  --steps LIST          concurrent-call steps for both relays (default 25,50,100,200,400,800)
+  --steps LIST          concurrent-call steps for both relays (default 25 to 200 by 25, then 250,300,400)
   --step-seconds S      measured steady state per step (default 15)
   --only LIST           parts to run, of ${PARTS.join(", ")} (default all)
   --profile             run callgate under --cpu-prof; the profile and its summary land in bench/results/
@@ -68,7 +76,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
       if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} takes positive integers, got "${part}"`)
       return n
     })
-  const steps = flags.has("steps") ? numbers(flags.get("steps")!, "steps") : quick ? [10, 40] : [25, 50, 100, 200, 400, 800]
+  const steps = flags.has("steps") ? numbers(flags.get("steps")!, "steps") : quick ? [10, 40] : DEFAULT_STEPS
   const stepSeconds = flags.has("step-seconds") ? Number(flags.get("step-seconds")) : quick ? 5 : 15
   if (!(stepSeconds >= 1)) throw new Error(`--step-seconds takes a number of seconds >= 1`)
   if (flags.has("tsx") && flags.has("ref")) throw new Error("--ref builds a commit; --tsx runs the working tree's sources: pick one")
@@ -191,6 +199,15 @@ const main = async () => {
   writeFileSync(join(settings.out, "latest.json"), json)
   writeFileSync(join(settings.out, `run-${stamp}.md`), markdown)
   writeFileSync(join(settings.out, `run-${stamp}.json`), json)
+  const chart = relayChartOf(
+    results.baseline === undefined || isError(results.baseline) ? undefined : (results.baseline as SystemFigures),
+    results.gateway === undefined || isError(results.gateway) ? undefined : (results.gateway as SystemFigures),
+    `callgate and the bare relay, ${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC, ${results.settings.source}`
+  )
+  if (chart !== undefined) {
+    writeFileSync(join(settings.out, "latest.svg"), chart)
+    writeFileSync(join(settings.out, `run-${stamp}.svg`), chart)
+  }
   process.stdout.write(`\n${markdown}\n`)
   log(`results: ${join(settings.out, "latest.md")} and latest.json (copies run-${stamp}.*)`)
 }
