@@ -59,6 +59,8 @@ export interface RelayLoadOptions {
   readonly rampPerSecond?: number
   /** Run callgate under --cpu-prof and write the profile here. */
   readonly profileDir?: string
+  /** Take every step even after a clear failure (relative CPU figures on a busy machine). */
+  readonly fullRamp?: boolean
   /** Compiled tree to run the systems from (build.ts); default: the sources through tsx. */
   readonly build?: string
   readonly log?: (line: string) => void
@@ -380,7 +382,7 @@ export const runRelayLoad = async (
           }
           steps.get(name)!.push(step)
           const end = rampEnd(step)
-          if (end !== undefined) stopped.set(name, end)
+          if (end !== undefined && options.fullRamp !== true) stopped.set(name, end)
         } catch (error) {
           stopped.set(name, `${calls} calls: ${(error as Error).message.split("\n")[0]}`)
           log(`${name} ${calls} calls: ERROR ${(error as Error).message}\n${rig.describeSystem()}`)

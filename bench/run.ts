@@ -34,6 +34,8 @@ const USAGE = `Usage: npm run bench -- [options]
   --steps LIST          concurrent-call steps for both relays (default 25 to 200 by 25, then 250,300,400)
   --step-seconds S      measured steady state per step (default 15)
   --only LIST           parts to run, of ${PARTS.join(", ")} (default all)
+  --full-ramp           take every step even after one clearly failed (for CPU per call-second
+                        side by side on a busy machine, where delays fail early)
   --profile             run callgate under --cpu-prof; the profile and its summary land in bench/results/
   --tsx                 run callgate and the bare relay from the sources through tsx (npm run dev)
                         instead of compiled JavaScript on plain node (npm start), the default
@@ -47,6 +49,7 @@ interface Settings {
   readonly stepSeconds: number
   readonly parts: ReadonlyArray<Part>
   readonly profile: boolean
+  readonly fullRamp: boolean
   readonly tsx: boolean
   readonly ref: string | undefined
   readonly out: string
@@ -63,7 +66,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
     else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
     else flags.set(name, "true")
   }
-  const known = new Set(["quick", "steps", "step-seconds", "only", "profile", "tsx", "ref", "out", "help"])
+  const known = new Set(["quick", "steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "out", "help"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
   if (flags.has("help")) {
     process.stdout.write(`${USAGE}\n`)
@@ -89,7 +92,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
           return part as Part
         })
     : [...PARTS]
-  return { quick, steps: [...steps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+  return { quick, steps: [...steps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 
 const machine = (atStart: number): Machine => ({
@@ -165,6 +168,7 @@ const main = async () => {
         stepSeconds: settings.stepSeconds,
         settleSeconds: q ? 1.5 : 3,
         ...(settings.profile ? { profileDir: settings.out } : {}),
+        fullRamp: settings.fullRamp,
         build,
         log
       })
