@@ -49,6 +49,24 @@ const recordedTurn = async (api: CallgateApi, sessionId: string, index: number):
 /** Two answered turns; returns the latencies the caller measured. */
 const answeredTurns = async ({ say }: Stage, api: CallgateApi, call: SimCall, sessionId: string) => {
   const heard: Array<number> = []
+  // The agent sends a mark after each reply, and the caller's side echoes it once that audio has
+  // played: the reply is over by order, not after a quiet gap (which a busy machine can open mid-reply).
+  let echoed = 0
+  call.on("markEchoed", () => void echoed++)
+  const replyPlayed = (count: number) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (echoed >= count) {
+          call.off("markEchoed", check)
+          call.off("closed", closed)
+          resolve()
+        }
+      }
+      const closed = () => reject(new DemoFailure("the call ended before the agent's reply had played"))
+      call.on("markEchoed", check)
+      call.once("closed", closed)
+      check()
+    })
   for (let index = 1; index <= ANSWERED_TURNS; index++) {
     const audio = CALLER_TURNS[index - 1]!
     say.say("caller", `turn ${index}: speaks for ${seconds(durationMs(audio))} (recorded speech), then waits`)
@@ -59,7 +77,7 @@ const answeredTurns = async ({ say }: Stage, api: CallgateApi, call: SimCall, se
     say.say("caller", `turn ${index}: hears the agent ${Math.round(answer.latencyMs)} ms after its last voiced frame`)
     const turn = await recordedTurn(api, sessionId, index)
     say.say("callgate", `turn ${index} response latency: ${turn.latencyMs} ms (turns[${index - 1}] of GET /v1/agents/${AGENT_ID}/sessions/${sessionId})`)
-    await call.waitForAgentQuiet({ quietMs: 300, timeoutMs: 15_000 })
+    await replyPlayed(index)
   }
   return heard
 }

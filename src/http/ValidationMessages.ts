@@ -2,7 +2,7 @@ import { Option, ParseResult, SchemaAST as AST } from "effect"
 
 /**
  * Validation errors in one house style (docs/api.md, "Errors"): the field, what is wrong, what is
- * allowed: `name must not be empty`, `status must be one of active, completed, failed, timeout`,
+ * allowed: `name must not be empty`, `status must be one of queued, ringing, active, completed, failed, timeout`,
  * `limit must be an integer from 1 to 100`, `colour is not a known field`. Messages are read from
  * the failing schema (its `message` annotation when it has one, else its kind and constraints),
  * never from the library's wording.

@@ -58,7 +58,9 @@ describe("the store going away and coming back", () => {
 
     await redis.stop()
     const down = await waitForLine(gateway, (msg) => msg.startsWith("store unreachable"))
-    expect(down).toMatchObject({ level: "warn", msg: `store unreachable at redis://127.0.0.1:${port}: connection refused; retrying` })
+    // Whether the first failed command sees the server's reset or the refused reconnect depends on timing.
+    expect(down.level).toBe("warn")
+    expect(down.msg).toMatch(new RegExp(`^store unreachable at redis://127\\.0\\.0\\.1:${port}: connection (refused|reset); retrying$`))
 
     const refused = await voiceWebhook(gateway, environmentId)
     expect(refused.status).toBe(503)

@@ -20,7 +20,7 @@ describe("validation messages", () => {
     ["a long name", () => ({ method: "PATCH", url: environmentUrl(agentId, environmentId), body: { name: "x".repeat(201) } }), "name", "must be at most 200 characters long"],
     ["a missing name", () => ({ method: "POST", url: environmentsUrl(agentId), body: {} }), "name", "is required"],
     ["an unknown field", () => ({ method: "PATCH", url: environmentUrl(agentId, environmentId), body: { colour: "blue" } }), "colour", "is not a known field"],
-    ["an unknown status", () => ({ method: "GET", url: `/v1/agents/${agentId}/sessions?status=bogus` }), "status", "must be one of active, completed, failed, timeout"],
+    ["an unknown status", () => ({ method: "GET", url: `/v1/agents/${agentId}/sessions?status=bogus` }), "status", "must be one of queued, ringing, active, completed, failed, timeout"],
     ["a limit that is not a number", () => ({ method: "GET", url: `/v1/agents/${agentId}/sessions?limit=abc` }), "limit", "must be an integer from 1 to 100"],
     ["an agentUrl of another scheme", () => ({ method: "PATCH", url: environmentUrl(agentId, environmentId), body: { agentUrl: "http://agent.example.com" } }), "agentUrl", "must be a wss:// (or, on your own network, ws://) URL"],
     ["a fallback type not on the list", () => ({ method: "PATCH", url: environmentUrl(agentId, environmentId), body: { errorFallbackType: "email" } }), "errorFallbackType", "must be one of disabled, phone, webhook"],
