@@ -52,5 +52,15 @@ export const defaults = {
   /** Silence (ms) after caller speech that ends the caller's turn. */
   TURN_END_SILENCE_MS: 700,
   /** Longest the breaker waits for Redis before it counts on this instance's local window instead. */
-  BREAKER_STORE_TIMEOUT: "250ms"
+  BREAKER_STORE_TIMEOUT: "250ms",
+  /**
+   * Where this instance keeps what must outlive it on local disk: its generated instance id and the spool of
+   * session ends the store could not take before a stop (docs/reliability.md).
+   */
+  DATA_DIR: "./data",
+  /**
+   * Session ends (record write + session.ended) kept in memory while the store is unreachable; at this many, the
+   * entry refuses new calls with 503 until the store answers again.
+   */
+  SESSION_END_BACKLOG_LIMIT: 10000
 } as const

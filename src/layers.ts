@@ -8,6 +8,7 @@ import { BreakerMetrics } from "./breaker/BreakerMetrics.js"
 import { MemoryBreakerStoreLive } from "./breaker/MemoryBreakerStore.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { PublicUrl } from "./config/PublicUrl.js"
+import { InstanceIdentity } from "./config/InstanceIdentity.js"
 import { Environments } from "./environments/Environments.js"
 import { MemoryEnvironmentStoreLive } from "./environments/MemoryEnvironmentStore.js"
 import { CallControl } from "./calls/CallControl.js"
@@ -21,6 +22,9 @@ import { Metrics } from "./observability/Metrics.js"
 import { SecretBox } from "./secrets/SecretBox.js"
 import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
 import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
+import { OrphanReconciler } from "./session/OrphanReconciler.js"
+import { SessionEndJournal } from "./session/SessionEndJournal.js"
+import { StartupReconciliationLive } from "./session/StartupReconciliation.js"
 import { SessionLifecycle } from "./session/SessionLifecycle.js"
 import { SessionDrainLive, SessionRegistry } from "./session/SessionRegistry.js"
 import { Sessions } from "./session/Sessions.js"
@@ -78,7 +82,9 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
 )
 
 /** Configuration, logs, metrics, secrets at rest and the stores. */
-export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default).pipe(Layer.provideMerge(AppConfig.Default))
+export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default).pipe(
+  Layer.provideMerge(AppConfig.Default)
+)
 
 /** Environments, API keys and event webhooks (the outbox, the delivery log, the SSRF-safe client). */
 export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(
@@ -105,9 +111,9 @@ export const TurnsLive = TurnTiming.Default.pipe(
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
  */
 export const CallsLive = CarrierStreams.Default.pipe(
-  Layer.provideMerge(SessionRegistry.Default),
+  Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, OrphanReconciler.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default, CarrierCallEvents.Default)),
-  Layer.provideMerge(SessionTurnObserversLive),
+  Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
   Layer.provideMerge(FallbackMetrics.Default)
 )
@@ -129,8 +135,11 @@ export const appServicesLayer = HttpApp.Default.pipe(
   Layer.provide(LoggingLive)
 )
 
-/** What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain of live calls at shutdown. */
-export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive)
+/**
+ * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
+ * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
+ */
+export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive)
 
 /**
  * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app

@@ -140,7 +140,18 @@ const settings = Config.all({
   vadMinSpeechMs: integerIn("VAD_MIN_SPEECH_MS", 20, 2000),
   vadAgentMinSpeechMs: integerIn("VAD_AGENT_MIN_SPEECH_MS", 20, 1000),
   turnEndSilenceMs: integerIn("TURN_END_SILENCE_MS", 100, 5000),
-  breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT")
+  breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT"),
+  dataDir: Config.string("DATA_DIR").pipe(
+    Config.withDefault(defaults.DATA_DIR),
+    check("DATA_DIR", "must not be empty", (text: string) => text.trim().length > 0)
+  ),
+  /** This instance's name in the store (session ownership, the fleet); generated and kept in DATA_DIR when unset. */
+  instanceId: Config.option(
+    Config.string("INSTANCE_ID").pipe(
+      check("INSTANCE_ID", "must be 1 to 64 letters, digits or _ - . without braces or colons", (text: string) => /^[A-Za-z0-9_.-]{1,64}$/.test(text))
+    )
+  ),
+  sessionEndBacklogLimit: integerIn("SESSION_END_BACKLOG_LIMIT", 1, 10_000_000)
 })
 
 export type Settings = Config.Config.Success<typeof settings> & {

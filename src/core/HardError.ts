@@ -31,6 +31,8 @@ export type HardErrorKind =
   | "environment_not_found"
   /** callgate is shutting down and the drain timeout ran out. */
   | "shutdown"
+  /** The instance serving the call stopped (crash, machine loss) before the session ended; another run or instance rescued it. */
+  | "instance_lost"
   /** A bug in callgate. */
   | "internal"
 

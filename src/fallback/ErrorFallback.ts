@@ -3,7 +3,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import type { HardError } from "../core/HardError.js"
 import type { SessionInfo } from "../core/SessionInfo.js"
-import { Carriers, type CarrierError } from "../core/Carrier.js"
+import { Carriers, type CarrierError, type CarrierShape } from "../core/Carrier.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import { FallbackMetrics } from "./FallbackMetrics.js"
@@ -64,7 +64,12 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
 
     const nowIso = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
 
-    const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> =>
+    /**
+     * The rescue, acting on the call through `carrier`: the carriers' REST APIs for a live call, or
+     * (for a call that came back to callgate through the entry answer's `<Redirect>`) an adapter
+     * that writes the answer to that request instead.
+     */
+    const rescueWith = (session: SessionInfo, error: HardError, carrier: CarrierShape): Effect.Effect<RescueOutcome> =>
       Effect.gen(function* () {
         const startedMs = yield* Clock.currentTimeMillis
         const startedAt = new Date(startedMs).toISOString()
@@ -77,7 +82,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             metrics.observeCarrierDelay(error.kind, (at - startedMs) / 1000)
             return yield* request
           })
-        const hangup = carrierRequest(carriers.hangup(session.call)).pipe(
+        const hangup = carrierRequest(carrier.hangup(session.call)).pipe(
           Effect.tapError((e) => Effect.logWarning("hanging up the call failed", { error: e.message })),
           Effect.either
         )
@@ -88,7 +93,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
 
         const decide = Effect.gen(function* () {
           if (type === "phone" && Option.isSome(value)) {
-            const moved = yield* carrierRequest(carriers.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
+            const moved = yield* carrierRequest(carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
             if (moved._tag === "Right") return decision({ outcome: "transferred" })
             yield* hangup
             return decision({ outcome: "carrier_failed", detail: moved.left.message })
@@ -114,7 +119,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             const read = classifyFallbackAnswer({ status, body: answer.right.body.toString("utf8"), truncated: answer.right.truncated })
             switch (read._tag) {
               case "Markup": {
-                const applied = yield* carrierRequest(carriers.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
+                const applied = yield* carrierRequest(carrier.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
                 if (applied._tag === "Right") return decision({ outcome: "markup_applied", webhookStatus: status })
                 yield* hangup
                 // Markup a Call Control call cannot carry out (verbs with no command) is an unexpected answer.
@@ -160,12 +165,14 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         // A rescue never fails: a defect here still ends the call.
         Effect.catchAllCause((cause) =>
           Effect.logError("error fallback crashed; ending the call", cause).pipe(
-            Effect.zipRight(Effect.ignore(carriers.hangup(session.call))),
+            Effect.zipRight(Effect.ignore(carrier.hangup(session.call))),
             Effect.as({})
           )
         )
       )
 
-    return { rescue } as const
+    const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> => rescueWith(session, error, carriers)
+
+    return { rescue, rescueWith } as const
   })
 }) {}

@@ -13,6 +13,8 @@ const PRUNE_EVERY_MS = 60_000
 export const makeMemorySessionStore = (retention: Duration.Duration, now: () => number = Date.now) =>
   Effect.sync(() => {
     const byAgent = new Map<string, Map<string, Session>>()
+    /** instanceId -> "agentId sessionId" */
+    const owned = new Map<string, Set<string>>()
     let lastPrune = now()
 
     const prune = () => {
@@ -33,6 +35,24 @@ export const makeMemorySessionStore = (retention: Duration.Duration, now: () => 
           let sessions = byAgent.get(session.agentId)
           if (sessions === undefined) byAgent.set(session.agentId, (sessions = new Map()))
           sessions.set(session.id, session)
+          if (session.instanceId !== undefined) {
+            let refs = owned.get(session.instanceId)
+            if (refs === undefined) owned.set(session.instanceId, (refs = new Set()))
+            refs.add(`${session.agentId} ${session.id}`)
+          }
+        }),
+      ownedBy: (instanceId) =>
+        Effect.sync(() =>
+          [...(owned.get(instanceId) ?? [])].map((member) => {
+            const [agentId, sessionId] = member.split(" ") as [string, string]
+            return { agentId, sessionId }
+          })
+        ),
+      disown: (instanceId, ref) =>
+        Effect.sync(() => {
+          const refs = owned.get(instanceId)
+          refs?.delete(`${ref.agentId} ${ref.sessionId}`)
+          if (refs?.size === 0) owned.delete(instanceId)
         }),
       get: (agentId, sessionId) => Effect.sync(() => Option.fromNullable(byAgent.get(agentId)?.get(sessionId))),
       update: (agentId, sessionId, change) =>

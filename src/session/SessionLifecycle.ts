@@ -5,7 +5,8 @@ import { Environments } from "../environments/Environments.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { Metrics } from "../observability/Metrics.js"
 import { Carriers, type CarrierError } from "../core/Carrier.js"
-import { Outbox } from "../webhooks/Outbox.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { SessionEndJournal } from "./SessionEndJournal.js"
 import type { CallSession, SessionEnding } from "./CallSession.js"
 import { HardError } from "../core/HardError.js"
 import type { SessionInfo } from "../core/SessionInfo.js"
@@ -20,7 +21,7 @@ const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.inte
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
 
-export const recordOf = (info: SessionInfo): Session => ({
+export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
   id: info.sessionId,
   agentId: info.agentId,
   environmentId: info.environmentId,
@@ -35,7 +36,10 @@ export const recordOf = (info: SessionInfo): Session => ({
   endReason: null,
   turns: [],
   fallback: null,
-  ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {})
+  ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
+  ...(instanceId !== undefined ? { instanceId } : {}),
+  callKind: info.call.kind,
+  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {})
 })
 
 /**
@@ -50,9 +54,10 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
     const environments = yield* Environments
     const carriers = yield* Carriers
     const fallback = yield* ErrorFallback
-    const outbox = yield* Outbox
     const observers = yield* TurnObservers
     const metrics = yield* Metrics
+    const journal = yield* SessionEndJournal
+    const { instanceId } = yield* InstanceIdentity
 
     const ended = new Counter({
       name: "callgate_sessions_ended_total",
@@ -71,7 +76,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
       )
 
     const begin = (info: SessionInfo) =>
-      sessions.record(recordOf(info)).pipe(
+      sessions.record(recordOf(info, instanceId)).pipe(
         Effect.retry(storeRetry),
         Effect.tapError((error) => Effect.logError("could not record the session start", { error: error.message })),
         Effect.ignore,
@@ -160,23 +165,18 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         if (relay.observerFailure !== undefined) {
           yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
         }
-        const stored = yield* sessions.finish(info.agentId, info.sessionId, end).pipe(
-          Effect.retry(storeRetry),
-          Effect.tapError((error) => Effect.logError("could not record the session end", { error: error.message })),
-          Effect.orElseSucceed(() => Option.none<Session>())
-        )
-        const record = Option.getOrElse(stored, () => ({
-          ...recordOf(info),
-          status: end.status,
-          endReason: end.endReason,
-          endedAt: end.endedAt.toISOString(),
-          fallback: end.fallback ?? null
-        }))
-        yield* outbox.enqueue(sessionEndedEvent(record)).pipe(
-          Effect.retry(storeRetry),
-          Effect.tapError((error) => Effect.logError("could not queue session.ended", { error: error.message })),
-          Effect.ignore
-        )
+        // Written and queued through the journal: kept and retried while the store is away
+        // (docs/reliability.md, "Store outages"); this waits only for the first try.
+        yield* journal.submit({
+          session: {
+            ...recordOf(info, instanceId),
+            status: end.status,
+            endReason: end.endReason,
+            endedAt: end.endedAt.toISOString(),
+            fallback: end.fallback ?? null
+          },
+          ...(end.turns !== undefined ? { turns: end.turns } : {})
+        })
         yield* Effect.logInfo("session ended", {
           status: end.status,
           endReason: end.endReason,

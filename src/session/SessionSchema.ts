@@ -37,7 +37,16 @@ export const Session = Schema.Struct({
   fallback: Schema.NullOr(FallbackRecord).annotations({ description: "What the error fallback did, when it ran" }),
   metadata: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })).annotations({
     description: "An outbound call's metadata, as given when it was placed (also in the agent's start customParameters)"
-  })
+  }),
+  instanceId: Schema.optional(
+    Schema.String.annotations({ description: "The callgate instance that served the call (INSTANCE_ID); absent on records written before it was kept" })
+  ),
+  callKind: Schema.optional(
+    Schema.Literal("twilio", "telnyx-texml", "telnyx-call-control").annotations({
+      description: "How the call reached callgate, which decides how another instance reaches it through the carrier's REST API"
+    })
+  ),
+  accountSid: Schema.optional(Schema.String.annotations({ description: "The carrier account of the call, when its REST path needs it" }))
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

@@ -31,6 +31,7 @@ export interface SessionPage {
  * writer got in between. `change` must be pure.
  */
 export interface SessionStoreShape {
+  /** Writes the record; one that carries an `instanceId` also joins that instance's owned sessions. */
   readonly insert: (session: Session) => Effect.Effect<void, StoreError>
   readonly get: (agentId: string, sessionId: string) => Effect.Effect<Option.Option<Session>, StoreError>
   readonly update: (
@@ -39,6 +40,19 @@ export interface SessionStoreShape {
     change: (current: Session) => Session
   ) => Effect.Effect<Option.Option<Session>, StoreError>
   readonly list: (agentId: string, options: SessionListOptions) => Effect.Effect<SessionPage, StoreError>
+  /**
+   * The sessions an instance owns and has not let go of yet (docs/reliability.md): inserted with its
+   * `instanceId`, not yet `disown`ed (their end written and session.ended queued). What is left
+   * after the instance stopped is its orphans.
+   */
+  readonly ownedBy: (instanceId: string) => Effect.Effect<ReadonlyArray<SessionRef>, StoreError>
+  /** Lets go of a session once its end is written and its session.ended queued; a second call does nothing. */
+  readonly disown: (instanceId: string, ref: SessionRef) => Effect.Effect<void, StoreError>
+}
+
+export interface SessionRef {
+  readonly agentId: string
+  readonly sessionId: string
 }
 
 export class SessionStore extends Context.Tag("callgate/SessionStore")<SessionStore, SessionStoreShape>() {}

@@ -4,7 +4,7 @@ import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
 import type { SessionEndedEvent } from "../webhooks/SessionEndedEvent.js"
 import { DEFAULT_PAGE_SIZE, isOpenStatus, type Session, type SessionListQuery, type SessionStatus } from "./SessionSchema.js"
-import { type SessionCursor, SessionStore } from "./SessionStore.js"
+import { type SessionCursor, type SessionRef, SessionStore } from "./SessionStore.js"
 
 export class SessionNotFound extends Data.TaggedError("SessionNotFound")<{
   readonly agentId: string
@@ -92,6 +92,9 @@ export class Sessions extends Effect.Service<Sessions>()("callgate/Sessions", {
         ),
       /** For the turn tracker and the fallback: a pure change applied without losing concurrent ones. */
       update: (agentId: string, sessionId: string, change: (current: Session) => Session) => store.update(agentId, sessionId, change),
+      /** The sessions an instance still owns (docs/reliability.md): after it stopped, its orphans. */
+      ownedBy: (instanceId: string) => store.ownedBy(instanceId),
+      disown: (instanceId: string, ref: SessionRef) => store.disown(instanceId, ref),
       get,
       list: (agentId: string, query: SessionListQuery) =>
         Effect.gen(function* () {

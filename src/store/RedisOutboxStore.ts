@@ -77,6 +77,7 @@ const fromHash = (hash: Record<string, string> | ReadonlyArray<string>): StoredD
 }
 
 const INSERT = `
+if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[4], 'lease', 0, 'host', ARGV[5], unpack(ARGV, 6))
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[5] .. ' ' .. ARGV[1])

@@ -65,7 +65,13 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
         const oldest = String(Date.now() - retentionMs)
         const agentIndex = keys.agentSessions(session.agentId)
         const envIndex = keys.environmentSessions(session.agentId, session.environmentId)
-        return redisCall("session.insert", () =>
+        // Owned first (another slot, so not in the MULTI): an owned session without a record is
+        // only let go of by the reconciliation, a record without its owner would never be found.
+        const own =
+          session.instanceId === undefined
+            ? Effect.void
+            : redisCall("session.insert", () => client.sadd(keys.instanceSessions(session.instanceId!), `${session.agentId} ${session.id}`))
+        return Effect.zipRight(own, redisCall("session.insert", () =>
           client
             .multi()
             .hset(keys.session(session.agentId, session.id), "v", "1", "doc", JSON.stringify(session))
@@ -83,8 +89,19 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
               ? Effect.fail(new StoreError({ operation: "session.insert", cause: results?.find(([error]) => error !== null)?.[0] }))
               : Effect.void
           )
-        )
+        ))
       },
+      ownedBy: (instanceId) =>
+        redisCall("session.owned", () => client.smembers(keys.instanceSessions(instanceId))).pipe(
+          Effect.map((members) =>
+            members.flatMap((member) => {
+              const [agentId, sessionId] = member.split(" ")
+              return agentId && sessionId ? [{ agentId, sessionId }] : []
+            })
+          )
+        ),
+      disown: (instanceId, ref) =>
+        redisCall("session.disown", () => client.srem(keys.instanceSessions(instanceId), `${ref.agentId} ${ref.sessionId}`)).pipe(Effect.asVoid),
       get: (agentId, sessionId) => Effect.map(read("session.get", agentId, sessionId), Option.map((found) => found.session)),
       update,
       list: (agentId, options) =>

@@ -38,7 +38,9 @@ export const makeKeys = (KEY_PREFIX: string) => ({
   /** Sessions: every key of one agent's sessions shares the tag {agentId}, so one MULTI writes them. */
   session: (agentId: string, sessionId: string) => `${KEY_PREFIX}session:{${agentId}}:${sessionId}`,
   agentSessions: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:sessions`,
-  environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`
+  environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`,
+  /** Set of "agentId sessionId" an instance owns until each session's end is written and its session.ended queued. */
+  instanceSessions: (instanceId: string) => `${KEY_PREFIX}instance:{${instanceId}}:sessions`
 })
 
 export type RedisKeys = ReturnType<typeof makeKeys>

@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto"
+import { createHash } from "node:crypto"
 import { Clock, Data, Effect, Layer, Option, PubSub, Queue } from "effect"
 import { Environments } from "../environments/Environments.js"
 import { hostOf, type StoredDelivery, toDeliveryView } from "./Delivery.js"
@@ -20,7 +20,13 @@ export const CANCEL_REASONS = {
   environmentDeleted: "environment deleted"
 } as const
 
-const newDeliveryId = () => `dlv_${randomBytes(15).toString("base64url")}`
+/**
+ * One session has one session.ended, so its delivery id is derived from the session id: the same
+ * event offered again (a session ended twice, a replayed spool) finds it already queued
+ * (docs/reliability.md, "Idempotence").
+ */
+export const sessionEndedDeliveryId = (sessionId: string) =>
+  `dlv_${createHash("sha256").update(`session.ended ${sessionId}`).digest("base64url").slice(0, 20)}`
 
 /**
  * The outbox's domain: accepting events (the `Outbox` port), the delivery log and manual retries
@@ -49,7 +55,7 @@ export class Deliveries extends Effect.Service<Deliveries>()("callgate/Deliverie
       }
       const now = yield* Clock.currentTimeMillis
       const delivery: StoredDelivery = {
-        id: newDeliveryId(),
+        id: sessionEndedDeliveryId(event.sessionId),
         event: "session.ended",
         agentId: event.agentId,
         environmentId: event.environmentId,

@@ -63,6 +63,8 @@ export const makeMemoryOutboxStore = Effect.sync(() => {
   return OutboxStore.of({
     insert: (delivery) =>
       Effect.sync(() => {
+        // The same delivery offered again (a replayed session end) is already here.
+        if (entries.has(delivery.id)) return
         if (++inserts % 512 === 0) prune(delivery.createdAt)
         const entry: Entry = {
           delivery,

@@ -65,7 +65,10 @@ export interface OutboxStats {
 export const SETTLED_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
 
 export interface OutboxStoreShape {
-  /** Stores a new pending delivery, due at its `nextAttemptAt`. Resolves once it is stored. */
+  /**
+   * Stores a new pending delivery, due at its `nextAttemptAt`. Resolves once it is stored. A delivery
+   * whose id is already stored (pending or settled) is left as it is: offering an event twice queues it once.
+   */
   readonly insert: (delivery: StoredDelivery) => Effect.Effect<void, StoreError>
   readonly get: (agentId: string, environmentId: string, id: string) => Effect.Effect<Option.Option<StoredDelivery>, StoreError>
   /** Newest first. */

@@ -47,6 +47,8 @@ describe("start-up and shutdown", () => {
     expect(records.map((r) => r.msg)).toEqual(expect.arrayContaining(["callgate listening"]))
     // The in-memory mode makes a random secrets key at start and says so.
     expect(records.some((r) => r.level === "warn" && r.msg.includes("SECRETS_KEY is not set"))).toBe(true)
+    // ... and that nothing it holds survives a crash.
+    expect(records.some((r) => r.level === "warn" && r.msg.includes("embedded in-memory store") && r.msg.includes("crash"))).toBe(true)
     expect(records.some((r) => r.msg.startsWith("callgate stopping"))).toBe(true)
     expect(gateway.stdout()).not.toContain(ADMIN)
     // Stopped means stopped: nothing listens any more.

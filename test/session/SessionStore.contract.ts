@@ -69,6 +69,27 @@ export const sessionStoreContract = (adapter: string, storeLayer: Layer.Layer<Se
         expect(yield* store.get(uniqueId("other"), session.id)).toEqual(Option.none())
       }))
 
+    it.effect("a session inserted with an instanceId is owned by it until disowned; disowning twice is harmless", () =>
+      Effect.gen(function* () {
+        const store = yield* SessionStore
+        const instanceId = uniqueId("inst")
+        const agentId = uniqueId("agent")
+        const one = sampleSession(agentId, { instanceId, callKind: "twilio" })
+        const two = sampleSession(agentId, { instanceId })
+        yield* store.insert(one)
+        yield* store.insert(two)
+        yield* store.insert(sampleSession(agentId))
+        const owned = yield* store.ownedBy(instanceId)
+        expect([...owned].sort((a, b) => a.sessionId.localeCompare(b.sessionId))).toEqual(
+          [one, two].map((s) => ({ agentId, sessionId: s.id })).sort((a, b) => a.sessionId.localeCompare(b.sessionId))
+        )
+        expect(yield* store.get(agentId, one.id)).toEqual(Option.some(one))
+        yield* store.disown(instanceId, { agentId, sessionId: one.id })
+        yield* store.disown(instanceId, { agentId, sessionId: one.id })
+        expect(yield* store.ownedBy(instanceId)).toEqual([{ agentId, sessionId: two.id }])
+        expect(yield* store.ownedBy(uniqueId("nobody"))).toEqual([])
+      }))
+
     it.effect("update applies the change and returns the new record; none for an unknown session", () =>
       Effect.gen(function* () {
         const store = yield* SessionStore

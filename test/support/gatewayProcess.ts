@@ -1,4 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { freePort } from "./redisServer.js"
 
@@ -9,6 +12,8 @@ export interface GatewayProcess {
   readonly child: ChildProcess
   readonly port: number
   readonly baseUrl: string
+  /** The variables it was started with (PATH and HOME aside). */
+  readonly env: Readonly<Record<string, string>>
   /** Everything the process wrote so far. */
   readonly stdout: () => string
   readonly stderr: () => string
@@ -21,13 +26,20 @@ export interface GatewayProcess {
 /**
  * Runs `node --import tsx src/main.ts` (the gateway exactly as `npm run dev` does) with only the
  * given variables plus PATH and HOME, so nothing from the test runner's environment (REDIS_URL)
- * leaks in. HOST and PORT default to loopback and a free port.
+ * leaks in. HOST and PORT default to loopback and a free port, DATA_DIR to a fresh temporary
+ * directory (pass the same DATA_DIR to a restart that must find the previous run's spool and id).
  */
 export const spawnGateway = async (env: Record<string, string>): Promise<GatewayProcess> => {
   const port = env.PORT !== undefined ? Number(env.PORT) : await freePort()
+  const given: Record<string, string> = {
+    HOST: "127.0.0.1",
+    PORT: String(port),
+    DATA_DIR: env.DATA_DIR ?? mkdtempSync(join(tmpdir(), "callgate-data-")),
+    ...env
+  }
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: repoRoot,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", HOST: "127.0.0.1", PORT: String(port), ...env },
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...given },
     stdio: ["ignore", "pipe", "pipe"]
   })
   let stdout = ""
@@ -46,7 +58,7 @@ export const spawnGateway = async (env: Record<string, string>): Promise<Gateway
       clearTimeout(timer)
     }
   }
-  return { child, port, baseUrl: `http://127.0.0.1:${port}`, stdout: () => stdout, stderr: () => stderr, exited, stop }
+  return { child, port, baseUrl: `http://127.0.0.1:${port}`, env: given, stdout: () => stdout, stderr: () => stderr, exited, stop }
 }
 
 /** Polls `url` until it answers 200, the process exits, or `timeoutMs` passes. */

@@ -59,3 +59,62 @@ export const startRedisServer = async (port?: number): Promise<RedisServer> => {
       })
   }
 }
+
+export interface RestartableRedis extends RedisServer {
+  /** Stops the server (what it holds is kept on disk); resolves once the port is closed. */
+  readonly down: () => Promise<void>
+  /** Starts it again on the same port with the same data; resolves once it answers PING. */
+  readonly up: () => Promise<void>
+  readonly isUp: () => boolean
+}
+
+/**
+ * A private `redis-server` that can go away and come back with its data: an append-only file
+ * fsynced on every write, in a directory kept across restarts, on a fixed port. For outage tests.
+ */
+export const startRestartableRedis = async (options: { readonly password?: string } = {}): Promise<RestartableRedis> => {
+  if (spawnSync("redis-server", ["--version"]).status !== 0) {
+    throw new Error("redis-server is not installed: install it (apt-get install redis-server) or set REDIS_URL")
+  }
+  const port = await freePort()
+  const dir = mkdtempSync(join(tmpdir(), "callgate-redis-restartable-"))
+  let child: ChildProcess | undefined
+  const start = async () => {
+    child = spawn(
+      "redis-server",
+      [
+        "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", dir,
+        "--protected-mode", "yes", ...(options.password !== undefined ? ["--requirepass", options.password] : [])
+      ],
+      { stdio: "ignore" }
+    )
+    const deadline = Date.now() + 20_000
+    for (;;) {
+      const auth = options.password !== undefined ? ["--no-auth-warning", "-a", options.password] : []
+      const ping = spawnSync("redis-cli", ["-p", String(port), ...auth, "ping"], { encoding: "utf8" })
+      if (ping.stdout?.trim() === "PONG") return
+      if (Date.now() > deadline) throw new Error(`redis-server did not start on port ${port}`)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+  const down = () =>
+    new Promise<void>((resolve) => {
+      const running = child
+      child = undefined
+      if (running === undefined || running.exitCode !== null) return resolve()
+      running.once("exit", () => resolve())
+      running.kill("SIGTERM")
+    })
+  await start()
+  return {
+    url: options.password !== undefined ? `redis://:${encodeURIComponent(options.password)}@127.0.0.1:${port}` : `redis://127.0.0.1:${port}`,
+    port,
+    down,
+    up: start,
+    isUp: () => child !== undefined,
+    stop: async () => {
+      await down()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+}

@@ -19,7 +19,7 @@ export const uniqueId = (prefix: string) => `${prefix}_${process.pid}_${Date.now
 
 export const configFor = (kind: StoreKind, env: Record<string, string> = {}) =>
   kind === "redis"
-    ? { REDIS_URL: inject("redisUrl"), SECRETS_KEY: TEST_SECRETS_KEY, REDIS_KEY_PREFIX: `${uniqueId("t")}:`, ...env }
+    ? { REDIS_URL: inject("redisUrl"), SECRETS_KEY: TEST_SECRETS_KEY, REDIS_KEY_PREFIX: `${uniqueId("t")}:`, INSTANCE_ID: uniqueId("i"), ...env }
     : env
 
 /** Tests are quiet unless they ask for logs. */

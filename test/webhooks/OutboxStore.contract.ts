@@ -49,6 +49,22 @@ export const outboxStoreContract = <R>(adapter: string, deps: Layer.Layer<R, unk
         expect(yield* store.get(d.agentId, d.environmentId, uniqueId("dlv"))).toEqual(Option.none())
       }))
 
+    it.effect("inserting an id already stored (pending or settled) leaves it as it is: one delivery, claimed once", () =>
+      Effect.gen(function* () {
+        const store = yield* fresh
+        const d = sampleDelivery({ agentId: uniqueId("agent") })
+        yield* store.insert(d)
+        yield* store.insert({ ...d, body: "offered again" })
+        expect(Option.map(yield* store.get(d.agentId, d.environmentId, d.id), (x) => x.body)).toEqual(Option.some(d.body))
+        const batch = yield* store.claim(T0, LEASE, 10, anyHost)
+        expect(ids(batch.claims)).toEqual([d.id])
+        const claim = batch.claims[0]!
+        yield* store.finish(d.id, claim.lease, { ...claim.delivery, state: "delivered", updatedAt: T0 })
+        yield* store.insert(d)
+        expect(Option.map(yield* store.get(d.agentId, d.environmentId, d.id), (x) => x.state)).toEqual(Option.some("delivered"))
+        expect((yield* store.claim(T0 + LEASE * 2, LEASE, 10, anyHost)).claims).toEqual([])
+      }))
+
     it.effect("lists an environment's deliveries newest first, page by page", () =>
       Effect.gen(function* () {
         const store = yield* fresh

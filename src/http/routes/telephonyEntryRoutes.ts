@@ -1,3 +1,4 @@
+import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
@@ -26,6 +27,7 @@ export type TelephonyEntryServices =
   | TelnyxCallCommands
   | TelnyxTwimlRunner
   | SessionRegistry
+  | SessionEndJournal
 
 const internalError: EntryResponse = {
   status: 500,

@@ -1,6 +1,7 @@
 import { Effect, Exit, ParseResult, Schema } from "effect"
 import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
+import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { type EntryResponse } from "./EntryWire.js"
@@ -21,6 +22,16 @@ export const admitCall = (claims: Omit<SessionClaims, "exp">) =>
     // While draining, new calls are refused with 503 so the carrier tries the number's fallback URL.
     if ((yield* SessionRegistry).isDraining()) {
       yield* Effect.logWarning("call refused: callgate is shutting down", { kind: claims.kind, callId: claims.callId })
+      return { _tag: "Unavailable" } as Admission
+    }
+    // The store has not taken this many session ends (docs/reliability.md): no new call until it does.
+    const journal = yield* SessionEndJournal
+    if (journal.isFull()) {
+      yield* Effect.logWarning("call refused: the session-end backlog is full while the store is unreachable", {
+        kind: claims.kind,
+        callId: claims.callId,
+        backlog: journal.backlog()
+      })
       return { _tag: "Unavailable" } as Admission
     }
     const lookup = yield* Effect.exit(environments.get(claims.agentId, claims.environmentId))

@@ -1,0 +1,114 @@
+import { Effect, Option } from "effect"
+import type { CallKind } from "../core/Carrier.js"
+import { HardError } from "../core/HardError.js"
+import type { SessionInfo } from "../core/SessionInfo.js"
+import type { StoreError } from "../core/StoreError.js"
+import { ErrorFallback } from "../fallback/ErrorFallback.js"
+import { SessionEndJournal } from "./SessionEndJournal.js"
+import type { Session } from "./SessionSchema.js"
+import type { SessionRef } from "./SessionStore.js"
+import { Sessions } from "./Sessions.js"
+
+export const INSTANCE_LOST_MESSAGE = "The callgate instance serving the call stopped before the call ended."
+
+/** What one reconciliation did. */
+export interface ReconcileReport {
+  /** Active sessions this reconciliation claimed, rescued and ended `failed` / `instance_lost`. */
+  readonly rescued: number
+  /** Sessions already ended whose session.ended was queued again (idempotent) and let go of. */
+  readonly finished: number
+  /** Sessions left alone: claimed by someone else first, too new, or on their way through this instance's journal. */
+  readonly skipped: number
+}
+
+export interface ReconcileOptions {
+  /** Only sessions created before this (a restarted instance's own previous run). */
+  readonly createdBefore?: Date | undefined
+}
+
+/** Enough to reach a stored session's call through its carrier's REST API. */
+export const sessionInfoOf = (session: Session): SessionInfo => ({
+  sessionId: session.id,
+  agentId: session.agentId,
+  environmentId: session.environmentId,
+  provider: session.provider,
+  call: {
+    kind: session.callKind ?? ((session.provider === "twilio" ? "twilio" : "telnyx-call-control") satisfies CallKind),
+    callId: session.callId,
+    accountSid: session.accountSid
+  },
+  from: session.from,
+  to: session.to,
+  direction: session.direction,
+  streamSid: "",
+  createdAt: new Date(session.createdAt)
+})
+
+/**
+ * Rescues the sessions an instance left behind (docs/reliability.md, "Instance loss"): every
+ * session the instance still owns in the store is either still active, and then claimed (exactly
+ * once: one compare-and-set moves it from active to failed / instance_lost, and only the writer
+ * that made that move goes on), rescued through the carrier's REST API with the environment's
+ * error fallback and its session.ended queued; or already ended, and then its session.ended is
+ * queued again (the outbox keeps one per session) and the session let go of.
+ *
+ * A restarted instance calls it for its own id at start; the fleet's registry calls it for an
+ * instance that went silent. Any number of callers may race on one instance.
+ */
+export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callgate/OrphanReconciler", {
+  effect: Effect.gen(function* () {
+    const sessions = yield* Sessions
+    const fallback = yield* ErrorFallback
+    const journal = yield* SessionEndJournal
+
+    /** Ends the session as lost if it is still active; the record when this call made that move. */
+    const claim = (ref: SessionRef, createdBefore: number) =>
+      Effect.gen(function* () {
+        const endedAt = new Date().toISOString()
+        let won = false
+        const result = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
+          won = current.status === "active" && Date.parse(current.createdAt) < createdBefore
+          return won ? { ...current, status: "failed" as const, endReason: "instance_lost", endedAt } : current
+        })
+        return won ? result : Option.none<Session>()
+      })
+
+    const reconcileOne = (instanceId: string, ref: SessionRef, createdBefore: number) =>
+      Effect.gen(function* () {
+        if (journal.isPending(ref.sessionId)) return "skipped" as const
+        const found = yield* sessions.get(ref.agentId, ref.sessionId).pipe(
+          Effect.map(Option.some),
+          Effect.catchTag("SessionNotFound", () => Effect.succeed(Option.none<Session>()))
+        )
+        if (Option.isNone(found)) {
+          // Owned but never written (the instance stopped between the two writes), or expired.
+          if (createdBefore !== Infinity) return "skipped" as const
+          yield* sessions.disown(instanceId, ref)
+          return "finished" as const
+        }
+        if (found.value.status !== "active") {
+          yield* journal.submit({ session: found.value })
+          return "finished" as const
+        }
+        const claimed = yield* claim(ref, createdBefore)
+        if (Option.isNone(claimed)) return "skipped" as const
+        const info = sessionInfoOf(claimed.value)
+        yield* Effect.logWarning("rescuing a session its instance left active", { instanceId, callId: info.call.callId })
+        const outcome = yield* fallback.rescue(info, new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE }))
+        yield* journal.submit({ session: { ...claimed.value, fallback: outcome.fallback ?? null }, fillFallback: true })
+        return "rescued" as const
+      }).pipe(Effect.annotateLogs({ sessionId: ref.sessionId, agentId: ref.agentId }))
+
+    /** Claims, rescues and ends every session `instanceId` left; fails only when the store cannot be read. */
+    const reconcileOrphans = (instanceId: string, options: ReconcileOptions = {}): Effect.Effect<ReconcileReport, StoreError> =>
+      Effect.gen(function* () {
+        const createdBefore = options.createdBefore?.getTime() ?? Infinity
+        const refs = yield* sessions.ownedBy(instanceId)
+        const outcomes = yield* Effect.forEach(refs, (ref) => reconcileOne(instanceId, ref, createdBefore), { concurrency: 16 })
+        const count = (what: string) => outcomes.filter((outcome) => outcome === what).length
+        return { rescued: count("rescued"), finished: count("finished"), skipped: count("skipped") }
+      })
+
+    return { reconcileOrphans } as const
+  })
+}) {}

@@ -1,0 +1,263 @@
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { Deferred, Duration, Effect, Either, FiberMap, Option, Redacted, Schedule, Schema } from "effect"
+import { Counter, Gauge } from "prom-client"
+import { AppConfig } from "../config/AppConfig.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { Metrics } from "../observability/Metrics.js"
+import type { StoreError } from "../core/StoreError.js"
+import { TurnRecord } from "../turns/TurnRecord.js"
+import { Outbox } from "../webhooks/Outbox.js"
+import { Session } from "./SessionSchema.js"
+import { sessionEndedEvent, Sessions } from "./Sessions.js"
+
+/**
+ * One session end to carry into the store: the terminal record as this instance knows it (written
+ * whole when the store has no record of the session), the turns its observer saw (undefined: keep
+ * the stored ones), and whether an already-ended record may take this record's fallback (a claimed
+ * orphan, rescued after the claim ended it).
+ */
+export const SessionEndJob = Schema.Struct({
+  session: Session,
+  turns: Schema.optional(Schema.Array(TurnRecord)),
+  fillFallback: Schema.optional(Schema.Boolean)
+})
+export type SessionEndJob = typeof SessionEndJob.Type
+
+const Spool = Schema.parseJson(Schema.Struct({ version: Schema.Literal(1), jobs: Schema.Array(SessionEndJob) }))
+const decodeSpool = Schema.decodeUnknownEither(Spool)
+const encodeSpool = Schema.encodeSync(Spool)
+
+/** Kept ends are retried from 200 ms, doubling, at most every 5 s, for as long as the store stays away. */
+const retrySchedule = Schedule.exponential(Duration.millis(200)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(5))))
+
+/** Replayed spool entries tried at once at start. */
+const REPLAY_CONCURRENCY = 16
+
+/** The store's address for logs: scheme, host, port and database, never the credentials. */
+export const storeAddress = (redisUrl: Option.Option<Redacted.Redacted<string>>): string =>
+  Option.match(redisUrl, {
+    onNone: () => "the embedded in-memory store",
+    onSome: (url) => {
+      try {
+        const parsed = new URL(Redacted.value(url))
+        return `${parsed.protocol}//${parsed.host}${parsed.pathname === "/" ? "" : parsed.pathname}`
+      } catch {
+        return "the configured Redis"
+      }
+    }
+  })
+
+export const spoolFile = (dataDir: string, instanceId: string) => join(dataDir, `session-ends.${instanceId}.json`)
+
+/**
+ * The way every session end reaches the store (docs/reliability.md, "Store outages"): write the
+ * record's end, queue its session.ended, let go of the session's ownership. Each step is
+ * idempotent, so a job is simply run again until it succeeds. The first try runs in the caller;
+ * a job the store refuses (unreachable) is kept in memory and retried with backoff until the store
+ * answers, however long that takes. At a stop the jobs still kept are written to a spool file in
+ * DATA_DIR, which the next start reads first and replays.
+ *
+ * The backlog is bounded by SESSION_END_BACKLOG_LIMIT for new calls only (the entry refuses calls
+ * while it is full); an ending call is always kept.
+ */
+export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("callgate/SessionEndJournal", {
+  scoped: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const { instanceId } = yield* InstanceIdentity
+    const sessions = yield* Sessions
+    const outbox = yield* Outbox
+    const metrics = yield* Metrics
+    const address = storeAddress(config.redisUrl)
+    const file = spoolFile(config.dataDir, instanceId)
+
+    /** Jobs not yet through, by session id: tried inline, retrying in the background, or replayed. */
+    const pending = new Map<string, SessionEndJob>()
+    /** How many kept jobs wait on the store (not counting first tries in progress). */
+    let kept = 0
+    let stopping = false
+
+    new Gauge({
+      name: "callgate_session_end_backlog",
+      help: "Session ends (record write, session.ended) kept in memory because the store did not take them yet",
+      registers: [metrics.registry],
+      collect() {
+        this.set(kept)
+      }
+    })
+    const retries = new Counter({
+      name: "callgate_session_end_retries_total",
+      help: "Attempts to carry a kept session end into the store again",
+      registers: [metrics.registry]
+    })
+    const spooled = new Counter({
+      name: "callgate_session_end_spooled_total",
+      help: "Session ends written to the local spool at a stop because the store had not taken them",
+      registers: [metrics.registry]
+    })
+
+    /** The job's three idempotent steps; fails only with the store's error. */
+    const attempt = (job: SessionEndJob): Effect.Effect<void, StoreError> =>
+      Effect.gen(function* () {
+        const { session } = job
+        const written = yield* sessions.update(session.agentId, session.id, (current) => {
+          if (current.status === "active") {
+            return {
+              ...current,
+              status: session.status,
+              endReason: session.endReason,
+              endedAt: session.endedAt,
+              fallback: session.fallback ?? current.fallback,
+              turns: job.turns ?? current.turns
+            }
+          }
+          if (job.fillFallback === true && current.fallback === null && session.fallback !== null) {
+            return { ...current, fallback: session.fallback }
+          }
+          return current
+        })
+        // No record (its start was never written): the whole terminal record is.
+        const stored = Option.isSome(written)
+          ? written.value
+          : yield* Effect.as(sessions.record({ ...session, turns: job.turns ?? session.turns }), session)
+        yield* outbox.enqueue(sessionEndedEvent(stored))
+        if (session.instanceId !== undefined) {
+          yield* sessions.disown(session.instanceId, { agentId: session.agentId, sessionId: session.id })
+        }
+      })
+
+    const fibers = yield* FiberMap.make<string, void, never>()
+
+    const done = (job: SessionEndJob) =>
+      Effect.gen(function* () {
+        pending.delete(job.session.id)
+        kept--
+        if (kept === 0) yield* Effect.logInfo(`the store at ${address} answers again: every kept session end is written and its session.ended queued`)
+      })
+
+    /** Retries a kept job until the store takes it (interrupted only at a stop, which spools it). */
+    const keep = (job: SessionEndJob) =>
+      Effect.gen(function* () {
+        kept++
+        yield* FiberMap.run(
+          fibers,
+          job.session.id,
+          Effect.sleep(Duration.millis(200)).pipe(
+            Effect.zipRight(
+              attempt(job).pipe(
+                Effect.tapError(() => Effect.sync(() => retries.inc())),
+                Effect.retry(retrySchedule),
+                Effect.zipRight(Effect.sync(() => retries.inc()))
+              )
+            ),
+            Effect.zipRight(done(job)),
+            Effect.catchAllCause((cause) => Effect.logError("a kept session end failed for good", cause))
+          )
+        )
+      })
+
+    /**
+     * Carries one session end into the store. Resolves once it is there, or once it is kept (the
+     * store did not answer): never fails, never waits for the store to come back.
+     */
+    const submit = (job: SessionEndJob): Effect.Effect<void> =>
+      Effect.gen(function* () {
+        const id = job.session.id
+        if (pending.has(id)) return
+        pending.set(id, job)
+        const first = yield* Effect.either(attempt(job))
+        if (Either.isRight(first)) {
+          pending.delete(id)
+          return
+        }
+        if (kept === 0) {
+          yield* Effect.logError(
+            `the store at ${address} is unreachable: session ends are kept in memory and retried until it answers`,
+            { error: first.left.message }
+          )
+        }
+        yield* keep(job)
+      })
+
+    // The spool of the previous run, before anything else: its jobs are kept first and tried now.
+    const replay = yield* Deferred.make<void>()
+    const loaded = readSpool(file)
+    if (loaded.length > 0) {
+      yield* Effect.logInfo(`replaying ${loaded.length} session ends spooled at the last stop`, { file })
+      yield* Effect.forEach(
+        loaded,
+        (job) =>
+          Effect.gen(function* () {
+            if (pending.has(job.session.id)) return
+            pending.set(job.session.id, job)
+            const first = yield* Effect.either(attempt(job))
+            if (Either.isRight(first)) pending.delete(job.session.id)
+            else yield* keep(job)
+          }),
+        { concurrency: REPLAY_CONCURRENCY, discard: true }
+      )
+      const waitReplayed = Effect.gen(function* () {
+        const ids = new Set(loaded.map((job) => job.session.id))
+        while ([...ids].some((id) => pending.has(id))) yield* Effect.sleep(Duration.millis(100))
+        if (!stopping) yield* Effect.sync(() => rmSync(file, { force: true }))
+        yield* Effect.logInfo("the spooled session ends are all written")
+      })
+      yield* waitReplayed.pipe(Effect.zipRight(Deferred.succeed(replay, undefined)), Effect.forkScoped)
+    } else {
+      yield* Deferred.succeed(replay, undefined)
+    }
+
+    // At a stop, whatever is still kept goes to the spool (after live calls drained: this service
+    // is built before the sessions, so it is released after them).
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function* () {
+        stopping = true
+        const jobs = [...pending.values()]
+        const result = yield* Effect.either(Effect.try(() => writeSpool(file, jobs)))
+        if (Either.isLeft(result)) {
+          yield* Effect.logError(`could not write the spool: ${jobs.length} session ends are lost`, { file, error: String(result.left.error) })
+          return
+        }
+        if (jobs.length > 0) {
+          spooled.inc(jobs.length)
+          yield* Effect.logWarning(`${jobs.length} session ends the store at ${address} did not take are spooled for the next start`, { file })
+        }
+      })
+    )
+
+    return {
+      submit,
+      /** Resolves once every session end spooled by the previous run is in the store. */
+      replayed: Deferred.await(replay),
+      /** Full: new calls are refused until the store takes the kept ends. */
+      isFull: (): boolean => kept >= config.sessionEndBacklogLimit,
+      /** Kept ends waiting for the store. */
+      backlog: (): number => kept,
+      /** True while this session's end is on its way (tried, kept or replayed). */
+      isPending: (sessionId: string): boolean => pending.has(sessionId)
+    } as const
+  })
+}) {}
+
+const readSpool = (file: string): ReadonlyArray<SessionEndJob> => {
+  let text: string
+  try {
+    text = readFileSync(file, "utf8")
+  } catch {
+    return []
+  }
+  const decoded = decodeSpool(text)
+  if (Either.isLeft(decoded)) throw new Error(`the spool ${file} cannot be read: ${decoded.left.message}`)
+  return decoded.right.jobs
+}
+
+/** Replaces the spool atomically (temporary file, then rename); none when there is nothing to keep. */
+const writeSpool = (file: string, jobs: ReadonlyArray<SessionEndJob>) => {
+  if (jobs.length === 0) {
+    rmSync(file, { force: true })
+    return
+  }
+  mkdirSync(join(file, ".."), { recursive: true })
+  writeFileSync(`${file}.tmp`, encodeSpool({ version: 1, jobs }))
+  renameSync(`${file}.tmp`, file)
+}
