@@ -22,6 +22,7 @@ import { Metrics } from "./observability/Metrics.js"
 import { SecretBox } from "./secrets/SecretBox.js"
 import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
 import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
+import { AfterStream } from "./session/AfterStream.js"
 import { OrphanReconciler } from "./session/OrphanReconciler.js"
 import { SessionEndJournal } from "./session/SessionEndJournal.js"
 import { StartupReconciliationLive } from "./session/StartupReconciliation.js"
@@ -111,7 +112,8 @@ export const TurnsLive = TurnTiming.Default.pipe(
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
  */
 export const CallsLive = CarrierStreams.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, OrphanReconciler.Default)),
+  Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
+  Layer.provideMerge(OrphanReconciler.Default),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default, CarrierCallEvents.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),

@@ -81,6 +81,8 @@ export interface AgentLink {
 
 /** A media stream that presented valid credentials: enough to open a session. */
 export interface StreamOpening {
+  /** An inbound call's session id, minted by the entry webhook and named in its `<Redirect>` (docs/reliability.md). */
+  readonly entrySessionId?: string | undefined
   readonly agentId: string
   readonly environmentId: string
   readonly kind: CallKind

@@ -1,4 +1,8 @@
+import { randomBytes } from "node:crypto"
 import type { CallRef, Provider } from "./Carrier.js"
+
+/** A new session id: minted when the carrier's entry webhook admits the call (or when a stream opens without one). */
+export const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
 
 /** Who and what a live session is: fixed when its stream starts. */
 export interface SessionInfo {

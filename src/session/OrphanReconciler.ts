@@ -1,11 +1,11 @@
 import { Effect, Option } from "effect"
-import type { CallKind } from "../core/Carrier.js"
+import type { CallKind, CarrierShape } from "../core/Carrier.js"
 import { HardError } from "../core/HardError.js"
 import type { SessionInfo } from "../core/SessionInfo.js"
 import type { StoreError } from "../core/StoreError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { SessionEndJournal } from "./SessionEndJournal.js"
-import type { Session } from "./SessionSchema.js"
+import { isOpenStatus, type Session } from "./SessionSchema.js"
 import type { SessionRef } from "./SessionStore.js"
 import { Sessions } from "./Sessions.js"
 
@@ -61,16 +61,32 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
 
-    /** Ends the session as lost if it is still active; the record when this call made that move. */
-    const claim = (ref: SessionRef, createdBefore: number) =>
+    /**
+     * Ends the session as lost if it is still active (and created before `createdBefore`): one
+     * compare-and-set, so of any number of claimants exactly one gets the record back.
+     */
+    const claim = (ref: SessionRef, createdBefore = Infinity) =>
       Effect.gen(function* () {
         const endedAt = new Date().toISOString()
         let won = false
         const result = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
-          won = current.status === "active" && Date.parse(current.createdAt) < createdBefore
+          won = isOpenStatus(current.status) && Date.parse(current.createdAt) < createdBefore
           return won ? { ...current, status: "failed" as const, endReason: "instance_lost", endedAt } : current
         })
         return won ? result : Option.none<Session>()
+      })
+
+    /**
+     * Rescues the call of a session this instance claimed (through `carrier`: the carriers' REST
+     * APIs unless given) and carries its end, with the fallback's record, into the store.
+     */
+    const rescueClaimed = (claimed: Session, carrier?: CarrierShape) =>
+      Effect.gen(function* () {
+        const info = sessionInfoOf(claimed)
+        const error = new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE })
+        yield* Effect.logWarning("rescuing a session its instance left active", { instanceId: claimed.instanceId, callId: info.call.callId })
+        const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier)
+        yield* journal.submit({ session: { ...claimed, fallback: outcome.fallback ?? null }, fillFallback: true })
       })
 
     const reconcileOne = (instanceId: string, ref: SessionRef, createdBefore: number) =>
@@ -86,16 +102,13 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
           yield* sessions.disown(instanceId, ref)
           return "finished" as const
         }
-        if (found.value.status !== "active") {
+        if (!isOpenStatus(found.value.status)) {
           yield* journal.submit({ session: found.value })
           return "finished" as const
         }
         const claimed = yield* claim(ref, createdBefore)
         if (Option.isNone(claimed)) return "skipped" as const
-        const info = sessionInfoOf(claimed.value)
-        yield* Effect.logWarning("rescuing a session its instance left active", { instanceId, callId: info.call.callId })
-        const outcome = yield* fallback.rescue(info, new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE }))
-        yield* journal.submit({ session: { ...claimed.value, fallback: outcome.fallback ?? null }, fillFallback: true })
+        yield* rescueClaimed(claimed.value)
         return "rescued" as const
       }).pipe(Effect.annotateLogs({ sessionId: ref.sessionId, agentId: ref.agentId }))
 
@@ -109,6 +122,6 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
         return { rescued: count("rescued"), finished: count("finished"), skipped: count("skipped") }
       })
 
-    return { reconcileOrphans } as const
+    return { reconcileOrphans, claim, rescueClaimed } as const
   })
 }) {}

@@ -8,7 +8,7 @@ import { Metrics } from "../observability/Metrics.js"
 import type { StoreError } from "../core/StoreError.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
 import { Outbox } from "../webhooks/Outbox.js"
-import { Session } from "./SessionSchema.js"
+import { isOpenStatus, Session } from "./SessionSchema.js"
 import { sessionEndedEvent, Sessions } from "./Sessions.js"
 
 /**
@@ -96,12 +96,12 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
       registers: [metrics.registry]
     })
 
-    /** The job's three idempotent steps; fails only with the store's error. */
-    const attempt = (job: SessionEndJob): Effect.Effect<void, StoreError> =>
+    /** The job's three idempotent steps; the record as stored; fails only with the store's error. */
+    const attempt = (job: SessionEndJob): Effect.Effect<Session, StoreError> =>
       Effect.gen(function* () {
         const { session } = job
         const written = yield* sessions.update(session.agentId, session.id, (current) => {
-          if (current.status === "active") {
+          if (isOpenStatus(current.status)) {
             return {
               ...current,
               status: session.status,
@@ -124,6 +124,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         if (session.instanceId !== undefined) {
           yield* sessions.disown(session.instanceId, { agentId: session.agentId, sessionId: session.id })
         }
+        return stored
       })
 
     const fibers = yield* FiberMap.make<string, void, never>()
@@ -157,18 +158,19 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
       })
 
     /**
-     * Carries one session end into the store. Resolves once it is there, or once it is kept (the
-     * store did not answer): never fails, never waits for the store to come back.
+     * Carries one session end into the store. Resolves once it is there (with the record as
+     * stored), or once it is kept (the store did not answer; with the record as this instance
+     * knows it): never fails, never waits for the store to come back.
      */
-    const submit = (job: SessionEndJob): Effect.Effect<void> =>
+    const submit = (job: SessionEndJob): Effect.Effect<Session> =>
       Effect.gen(function* () {
         const id = job.session.id
-        if (pending.has(id)) return
+        if (pending.has(id)) return job.session
         pending.set(id, job)
         const first = yield* Effect.either(attempt(job))
         if (Either.isRight(first)) {
           pending.delete(id)
-          return
+          return first.right
         }
         if (kept === 0) {
           yield* Effect.logError(
@@ -177,6 +179,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
           )
         }
         yield* keep(job)
+        return job.session
       })
 
     // The spool of the previous run, before anything else: its jobs are kept first and tried now.

@@ -167,7 +167,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         }
         // Written and queued through the journal: kept and retried while the store is away
         // (docs/reliability.md, "Store outages"); this waits only for the first try.
-        yield* journal.submit({
+        const record = yield* journal.submit({
           session: {
             ...recordOf(info, instanceId),
             status: end.status,

@@ -12,12 +12,13 @@ import type { StreamOpening } from "../core/CallLegs.js"
 import { CallSession, SessionEnding } from "./CallSession.js"
 import type { FrameProblem } from "../wire/FrameDecoding.js"
 import { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import { newSessionId, type SessionInfo } from "../core/SessionInfo.js"
 import { SessionLifecycle } from "./SessionLifecycle.js"
 import type { Session } from "./SessionSchema.js"
 import { CloseCode } from "../core/WireSocket.js"
 
-export const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
+/** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
+export { newSessionId } from "../core/SessionInfo.js"
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
 
 /** How long cut sessions get to run their rescue and record their end during shutdown. */
@@ -183,7 +184,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         expected.delete(opening.sessionId)
       }
       const info: SessionInfo = {
-        sessionId: opening.sessionId ?? newSessionId(),
+        sessionId: opening.sessionId ?? opening.entrySessionId ?? newSessionId(),
         agentId: opening.agentId,
         environmentId: opening.environmentId,
         provider: providerOf(opening.kind),

@@ -9,6 +9,8 @@ import type { CallKind } from "../core/Carrier.js"
  * random key; they expire after `TOKEN_TTL_MS` (a carrier opens the stream within seconds).
  */
 export const SessionClaims = Schema.Struct({
+  /** An inbound call's session id, minted at the entry: the stream's session takes it, the entry answer's `<Redirect>` names it. */
+  entrySessionId: Schema.optional(Schema.String),
   agentId: Schema.String,
   environmentId: Schema.String,
   kind: Schema.Literal("twilio", "telnyx-texml", "telnyx-call-control"),

@@ -1,3 +1,4 @@
+import type { AfterStream } from "../../session/AfterStream.js"
 import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
@@ -12,6 +13,7 @@ import type { TelnyxCallCommands } from "../../telephony/TelnyxCallCommands.js"
 import type { TelnyxCarrier } from "../../telephony/TelnyxCarrier.js"
 import type { TelnyxTwimlRunner } from "../../telephony/TelnyxTwimlRunner.js"
 import { EntryPaths, type EntryRequest, type EntryResponse } from "../../telephony/entry/EntryWire.js"
+import { afterStreamEntry } from "../../telephony/entry/AfterStreamEntry.js"
 import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlEntry.js"
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
@@ -28,6 +30,7 @@ export type TelephonyEntryServices =
   | TelnyxTwimlRunner
   | SessionRegistry
   | SessionEndJournal
+  | AfterStream
 
 const internalError: EntryResponse = {
   status: 500,
@@ -79,4 +82,6 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
   route(EntryPaths.twilioVoice, twilioVoiceEntry)
   route(EntryPaths.telnyxTexml, (request) => telnyxTexmlEntry(request, telnyx.verify))
   route(EntryPaths.telnyxCallControl, (request) => telnyxCallControlEntry(request, telnyx.verify))
+  route(EntryPaths.twilioAfterStream, (request) => afterStreamEntry("twilio", request, telnyx.verify))
+  route(EntryPaths.telnyxAfterStream, (request) => afterStreamEntry("telnyx-texml", request, telnyx.verify))
 }

@@ -1,6 +1,7 @@
 import { Effect, Exit, ParseResult, Schema } from "effect"
 import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
+import { newSessionId } from "../../core/SessionInfo.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
@@ -11,11 +12,11 @@ import { type EntryResponse } from "./EntryWire.js"
  * the carrier hands to the media stream. Also the small TwiML/TeXML answers they send.
  */
 export type Admission =
-  | { readonly _tag: "Admitted"; readonly token: string }
+  | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string }
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
 
-export const admitCall = (claims: Omit<SessionClaims, "exp">) =>
+export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId">) =>
   Effect.gen(function* () {
     const environments = yield* Environments
     const tokens = yield* SessionTokens
@@ -49,7 +50,10 @@ export const admitCall = (claims: Omit<SessionClaims, "exp">) =>
       yield* Effect.logError("call refused: the environment could not be read", { kind: claims.kind, callId: claims.callId }, lookup.cause)
       return { _tag: "Unavailable" } as Admission
     }
-    const token = tokens.issue(claims)
+    // An outbound call's session exists already; an inbound call's is minted here, so the entry
+    // answer's <Redirect> can name it (docs/reliability.md).
+    const sessionId = claims.sessionId ?? newSessionId()
+    const token = tokens.issue(claims.sessionId !== undefined ? claims : { ...claims, entrySessionId: sessionId })
     yield* Effect.logInfo("call admitted", {
       kind: claims.kind,
       callId: claims.callId,
@@ -57,7 +61,7 @@ export const admitCall = (claims: Omit<SessionClaims, "exp">) =>
       environmentId: claims.environmentId,
       direction: claims.direction
     })
-    return { _tag: "Admitted", token } as Admission
+    return { _tag: "Admitted", token, sessionId } as Admission
   })
 
 /** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */
@@ -100,13 +104,26 @@ export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): En
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")
 
-/** `<Response><Connect><Stream url attributes>` with `<Parameter>`s, built with the SDK's TwiML builder. */
+/**
+ * `<Response><Connect><Stream url attributes>` with `<Parameter>`s, then `<Redirect>` to
+ * `redirectUrl` (the verb a call goes on to when its stream ends: docs/reliability.md), built with
+ * the SDK's TwiML builder.
+ */
 export const connectStream = (
   attributes: Record<string, string>,
-  parameters: ReadonlyArray<readonly [string, string | undefined]>
+  parameters: ReadonlyArray<readonly [string, string | undefined]>,
+  redirectUrl?: string
 ): EntryResponse => {
   const response = new twilio.twiml.VoiceResponse()
   const stream = response.connect().stream(attributes as { url: string })
   for (const [name, value] of parameters) if (value !== undefined) stream.parameter({ name, value })
+  if (redirectUrl !== undefined) response.redirect({ method: "POST" }, redirectUrl)
   return xml(200, response.toString())
 }
+
+/** The `<Redirect>` URL for a call admitted as `sessionId`: any instance answers it. */
+export const afterStreamUrl = (publicUrl: string, path: string, query: { agentId: string; environmentId: string; sessionId: string }) =>
+  `${publicUrl}${path}?${new URLSearchParams(query).toString()}`
+
+/** Markup for a call that came back: `markup` when the fallback gave one, else a hang-up. */
+export const markupAnswer = (markup: string | undefined): EntryResponse => (markup === undefined ? hangupOnly(200) : xml(200, markup))

@@ -82,5 +82,12 @@ export const EntryPaths = {
   twilioStream: "/telephony/twilio/stream",
   telnyxTexml: "/telephony/telnyx/texml",
   telnyxCallControl: "/telephony/telnyx/call-control",
-  telnyxStream: "/telephony/telnyx/stream"
+  telnyxStream: "/telephony/telnyx/stream",
+  /** Where the entry answer's `<Redirect>` sends a call whose stream ended (docs/reliability.md). */
+  twilioAfterStream: "/telephony/twilio/after-stream",
+  telnyxAfterStream: "/telephony/telnyx/after-stream"
 } as const
+
+/** The `<Redirect>` URL's query: the call's environment and the session the entry minted for it. */
+export const AfterStreamQuery = Schema.Struct({ agentId: ResourceId, environmentId: ResourceId, sessionId: ResourceId })
+export type AfterStreamQuery = typeof AfterStreamQuery.Type

@@ -1,7 +1,7 @@
 import { Effect, Either } from "effect"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
 import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
@@ -52,6 +52,7 @@ export const telnyxTexmlEntry = (
         bidirectionalMode: "rtp",
         bidirectionalCodec: "PCMU"
       },
-      []
+      [],
+      afterStreamUrl(config.publicUrl, EntryPaths.telnyxAfterStream, { agentId, environmentId, sessionId: admission.sessionId })
     )
   }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxTexml))

@@ -2,7 +2,7 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
-import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
 import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
@@ -55,5 +55,5 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       ["from", call.From],
       ["to", call.To],
       ["direction", direction]
-    ])
+    ], afterStreamUrl(config.publicUrl, EntryPaths.twilioAfterStream, { agentId, environmentId, sessionId: admission.sessionId }))
   }).pipe(Effect.annotateLogs("route", EntryPaths.twilioVoice))

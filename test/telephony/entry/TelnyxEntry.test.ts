@@ -42,9 +42,13 @@ describe("Telnyx entry endpoints", () => {
       expect(res.statusCode).toBe(200)
       expect(res.headers["content-type"]).toBe("text/xml; charset=utf-8")
       const token = tokenIn(res.body)
+      const sessionId = (await t.claimsOf(token))?.sessionId
+      expect(sessionId).toMatch(/^ses_[A-Za-z0-9_-]{16}$/)
       expect(res.body).toBe(
         `${XML}<Response><Connect><Stream url="wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}" ` +
-          `bidirectionalMode="rtp" bidirectionalCodec="PCMU"/></Connect></Response>`
+          `bidirectionalMode="rtp" bidirectionalCodec="PCMU"/></Connect>` +
+          `<Redirect method="POST">https://callgate.test/telephony/telnyx/after-stream?agentId=${t.agentId}&amp;environmentId=${t.environmentId}&amp;sessionId=${sessionId}</Redirect>` +
+          `</Response>`
       )
       expect(await t.claimsOf(token)).toMatchObject({
         agentId: t.agentId,

@@ -43,6 +43,8 @@ describe.each<StoreKind>(["memory", "redis"])("POST /telephony/twilio/voice (%s 
     expect(res.statusCode).toBe(200)
     expect(res.headers["content-type"]).toBe("text/xml; charset=utf-8")
     const token = tokenIn(res.body)
+    const sessionId = (await t.claimsOf(token))?.sessionId
+    expect(sessionId).toMatch(/^ses_[A-Za-z0-9_-]{16}$/)
     expect(res.body).toBe(
       `${XML}<Response><Connect><Stream url="wss://callgate.test/telephony/twilio/stream">` +
         `<Parameter name="token" value="${token}"/>` +
@@ -51,7 +53,10 @@ describe.each<StoreKind>(["memory", "redis"])("POST /telephony/twilio/voice (%s 
         `<Parameter name="from" value="+14155550100"/>` +
         `<Parameter name="to" value="+14155550111"/>` +
         `<Parameter name="direction" value="inbound"/>` +
-        `</Stream></Connect></Response>`
+        `</Stream></Connect>` +
+        // When the stream ends the call goes on here; any instance answers it (docs/reliability.md).
+        `<Redirect method="POST">https://callgate.test/telephony/twilio/after-stream?agentId=${t.agentId}&amp;environmentId=${t.environmentId}&amp;sessionId=${sessionId}</Redirect>` +
+        `</Response>`
     )
     expect(await t.claimsOf(token)).toMatchObject({
       agentId: t.agentId,

@@ -1,0 +1,82 @@
+import { Effect, Either } from "effect"
+import twilio from "twilio"
+import { AppConfig } from "../../config/AppConfig.js"
+import type { CallKind, CarrierShape } from "../../core/Carrier.js"
+import { AfterStream } from "../../session/AfterStream.js"
+import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
+import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
+import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+
+/**
+ * A carrier adapter that answers the returning call's request instead of calling REST: what the
+ * error fallback asks of the call becomes the TwiML/TeXML of the answer (the last request wins).
+ */
+const answerCarrier = () => {
+  let markup: string | undefined
+  const carrier: CarrierShape = {
+    hangup: () =>
+      Effect.sync(() => {
+        markup = hangupOnly(200).body
+      }),
+    transfer: (_call, to, callerId) =>
+      Effect.sync(() => {
+        const response = new twilio.twiml.VoiceResponse()
+        response.dial(callerId === undefined ? {} : { callerId }, to)
+        markup = response.toString()
+      }),
+    applyTwiml: (_call, twiml) =>
+      Effect.sync(() => {
+        markup = twiml
+      })
+  }
+  return { carrier, markup: () => markup }
+}
+
+/**
+ * `POST /telephony/twilio/after-stream` and `POST /telephony/telnyx/after-stream`
+ * (`?agentId=..&environmentId=..&sessionId=..`): the `<Redirect>` after the entry answer's
+ * `<Connect><Stream>`, which the carrier follows when the stream ends (docs/reliability.md,
+ * "Instance loss"). Signature-checked like the entry webhooks. Answers a hang-up when the session
+ * ended properly, the environment's error fallback when it was abandoned.
+ */
+export const afterStreamEntry = (
+  kind: Extract<CallKind, "twilio" | "telnyx-texml">,
+  request: EntryRequest,
+  verifyTelnyx: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+) =>
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const params = formParams(request.body)
+    if (kind === "twilio") {
+      if (!verifyTwilioWebhook(config, request.url, request.headers, params)) {
+        yield* Effect.logWarning("returning call refused: bad X-Twilio-Signature")
+        return hangupOnly(401)
+      }
+    } else {
+      const verification = yield* verifyTelnyx(request.rawBody, request.headers)
+      if (!verification.valid) {
+        yield* Effect.logWarning("returning call refused", { reason: verification.reason })
+        return hangupOnly(401)
+      }
+    }
+    const query = yield* Effect.either(decodeEntry(AfterStreamQuery, request.query))
+    const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, params))
+    if (Either.isLeft(query) || Either.isLeft(form)) {
+      yield* Effect.logWarning("returning call refused: malformed", {
+        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
+      })
+      return hangupOnly(400)
+    }
+    const answer = answerCarrier()
+    const outcome = yield* (yield* AfterStream).answer(
+      {
+        ...query.right,
+        call: { kind, callId: form.right.CallSid, accountSid: form.right.AccountSid },
+        from: form.right.From ?? null,
+        to: form.right.To ?? null,
+        direction: directionOf(form.right.Direction)
+      },
+      answer.carrier
+    )
+    return markupAnswer(outcome === "rescued" ? answer.markup() : undefined)
+  })
