@@ -1,0 +1,121 @@
+import { Effect } from "effect"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Environments } from "../../../src/environments/Environments.js"
+import { Sessions } from "../../../src/session/Sessions.js"
+import { type FakeTelnyx, startFakeTelnyx } from "../../support/fakeTelnyx.js"
+import { twilioSignature } from "../../support/fakeTwilio.js"
+import { uniqueId } from "../../support/testApp.js"
+import { sampleSession } from "../../session/SessionStore.contract.js"
+import { type EntryTestApp, formBody, makeEntryTestApp, PUBLIC_URL, XML } from "./entryTestApp.js"
+
+/**
+ * The `<Redirect>` after the stream (docs/reliability.md): signature-checked like each carrier's
+ * entry webhook; a hang-up for a session that ended; for one still active after the owner's grace,
+ * one claim and the error fallback as the answer, never a carrier REST request.
+ */
+
+const AUTH_TOKEN = "twilio-test-auth-token-01"
+const ACCOUNT = "AC00000000000000000000000000000042"
+const HANGUP = `${XML}<Response><Hangup/></Response>`
+
+describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
+  let telnyx: FakeTelnyx
+  let t: EntryTestApp
+  beforeAll(async () => {
+    telnyx = await startFakeTelnyx()
+    t = await makeEntryTestApp({ TWILIO_AUTH_TOKEN: AUTH_TOKEN, TWILIO_ACCOUNT_SID: ACCOUNT, ...telnyx.env })
+  })
+  afterAll(async () => {
+    await t.close()
+    await telnyx.close()
+  })
+
+  const run = <A, E>(effect: Effect.Effect<A, E, any>) => t.runtime.runPromise(effect as Effect.Effect<A, E, never>)
+  const form = (callId: string) => ({ CallSid: callId, AccountSid: ACCOUNT, From: "+14155550100", To: "+14155550111", Direction: "inbound" })
+  const path = (carrier: "twilio" | "telnyx", sessionId: string, agentId = t.agentId, environmentId = t.environmentId) =>
+    `/telephony/${carrier}/after-stream?agentId=${agentId}&environmentId=${environmentId}&sessionId=${sessionId}`
+  const twilioPost = (url: string, fields: Record<string, string>, signature = twilioSignature(AUTH_TOKEN, PUBLIC_URL + url, fields)) =>
+    t.app.inject({
+      method: "POST",
+      url,
+      payload: formBody(fields),
+      headers: { "content-type": "application/x-www-form-urlencoded", "x-twilio-signature": signature }
+    })
+  const telnyxPost = (url: string, fields: Record<string, string>, signed = true) => {
+    const body = formBody(fields)
+    return t.app.inject({
+      method: "POST",
+      url,
+      payload: body,
+      headers: { "content-type": "application/x-www-form-urlencoded", ...(signed ? telnyx.signWebhook(body) : {}) }
+    })
+  }
+  const stored = (agentId: string, sessionId: string) => run(Effect.flatMap(Sessions, (s) => s.get(agentId, sessionId)))
+
+  it("refuses a bad signature (401) and a malformed query (400), as the entry webhooks do", async () => {
+    const sessionId = uniqueId("ses")
+    expect((await twilioPost(path("twilio", sessionId), form("CA1"), "Zm9yZ2Vk")).statusCode).toBe(401)
+    expect((await telnyxPost(path("telnyx", sessionId), form("v3:1"), false)).statusCode).toBe(401)
+    const bad = `/telephony/twilio/after-stream?agentId=${t.agentId}&environmentId=${t.environmentId}&sessionId=no%20such`
+    expect((await twilioPost(bad, form("CA1"))).statusCode).toBe(400)
+  })
+
+  it("a session that ended: a plain hang-up, the record untouched", async () => {
+    const session = sampleSession(t.agentId, { environmentId: t.environmentId, status: "completed", endReason: "caller_hangup", endedAt: new Date().toISOString() })
+    await run(Effect.flatMap(Sessions, (s) => s.record(session)))
+    const res = await twilioPost(path("twilio", session.id), form(session.callId))
+    expect(res.statusCode).toBe(200)
+    expect(res.body).toBe(HANGUP)
+    expect(await stored(t.agentId, session.id)).toEqual(session)
+  })
+
+  it("a TeXML session left active: claimed once, the fallback (disabled: a hang-up) is the answer, failed / instance_lost", async () => {
+    const session = sampleSession(t.agentId, { environmentId: t.environmentId, provider: "telnyx", callKind: "telnyx-texml", callId: "v3:texml-left" })
+    await run(Effect.flatMap(Sessions, (s) => s.record(session)))
+    const [first, second] = await Promise.all([
+      telnyxPost(path("telnyx", session.id), form(session.callId)),
+      telnyxPost(path("telnyx", session.id), form(session.callId))
+    ])
+    expect([first!.body, second!.body]).toEqual([HANGUP, HANGUP])
+    expect(await stored(t.agentId, session.id)).toMatchObject({
+      status: "failed",
+      endReason: "instance_lost",
+      fallback: { trigger: "instance_lost", type: "disabled", outcome: "hung_up" }
+    })
+    // The answer was the rescue: nothing went to the carrier's REST API.
+    expect(telnyx.requests).toEqual([])
+  })
+
+  it("a Twilio session left active with a phone fallback, the redirect twice at once: one <Dial>, one hang-up", async () => {
+    const agentId = uniqueId("agent")
+    const environment = await run(
+      Effect.flatMap(Environments, (envs) => envs.create(agentId, { name: "phone", errorFallbackType: "phone", errorFallbackValue: "+14155550123" }))
+    )
+    const session = sampleSession(agentId, { environmentId: environment.id, callKind: "twilio" })
+    await run(Effect.flatMap(Sessions, (s) => s.record(session)))
+    const answers = await Promise.all([0, 1].map(() => twilioPost(path("twilio", session.id, agentId, environment.id), form(session.callId))))
+    expect(answers.map((res) => res.body).sort()).toEqual([
+      `${XML}<Response><Dial callerId="+14155550111">+14155550123</Dial></Response>`,
+      HANGUP
+    ])
+    expect(await stored(agentId, session.id)).toMatchObject({
+      status: "failed",
+      endReason: "instance_lost",
+      fallback: { type: "phone", outcome: "transferred" }
+    })
+  })
+
+  it("no record at all (the instance died before writing the start): the fallback answers and a terminal record is written", async () => {
+    const sessionId = uniqueId("ses")
+    const res = await twilioPost(path("twilio", sessionId), form("CAnorecord"))
+    expect(res.body).toBe(HANGUP)
+    expect(await stored(t.agentId, sessionId)).toMatchObject({
+      id: sessionId,
+      callId: "CAnorecord",
+      status: "failed",
+      endReason: "instance_lost",
+      callKind: "twilio",
+      fallback: { trigger: "instance_lost", outcome: "hung_up" }
+    })
+  })
+})
