@@ -148,7 +148,12 @@ const settings = Config.all({
   /** This instance's name in the store (session ownership, the fleet); generated and kept in DATA_DIR when unset. */
   instanceId: Config.option(
     Config.string("INSTANCE_ID").pipe(
-      check("INSTANCE_ID", "must be 1 to 64 letters, digits or _ - . without braces or colons", (text: string) => /^[A-Za-z0-9_.-]{1,64}$/.test(text))
+      // The path is the variable's already (Config.string prefixes it), so the error adds none.
+      Config.mapOrFail((text) =>
+        /^[A-Za-z0-9_.-]{1,64}$/.test(text)
+          ? Either.right(text)
+          : Either.left(ConfigError.InvalidData([], "must be 1 to 64 letters, digits or _ - . (no braces or colons)"))
+      )
     )
   ),
   sessionEndBacklogLimit: integerIn("SESSION_END_BACKLOG_LIMIT", 1, 10_000_000)

@@ -100,7 +100,10 @@ describe("AppConfig", () => {
       ["HTTP_BODY_LIMIT_BYTES", { HTTP_BODY_LIMIT_BYTES: "lots" }, "integer"],
       ["RATE_LIMIT_PER_MINUTE", { RATE_LIMIT_PER_MINUTE: "-1" }, "from 0 (no limit) to 1000000"],
       ["RATE_LIMIT_PER_MINUTE", { RATE_LIMIT_PER_MINUTE: "2.5" }, "integer"],
-      ["SHUTDOWN_DRAIN_TIMEOUT", { SHUTDOWN_DRAIN_TIMEOUT: "soon" }, "duration"]
+      ["SHUTDOWN_DRAIN_TIMEOUT", { SHUTDOWN_DRAIN_TIMEOUT: "soon" }, "duration"],
+      ["INSTANCE_ID", { INSTANCE_ID: "{one}" }, "letters, digits or _ - ."],
+      ["INSTANCE_ID", { INSTANCE_ID: "a".repeat(65) }, "1 to 64"],
+      ["SESSION_END_BACKLOG_LIMIT", { SESSION_END_BACKLOG_LIMIT: "0" }, "from 1 to 10000000"]
     ]
     it.each(cases)("%s: %j", async (variable, env, problem) => {
       const line = await failureLine({ ADMIN_API_KEY: ADMIN, ...env })
