@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { Deferred, Duration, Effect, Either, FiberMap, Option, Redacted, Schedule, Schema } from "effect"
 import { Counter, Gauge } from "prom-client"
@@ -182,6 +182,16 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         return job.session
       })
 
+    // A spool under another id (INSTANCE_ID changed, or another instance's DATA_DIR) is not this
+    // instance's to replay: said once, left where it is.
+    const strangers = otherSpools(config.dataDir, file)
+    if (strangers.length > 0) {
+      yield* Effect.logWarning("DATA_DIR holds spools of other instance ids; they are not replayed by this instance", {
+        instanceId,
+        files: strangers.join(", ")
+      })
+    }
+
     // The spool of the previous run, before anything else: its jobs are kept first and tried now.
     const replay = yield* Deferred.make<void>()
     const loaded = readSpool(file)
@@ -241,6 +251,17 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
     } as const
   })
 }) {}
+
+const otherSpools = (dataDir: string, own: string): ReadonlyArray<string> => {
+  try {
+    return readdirSync(dataDir)
+      .filter((name) => /^session-ends\..+\.json$/.test(name))
+      .map((name) => join(dataDir, name))
+      .filter((path) => path !== own)
+  } catch {
+    return []
+  }
+}
 
 const readSpool = (file: string): ReadonlyArray<SessionEndJob> => {
   let text: string
