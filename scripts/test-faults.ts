@@ -1,7 +1,7 @@
 /**
  * `npm run test:faults [-- --long]`: the fault-injection suite (test/faults, docs/reliability.md).
  * Without flags it runs what CI runs (a 15 s Redis outage); `--long` adds the 2 and 10 minute
- * outages and holds the SIGTERM case's outage for 2 minutes (about 15 minutes in all).
+ * outages and holds the SIGTERM case's outage for 2 minutes (about 17 minutes in all).
  */
 import { spawnSync } from "node:child_process"
 
