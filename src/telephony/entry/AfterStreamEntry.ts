@@ -1,6 +1,7 @@
 import { Effect, Either } from "effect"
 import twilio from "twilio"
 import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import type { CallKind, CarrierShape } from "../../core/Carrier.js"
 import { AfterStream } from "../../session/AfterStream.js"
 import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
@@ -46,9 +47,10 @@ export const afterStreamEntry = (
 ) =>
   Effect.gen(function* () {
     const config = yield* AppConfig
+    const publicUrl = (yield* PublicUrl).current()
     const params = formParams(request.body)
     if (kind === "twilio") {
-      if (!verifyTwilioWebhook(config, request.url, request.headers, params)) {
+      if (!verifyTwilioWebhook({ publicUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
         yield* Effect.logWarning("returning call refused: bad X-Twilio-Signature")
         return hangupOnly(401)
       }

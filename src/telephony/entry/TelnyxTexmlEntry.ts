@@ -53,6 +53,6 @@ export const telnyxTexmlEntry = (
         bidirectionalCodec: "PCMU"
       },
       [],
-      afterStreamUrl(config.publicUrl, EntryPaths.telnyxAfterStream, { agentId, environmentId, sessionId: admission.sessionId })
+      afterStreamUrl(publicUrl.current(), EntryPaths.telnyxAfterStream, { agentId, environmentId, sessionId: admission.sessionId })
     )
   }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxTexml))

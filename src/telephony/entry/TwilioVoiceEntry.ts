@@ -55,5 +55,5 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       ["from", call.From],
       ["to", call.To],
       ["direction", direction]
-    ], afterStreamUrl(config.publicUrl, EntryPaths.twilioAfterStream, { agentId, environmentId, sessionId: admission.sessionId }))
+    ], afterStreamUrl(publicUrl, EntryPaths.twilioAfterStream, { agentId, environmentId, sessionId: admission.sessionId }))
   }).pipe(Effect.annotateLogs("route", EntryPaths.twilioVoice))
