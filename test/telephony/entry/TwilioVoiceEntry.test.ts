@@ -43,7 +43,7 @@ describe.each<StoreKind>(["memory", "redis"])("POST /telephony/twilio/voice (%s 
     expect(res.statusCode).toBe(200)
     expect(res.headers["content-type"]).toBe("text/xml; charset=utf-8")
     const token = tokenIn(res.body)
-    const sessionId = (await t.claimsOf(token))?.sessionId
+    const sessionId = (await t.claimsOf(token))?.entrySessionId
     expect(sessionId).toMatch(/^ses_[A-Za-z0-9_-]{16}$/)
     expect(res.body).toBe(
       `${XML}<Response><Connect><Stream url="wss://callgate.test/telephony/twilio/stream">` +
