@@ -67,10 +67,11 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
         const envIndex = keys.environmentSessions(session.agentId, session.environmentId)
         // Owned first (another slot, so not in the MULTI): an owned session without a record is
         // only let go of by the reconciliation, a record without its owner would never be found.
-        const own =
-          session.instanceId === undefined
+        const owner = session.instanceId
+        const own: Effect.Effect<void, StoreError> =
+          owner === undefined
             ? Effect.void
-            : redisCall("session.insert", () => client.sadd(keys.instanceSessions(session.instanceId!), `${session.agentId} ${session.id}`))
+            : Effect.asVoid(redisCall("session.insert", () => client.sadd(keys.instanceSessions(owner), `${session.agentId} ${session.id}`)))
         return Effect.zipRight(own, redisCall("session.insert", () =>
           client
             .multi()
