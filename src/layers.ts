@@ -36,6 +36,8 @@ import { RedisConnectionLive } from "./store/RedisConnection.js"
 import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
 import { RedisOutboxStoreLive } from "./store/RedisOutboxStore.js"
 import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
+import { RedisSpentTokenStoreLive } from "./store/RedisSpentTokenStore.js"
+import { MemorySpentTokenStoreLive } from "./telephony/MemorySpentTokenStore.js"
 import { CarriersLive } from "./telephony/CarriersLive.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
 import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
@@ -66,12 +68,12 @@ const whenRedis = <A, E, R, E2, R2>(redis: Layer.Layer<A, E, R>, memory: Layer.L
     Effect.map(AppConfig, (config): Layer.Layer<A, E | E2, R | R2> => (Option.isSome(config.redisUrl) ? redis : memory))
   )
 
-/** Environments, API keys, the outbox and sessions: Redis adapters over one connection, or memory. */
+/** Environments, API keys, the outbox, sessions and spent session tokens: Redis adapters over one connection, or memory. */
 export const StoresLive = whenRedis(
-  Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive, RedisSessionStoreLive).pipe(
+  Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive, RedisSessionStoreLive, RedisSpentTokenStoreLive).pipe(
     Layer.provide(RedisConnectionLive)
   ),
-  Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive, MemorySessionStoreLive)
+  Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive, MemorySessionStoreLive, MemorySpentTokenStoreLive)
 )
 
 /** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */

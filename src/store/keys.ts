@@ -40,7 +40,9 @@ export const makeKeys = (KEY_PREFIX: string) => ({
   agentSessions: (agentId: string) => `${KEY_PREFIX}agent:{${agentId}}:sessions`,
   environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`,
   /** Set of "agentId sessionId" an instance owns until each session's end is written and its session.ended queued. */
-  instanceSessions: (instanceId: string) => `${KEY_PREFIX}instance:{${instanceId}}:sessions`
+  instanceSessions: (instanceId: string) => `${KEY_PREFIX}instance:{${instanceId}}:sessions`,
+  /** A session token presented by a media stream (single use), kept until the token expires. */
+  spentToken: (tokenId: string) => `${KEY_PREFIX}token:${tokenId}`
 })
 
 export type RedisKeys = ReturnType<typeof makeKeys>

@@ -1,12 +1,17 @@
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
-import { Effect, Option, Schema } from "effect"
+import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto"
+import { Effect, Option, Redacted, Schema } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
 import type { CallKind } from "../core/Carrier.js"
 
 /**
  * Short-lived tokens that callgate's call entry endpoints hand to the carrier (as a stream
  * <Parameter>, a stream URL query parameter or a Telnyx stream_auth_token), and that every media
- * stream must present before any agent hears it. HMAC-SHA256 over the claims with a per-process
- * random key; they expire after `TOKEN_TTL_MS` (a carrier opens the stream within seconds).
+ * stream must present before any agent hears it. HMAC-SHA256 over the claims; they expire after
+ * `TOKEN_TTL_MS` (a carrier opens the stream within seconds). The key is derived from SECRETS_KEY
+ * (HKDF-SHA256, its own label), so every instance of a fleet verifies every other's tokens and a
+ * restart invalidates none (docs/scaling.md, "Session tokens"); without SECRETS_KEY (the embedded
+ * single-instance mode) it is random per process. Each token carries a random id (`jti`): the
+ * first stream that presents it spends it (SpentTokenStore), any later one is refused.
  */
 export const SessionClaims = Schema.Struct({
   /** An inbound call's session id, minted at the entry: the stream's session takes it, the entry answer's `<Redirect>` names it. */
@@ -21,6 +26,8 @@ export const SessionClaims = Schema.Struct({
   accountSid: Schema.optional(Schema.String),
   /** An outbound call callgate placed: the session it opens (see SessionRegistry.expectOutbound). */
   sessionId: Schema.optional(Schema.String),
+  /** The token's own random id, spent by the first stream that presents it. */
+  jti: Schema.String,
   /** Expiry, Unix milliseconds. */
   exp: Schema.Number
 })
@@ -33,8 +40,9 @@ const decodeClaims = Schema.decodeUnknownOption(Schema.parseJson(SessionClaims))
 export const makeSessionTokens = (key: Uint8Array, now: () => number = Date.now) => {
   const mac = (body: string) => createHmac("sha256", key).update(body).digest()
   return {
-    issue: (claims: Omit<SessionClaims, "exp"> & { readonly kind: CallKind }): string => {
-      const body = Buffer.from(JSON.stringify({ ...claims, exp: now() + TOKEN_TTL_MS })).toString("base64url")
+    issue: (claims: Omit<SessionClaims, "exp" | "jti"> & { readonly kind: CallKind }): string => {
+      const full = { ...claims, jti: randomBytes(12).toString("base64url"), exp: now() + TOKEN_TTL_MS }
+      const body = Buffer.from(JSON.stringify(full)).toString("base64url")
       return `${body}.${mac(body).toString("base64url")}`
     },
     verify: (token: string): Option.Option<SessionClaims> => {
@@ -48,6 +56,20 @@ export const makeSessionTokens = (key: Uint8Array, now: () => number = Date.now)
   } as const
 }
 
+/** The label that makes the token key independent of every other key derived from SECRETS_KEY. */
+export const SESSION_TOKEN_KEY_LABEL = "callgate session tokens v1"
+
+/** The token key: HKDF-SHA256 of SECRETS_KEY with its own label. */
+export const sessionTokenKey = (secretsKey: Uint8Array): Uint8Array =>
+  new Uint8Array(hkdfSync("sha256", secretsKey, Buffer.alloc(0), SESSION_TOKEN_KEY_LABEL, 32))
+
 export class SessionTokens extends Effect.Service<SessionTokens>()("callgate/SessionTokens", {
-  sync: () => makeSessionTokens(randomBytes(32))
+  effect: Effect.map(AppConfig, (config) =>
+    makeSessionTokens(
+      Option.match(config.secretsKey, {
+        onNone: () => randomBytes(32),
+        onSome: (key) => sessionTokenKey(Redacted.value(key))
+      })
+    )
+  )
 }) {}

@@ -16,7 +16,7 @@ export type Admission =
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
 
-export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId">) =>
+export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti">) =>
   Effect.gen(function* () {
     const environments = yield* Environments
     const tokens = yield* SessionTokens

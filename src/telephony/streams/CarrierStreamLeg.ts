@@ -4,7 +4,11 @@ import { type FrameProblem, parseJson } from "../../wire/FrameDecoding.js"
 import { isCallerTrack } from "../../wire/MediaFields.js"
 import type { MediaScanner } from "../../wire/MediaScanner.js"
 import { CloseCode, type WireListener, type WireSocket } from "../../core/WireSocket.js"
+import type { SessionClaims } from "../SessionTokens.js"
 import type { StreamHost } from "./StreamHost.js"
+
+/** Frames held while the token is being spent (a store round trip): 25 s of 20 ms frames at most. */
+const MAX_HELD_FRAMES = 1250
 
 /** A media frame's fields, as the full parse reads them (the slow path: off the template, or before start). */
 export interface CarrierMedia {
@@ -61,6 +65,8 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
   protected events: CallerEvents | undefined
   /** The stream id from `start`: media frames naming another are refused. */
   protected streamId = ""
+  /** Set while the session token is being spent: frames arriving meanwhile wait here, in order. */
+  private held: Array<string> | undefined
 
   constructor(
     protected readonly socket: WireSocket,
@@ -81,6 +87,7 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
 
   onText(text: string): void {
     if (this.state === "done") return
+    if (this.held !== undefined) return this.hold(text)
     const events = this.events
     if (events !== undefined) {
       // The hot path: a live stream's media frame, written exactly as the carrier writes it, for this stream.
@@ -172,6 +179,34 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
 
   protected protocolError(what: string) {
     this.fail({ code: CloseCode.protocolError, reason: `${this.dialect.name}: ${what}` })
+  }
+
+  /** A frame that arrived while the token is being spent; replayed once the session is open. */
+  private hold(text: string) {
+    if (this.held!.length >= MAX_HELD_FRAMES) {
+      this.held = undefined
+      return this.fail({ code: CloseCode.tryAgainLater, reason: `${this.dialect.name}: the session token could not be checked in time` })
+    }
+    this.held!.push(text)
+  }
+
+  /**
+   * Spends the session token (single use across the fleet), then opens the session and replays
+   * the frames that arrived meanwhile; a token already spent closes the stream with 1008.
+   */
+  protected spendThenOpen(claims: SessionClaims, opening: Omit<StreamOpening, "carrier">) {
+    this.held = []
+    this.host.spend(claims, this.dialect.name === "twilio" ? "twilio" : "telnyx", (first) => {
+      const held = this.held ?? []
+      this.held = undefined
+      if (this.state === "done") return
+      if (!first) return this.refuse("session token was already used")
+      this.openSession(opening)
+      for (const text of held) {
+        if (this.state !== "open") return
+        this.onText(text)
+      }
+    })
   }
 
   /** Opens the session for this stream, or closes the stream with the registry's refusal. */

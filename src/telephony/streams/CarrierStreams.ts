@@ -1,6 +1,6 @@
 import { timingSafeEqual } from "node:crypto"
 import type { IncomingHttpHeaders } from "node:http"
-import { Effect, Option } from "effect"
+import { Duration, Effect, Option, Runtime } from "effect"
 import { Counter } from "prom-client"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
@@ -8,7 +8,8 @@ import { Metrics } from "../../observability/Metrics.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { CloseCode, type WireSocket } from "../../core/WireSocket.js"
 import { verifyTwilioStreamUpgrade } from "../CarrierSignatures.js"
-import { SessionTokens } from "../SessionTokens.js"
+import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
+import { SpentTokenStore } from "../SpentTokenStore.js"
 import type { StreamHost } from "./StreamHost.js"
 import { TelnyxStream } from "./TelnyxStream.js"
 import { TwilioStream } from "./TwilioStream.js"
@@ -31,6 +32,9 @@ const bearer = (header: string | string[] | undefined): string | undefined => {
   return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? ""
 }
 
+/** How long a stream waits for the store to record its token before it is let through unrecorded. */
+const SPEND_TIMEOUT = Duration.seconds(3)
+
 const queryToken = (url: string): string | undefined => {
   const query = url.indexOf("?")
   if (query < 0) return undefined
@@ -44,7 +48,11 @@ const queryToken = (url: string): string | undefined => {
  *   token in the `start` frame's customParameters, bound to its CallSid.
  * - Telnyx: the session token in `?token=`; an `Authorization: Bearer` or
  *   `x-telnyx-streaming-auth-token` header, when present, must carry the same token.
- * Refused streams are closed with 1008 and a reason.
+ * Refused streams are closed with 1008 and a reason. A token is single use: at `start` the stream
+ * spends it in the store (SpentTokenStore, shared by the fleet) before its session opens; a second
+ * presentation, on any instance, is refused with 1008 and logged. When the store does not answer,
+ * the stream is let through (a signed, unexpired token for this very call) and a warning logged:
+ * a store outage must not refuse every caller.
  */
 export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/CarrierStreams", {
   effect: Effect.gen(function* () {
@@ -53,6 +61,8 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     const tokens = yield* SessionTokens
     const registry = yield* SessionRegistry
     const metrics = yield* Metrics
+    const spent = yield* SpentTokenStore
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const refused = new Counter({
       name: "callgate_stream_auth_failures_total",
       help: "Media stream upgrades refused for missing or invalid credentials",
@@ -60,7 +70,40 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
       registers: [metrics.registry]
     })
 
-    const host: StreamHost = { verifyToken: tokens.verify, open: registry.open }
+    const spend = (claims: SessionClaims, provider: "twilio" | "telnyx", done: (first: boolean) => void): void => {
+      runFork(
+        spent.spend(claims.jti, claims.exp).pipe(
+          Effect.timeout(SPEND_TIMEOUT),
+          Effect.tap((first) =>
+            first
+              ? Effect.void
+              : Effect.sync(() => refused.inc({ provider, reason: "replayed_token" })).pipe(
+                  Effect.zipRight(
+                    Effect.logWarning("media stream refused: its session token was already used", {
+                      provider,
+                      callId: claims.callId,
+                      agentId: claims.agentId,
+                      environmentId: claims.environmentId
+                    })
+                  )
+                )
+          ),
+          Effect.catchAll((error) =>
+            Effect.as(
+              Effect.logWarning("the session token's use could not be recorded; the stream is let through", {
+                provider,
+                callId: claims.callId,
+                error: error.message
+              }),
+              true
+            )
+          ),
+          Effect.flatMap((first) => Effect.sync(() => done(first)))
+        )
+      )
+    }
+
+    const host: StreamHost = { verifyToken: tokens.verify, spend, open: registry.open }
 
     const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string) => {
       refused.inc({ provider, reason: label })

@@ -84,13 +84,13 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
   }
 
   protected begin(frame: TelnyxStartFrame) {
-    const { exp: _exp, ...call } = this.claims
+    const { exp: _exp, jti: _jti, ...call } = this.claims
     if (call.kind === "twilio") return this.refuse("session token was not issued for a Telnyx stream")
     const callControlId = frame.start.call_control_id
     if (call.kind === "telnyx-call-control" && callControlId !== undefined && callControlId !== call.callId) {
       return this.refuse("session token was issued for another call")
     }
-    this.openSession({ ...call, from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
+    this.spendThenOpen(this.claims, { ...call, from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
   }
 
   // CarrierLeg

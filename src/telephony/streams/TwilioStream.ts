@@ -62,8 +62,8 @@ export class TwilioStream extends CarrierStreamLeg<TwilioStart> {
     if (claims.value.kind !== "twilio") return this.refuse("session token was not issued for a Twilio stream")
     if (claims.value.callId !== start.callSid) return this.refuse("session token was issued for another call")
     this.encoder = twilioOutboundEncoder(start.streamSid)
-    const { exp: _exp, ...call } = claims.value
-    this.openSession({ ...call, accountSid: call.accountSid ?? start.accountSid, streamSid: start.streamSid })
+    const { exp: _exp, jti: _jti, ...call } = claims.value
+    this.spendThenOpen(claims.value, { ...call, accountSid: call.accountSid ?? start.accountSid, streamSid: start.streamSid })
   }
 
   // CarrierLeg
