@@ -19,6 +19,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["apikeys", "webhooks", "breaker"],
   ["turns", "fallback", "agent"],
   ["session"],
+  ["fleet"],
   ["telephony"],
   ["store", "ws", "calls"],
   ["http"],

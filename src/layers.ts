@@ -37,6 +37,10 @@ import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
 import { RedisOutboxStoreLive } from "./store/RedisOutboxStore.js"
 import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
 import { RedisSpentTokenStoreLive } from "./store/RedisSpentTokenStore.js"
+import { RedisInstanceStoreLive } from "./store/RedisInstanceStore.js"
+import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
+import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
+import { Placement } from "./fleet/Placement.js"
 import { MemorySpentTokenStoreLive } from "./telephony/MemorySpentTokenStore.js"
 import { CarriersLive } from "./telephony/CarriersLive.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
@@ -68,12 +72,27 @@ const whenRedis = <A, E, R, E2, R2>(redis: Layer.Layer<A, E, R>, memory: Layer.L
     Effect.map(AppConfig, (config): Layer.Layer<A, E | E2, R | R2> => (Option.isSome(config.redisUrl) ? redis : memory))
   )
 
-/** Environments, API keys, the outbox, sessions and spent session tokens: Redis adapters over one connection, or memory. */
+/**
+ * Environments, API keys, the outbox, sessions, spent session tokens and the fleet's instance
+ * registry: Redis adapters over one connection, or memory.
+ */
 export const StoresLive = whenRedis(
-  Layer.mergeAll(RedisEnvironmentStoreLive, RedisApiKeyStoreLive, RedisOutboxStoreLive, RedisSessionStoreLive, RedisSpentTokenStoreLive).pipe(
-    Layer.provide(RedisConnectionLive)
-  ),
-  Layer.mergeAll(MemoryEnvironmentStoreLive, MemoryApiKeyStoreLive, MemoryOutboxStoreLive, MemorySessionStoreLive, MemorySpentTokenStoreLive)
+  Layer.mergeAll(
+    RedisEnvironmentStoreLive,
+    RedisApiKeyStoreLive,
+    RedisOutboxStoreLive,
+    RedisSessionStoreLive,
+    RedisSpentTokenStoreLive,
+    RedisInstanceStoreLive
+  ).pipe(Layer.provide(RedisConnectionLive)),
+  Layer.mergeAll(
+    MemoryEnvironmentStoreLive,
+    MemoryApiKeyStoreLive,
+    MemoryOutboxStoreLive,
+    MemorySessionStoreLive,
+    MemorySpentTokenStoreLive,
+    MemoryInstanceStoreLive
+  )
 )
 
 /** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */
@@ -110,10 +129,17 @@ export const TurnsLive = TurnTiming.Default.pipe(
 )
 
 /**
+ * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
+ * the background with its idle dial-in agents, and placement at the call entry.
+ */
+export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+
+/**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
  */
 export const CallsLive = CarrierStreams.Default.pipe(
+  Layer.provideMerge(FleetLive),
   Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
   Layer.provideMerge(OrphanReconciler.Default),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default, CarrierCallEvents.Default)),

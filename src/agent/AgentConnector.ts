@@ -10,11 +10,14 @@ export interface AgentTarget {
   readonly environmentId: string
   /** The environment's agentUrl: dial out when set, else take an idle dial-in socket. */
   readonly agentUrl: string | null
+  /** See SessionInfo.reservedAgent: the socket placement reserved, null for none anywhere. */
+  readonly reservedAgent?: string | null | undefined
 }
 
 /**
  * Finds the agent for one call (docs/design.md, "Agent side"): dial-out to agentUrl when the environment
- * has one, otherwise an idle dial-in socket taken at once. No agent is a HardError, never a wait:
+ * has one, otherwise an idle dial-in socket taken at once (the one placement reserved, when it
+ * is still idle; none when placement found no idle agent in the whole fleet). No agent is a HardError, never a wait:
  * the caller is on the line.
  */
 export class AgentConnector extends Effect.Service<AgentConnector>()("callgate/AgentConnector", {
@@ -27,7 +30,9 @@ export class AgentConnector extends Effect.Service<AgentConnector>()("callgate/A
       if (target.agentUrl !== null) {
         return dialer.dial(target.agentUrl, config.agentConnectTimeout).pipe(Effect.tap((connection) => pool.track(connection)))
       }
-      return Option.match(pool.take(target.agentId, target.environmentId), {
+      const taken =
+        target.reservedAgent === null ? Option.none() : pool.take(target.agentId, target.environmentId, target.reservedAgent)
+      return Option.match(taken, {
         onSome: Effect.succeed,
         onNone: () =>
           Effect.fail(

@@ -1,32 +1,57 @@
 import { Duration, Effect, Option, Schedule } from "effect"
 import { Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Metrics } from "../observability/Metrics.js"
 import { CloseCode } from "../core/WireSocket.js"
 import type { AgentConnection } from "./AgentConnection.js"
 import { environmentKey } from "../core/EnvironmentKey.js"
 
 
+/** One environment's idle sockets, by id, oldest first. */
+export interface IdleSockets {
+  readonly agentId: string
+  readonly environmentId: string
+  readonly sockets: ReadonlyArray<string>
+}
+
+interface PoolEntry {
+  readonly agentId: string
+  readonly environmentId: string
+  /** socket id -> connection, in arrival order */
+  readonly sockets: Map<string, AgentConnection>
+}
+
 /**
- * Dial-in capacity: the idle agent sockets of each environment, oldest first. Each one serves one
- * call: `take` hands it out and forgets it. Every agent socket callgate holds (idle, in a call,
+ * Dial-in capacity: the idle agent sockets of each environment, oldest first, each with an id
+ * unique in the fleet (`{INSTANCE_ID}.{n}`) that placement reserves (docs/scaling.md). Each one
+ * serves one call: `take` hands it out (the reserved one when it is still idle) and forgets it;
+ * listeners hear every change of an environment's idle sockets. Every agent socket callgate holds (idle, in a call,
  * or dialled out) is pinged every AGENT_PING_INTERVAL; one that missed the previous pong is cut,
  * which removes it from the pool (idle) or fails its call (bound).
  */
 export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool", {
   scoped: Effect.gen(function* () {
     const config = yield* AppConfig
+    const { instanceId } = yield* InstanceIdentity
     const metrics = yield* Metrics
-    const idle = new Map<string, Set<AgentConnection>>()
+    const idle = new Map<string, PoolEntry>()
     const tracked = new Set<AgentConnection>()
+    const listeners = new Set<(agentId: string, environmentId: string) => void>()
     let accepting = true
 
-    const forget = (key: string, connection: AgentConnection) => {
-      const set = idle.get(key)
-      if (set === undefined) return
-      set.delete(connection)
-      if (set.size === 0) idle.delete(key)
+    const changed = (entry: { readonly agentId: string; readonly environmentId: string }) => {
+      for (const listener of listeners) listener(entry.agentId, entry.environmentId)
     }
+
+    const forget = (key: string, socketId: string) => {
+      const entry = idle.get(key)
+      if (entry === undefined || !entry.sockets.delete(socketId)) return
+      if (entry.sockets.size === 0) idle.delete(key)
+      changed(entry)
+    }
+
+    const socketIdOf = (connection: AgentConnection) => `${instanceId}.${String(connection.id).padStart(10, "0")}`
 
     const track = (connection: AgentConnection) => void tracked.add(connection)
 
@@ -36,7 +61,7 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
 
     const idleTotal = () => {
       let total = 0
-      for (const set of idle.values()) total += set.size
+      for (const entry of idle.values()) total += entry.sockets.size
       return total
     }
 
@@ -55,8 +80,23 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
     )
 
     const closeIdle = (reason: string) => {
-      for (const set of idle.values()) for (const connection of set) connection.finish(CloseCode.goingAway, reason)
+      const entries = [...idle.values()]
       idle.clear()
+      for (const entry of entries) {
+        for (const connection of entry.sockets.values()) {
+          connection.onIdleClose = undefined
+          connection.finish(CloseCode.goingAway, reason)
+        }
+        changed(entry)
+      }
+    }
+
+    const takeFrom = (key: string, entry: PoolEntry, socketId: string, connection: AgentConnection) => {
+      entry.sockets.delete(socketId)
+      if (entry.sockets.size === 0) idle.delete(key)
+      connection.onIdleClose = undefined
+      changed(entry)
+      return Option.some(connection)
     }
     yield* Effect.addFinalizer(() => Effect.sync(() => closeIdle("callgate is shutting down")))
 
@@ -68,32 +108,48 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
           return false
         }
         const key = environmentKey(agentId, environmentId)
-        let set = idle.get(key)
-        if (set === undefined) idle.set(key, (set = new Set()))
-        set.add(connection)
-        connection.onIdleClose = () => forget(key, connection)
+        let entry = idle.get(key)
+        if (entry === undefined) idle.set(key, (entry = { agentId, environmentId, sockets: new Map() }))
+        const socketId = socketIdOf(connection)
+        entry.sockets.set(socketId, connection)
+        connection.onIdleClose = () => forget(key, socketId)
         track(connection)
+        changed(entry)
         return true
       },
-      /** Takes the oldest live idle socket of the environment, for one call. */
-      take: (agentId: string, environmentId: string): Option.Option<AgentConnection> => {
+      /**
+       * Takes the reserved socket `socketId` when it is still idle here, otherwise (or without one)
+       * the oldest live idle socket of the environment, for one call.
+       */
+      take: (agentId: string, environmentId: string, socketId?: string): Option.Option<AgentConnection> => {
         const key = environmentKey(agentId, environmentId)
-        const set = idle.get(key)
-        if (set === undefined) return Option.none()
-        for (const connection of set) {
-          set.delete(connection)
-          if (connection.isIdle) {
-            if (set.size === 0) idle.delete(key)
-            connection.onIdleClose = undefined
-            return Option.some(connection)
-          }
+        const entry = idle.get(key)
+        if (entry === undefined) return Option.none()
+        if (socketId !== undefined) {
+          const reserved = entry.sockets.get(socketId)
+          if (reserved !== undefined && reserved.isIdle) return takeFrom(key, entry, socketId, reserved)
+        }
+        for (const [id, connection] of entry.sockets) {
+          if (connection.isIdle) return takeFrom(key, entry, id, connection)
+          entry.sockets.delete(id)
         }
         idle.delete(key)
+        changed(entry)
         return Option.none()
+      },
+      /** Every environment's idle sockets, by id. */
+      idleSockets: (): Array<IdleSockets> =>
+        [...idle.values()].map((entry) => ({ agentId: entry.agentId, environmentId: entry.environmentId, sockets: [...entry.sockets.keys()] })),
+      /** One environment's idle sockets, by id. */
+      idleSocketsOf: (agentId: string, environmentId: string): Array<string> => [...(idle.get(environmentKey(agentId, environmentId))?.sockets.keys() ?? [])],
+      /** Calls `listener` whenever an environment's idle sockets change (synchronously: keep it cheap). */
+      onChange: (listener: (agentId: string, environmentId: string) => void): (() => void) => {
+        listeners.add(listener)
+        return () => void listeners.delete(listener)
       },
       /** Pings a dial-out socket too, for as long as it is open. */
       track,
-      idleCount: (agentId: string, environmentId: string): number => idle.get(environmentKey(agentId, environmentId))?.size ?? 0,
+      idleCount: (agentId: string, environmentId: string): number => idle.get(environmentKey(agentId, environmentId))?.sockets.size ?? 0,
       /** Shutdown: refuse new dial-in sockets and release the idle ones so workers reconnect elsewhere. */
       stopAccepting: Effect.sync(() => {
         accepting = false

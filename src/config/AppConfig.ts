@@ -92,6 +92,13 @@ const settings = Config.all({
   host: Config.string("HOST").pipe(Config.withDefault(defaults.HOST)),
   /** PUBLIC_URL as given; unset, it is derived from the listening address (src/config/PublicUrl.ts). */
   publicUrlSetting: optionalHttpUrl("PUBLIC_URL"),
+  /** The fleet's one public address (the load balancer), when it is not PUBLIC_URL: Twilio signs voice webhooks over it. */
+  fleetUrl: Config.option(
+    Config.string("FLEET_URL").pipe(
+      check("FLEET_URL", "expected an http:// or https:// URL", (text: string) => /^https?:\/\/[^/]/i.test(text)),
+      Config.map((text) => text.replace(/\/+$/, ""))
+    )
+  ),
   logLevel: Config.literal(...logLevels)("LOG_LEVEL").pipe(Config.withDefault(defaults.LOG_LEVEL)),
   redisUrl: Config.option(
     Config.redacted("REDIS_URL").pipe(

@@ -95,5 +95,7 @@ export interface StreamOpening {
   readonly streamSid: string
   /** Set for an outbound call callgate placed: the session waiting for this stream. */
   readonly sessionId?: string | undefined
+  /** See SessionInfo.reservedAgent. */
+  readonly reservedAgent?: string | null | undefined
   readonly carrier: CarrierLeg
 }

@@ -17,6 +17,12 @@ export interface SessionInfo {
   readonly direction: "inbound" | "outbound"
   /** The carrier's id of the media stream (Twilio streamSid, Telnyx stream_id). */
   readonly streamSid: string
+  /**
+   * The dial-in agent socket placement reserved for this call (docs/scaling.md, "Placement"):
+   * its id; null when placement found no idle agent anywhere in the fleet (rescued at once);
+   * undefined when the call was not placed (any idle socket of this instance serves).
+   */
+  readonly reservedAgent?: string | null | undefined
   readonly createdAt: Date
   /** An outbound call's metadata, as given when it was placed. */
   readonly metadata?: Readonly<Record<string, string>> | undefined

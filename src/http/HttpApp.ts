@@ -20,6 +20,8 @@ import { breakerRoutes } from "./routes/breakerRoutes.js"
 import { BreakerStore } from "../breaker/BreakerStore.js"
 import { registerDashboard } from "./dashboardRoutes.js"
 import { agentPoolRoutes } from "./routes/agentPoolRoutes.js"
+import { instanceRoutes } from "./routes/instanceRoutes.js"
+import { type InstanceRegistry } from "../fleet/InstanceRegistry.js"
 import { type AgentPool } from "../agent/AgentPool.js"
 import { registerAgentRoutes } from "./routes/agentConnectRoutes.js"
 import { type Sessions } from "../session/Sessions.js"
@@ -35,7 +37,7 @@ import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.
 export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls
+type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls | InstanceRegistry
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -56,7 +58,8 @@ export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [
   ...deliveryRoutes,
   ...sessionRoutes,
   ...callRoutes,
-  ...apiKeyRoutes
+  ...apiKeyRoutes,
+  ...instanceRoutes
 ]
 
 /** JSON.parse, refusing `__proto__` keys (as fastify's own parser does) so no later merge can be poisoned. */

@@ -92,7 +92,12 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
 
     const agentTarget = (info: SessionInfo): Effect.Effect<AgentTarget, HardError> =>
       environments.get(info.agentId, info.environmentId).pipe(
-        Effect.map((env) => ({ agentId: info.agentId, environmentId: info.environmentId, agentUrl: env.agentUrl })),
+        Effect.map((env) => ({
+          agentId: info.agentId,
+          environmentId: info.environmentId,
+          agentUrl: env.agentUrl,
+          reservedAgent: info.reservedAgent
+        })),
         Effect.catchTags({
           EnvironmentNotFound: () =>
             Effect.fail(

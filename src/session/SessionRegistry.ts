@@ -193,6 +193,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         to: opening.to ?? null,
         direction: opening.direction ?? "inbound",
         streamSid: opening.streamSid,
+        reservedAgent: opening.reservedAgent,
         createdAt: outbound?.createdAt ?? new Date(),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {})
       }

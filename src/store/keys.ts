@@ -41,6 +41,14 @@ export const makeKeys = (KEY_PREFIX: string) => ({
   environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`,
   /** Set of "agentId sessionId" an instance owns until each session's end is written and its session.ended queued. */
   instanceSessions: (instanceId: string) => `${KEY_PREFIX}instance:{${instanceId}}:sessions`,
+  /** The instance registry: id -> JSON report, and id -> last refresh (Redis time, ms). One tag, one slot. */
+  instances: (part: "records" | "seen") => `${KEY_PREFIX}fleet:{instances}:${part}`,
+  /**
+   * One environment's dial-in agents across the fleet: idle socket -> instance, instance -> last
+   * publication (Redis time, ms), socket -> end of its hold. The environment's tag: one slot.
+   */
+  fleetAgents: (agentId: string, environmentId: string, part: "idle" | "seen" | "held") =>
+    `${KEY_PREFIX}fleet:${envTag(agentId, environmentId)}:${part}`,
   /** A session token presented by a media stream (single use), kept until the token expires. */
   spentToken: (tokenId: string) => `${KEY_PREFIX}token:${tokenId}`
 })

@@ -12,6 +12,8 @@ import twilio from "twilio"
 export interface TwilioSigningConfig {
   /** PUBLIC_URL, without a trailing slash. */
   readonly publicUrl: string
+  /** FLEET_URL: the load balancer's address that voice webhooks are configured with, when not PUBLIC_URL. */
+  readonly fleetUrl?: Option.Option<string>
   readonly twilioAuthToken: Option.Option<Redacted.Redacted<string>>
 }
 
@@ -25,8 +27,9 @@ export const publicWsUrl = (publicUrl: string): string => publicUrl.replace(/^ht
 
 /**
  * X-Twilio-Signature on a voice webhook: HMAC-SHA1 (the SDK's validateRequest) over
- * PUBLIC_URL + path and query as received, plus the form parameters. True when it matches, or
- * when TWILIO_AUTH_TOKEN is not set (checks are off, for local development).
+ * PUBLIC_URL + path and query as received, plus the form parameters; in a fleet behind a load
+ * balancer, over FLEET_URL + path and query (both are configuration, never request headers).
+ * True when it matches, or when TWILIO_AUTH_TOKEN is not set (checks are off, for local development).
  */
 export const verifyTwilioWebhook = (
   config: TwilioSigningConfig,
@@ -37,7 +40,9 @@ export const verifyTwilioWebhook = (
   if (Option.isNone(config.twilioAuthToken)) return true
   const signature = header(headers, "x-twilio-signature")
   if (signature === undefined || signature.length === 0) return false
-  return twilio.validateRequest(Redacted.value(config.twilioAuthToken.value), signature, config.publicUrl + requestUrl, params)
+  const token = Redacted.value(config.twilioAuthToken.value)
+  const bases = [config.publicUrl, ...(config.fleetUrl !== undefined && Option.isSome(config.fleetUrl) ? [config.fleetUrl.value] : [])]
+  return bases.some((base) => twilio.validateRequest(token, signature, base + requestUrl, params))
 }
 
 /**

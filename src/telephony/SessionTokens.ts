@@ -26,6 +26,10 @@ export const SessionClaims = Schema.Struct({
   accountSid: Schema.optional(Schema.String),
   /** An outbound call callgate placed: the session it opens (see SessionRegistry.expectOutbound). */
   sessionId: Schema.optional(Schema.String),
+  /** The instance placement chose for the stream (docs/scaling.md, "Placement"). */
+  placedOn: Schema.optional(Schema.String),
+  /** The dial-in agent socket placement reserved; absent on a placed call: none anywhere. */
+  agentSocket: Schema.optional(Schema.String),
   /** The token's own random id, spent by the first stream that presents it. */
   jti: Schema.String,
   /** Expiry, Unix milliseconds. */

@@ -95,9 +95,21 @@ describe("session tokens across instances on one Redis", () => {
     return call
   }
 
+  /** Waits until the registry shows `count` idle agents on the instance (published after they connect). */
+  const eventuallyIdle = async (gateway: GatewayProcess, count: number) => {
+    for (;;) {
+      const listed = (await (await fetch(`${gateway.baseUrl}/v1/instances`, { headers: adminAuth })).json()) as {
+        data: { instances: Array<{ self: boolean; idleAgents: Array<{ idle: number }> }> }
+      }
+      const self = listed.data.instances.find((entry) => entry.self)
+      if (self !== undefined && self.idleAgents.reduce((sum, env) => sum + env.idle, 0) >= count) return
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+
   const firstCall = (agent: SilentAgent) => new Promise<{ sessionId: string }>((resolve) => agent.once("call", (start) => resolve(start as never)))
 
-  it("a token issued by A opens a stream on B; presented again it is refused on B and on A (1008, logged)", async () => {
+  it("a token issued by A opens a stream on B; presented again it is refused on B and on A (1008, logged)", { timeout: 120_000 }, async () => {
     twilio = await startFakeTwilio()
     const [a, b] = (await Promise.all([start("a"), start("b")])).map(instance) as [Instance, Instance]
     const env = await createEnvironment(a.process)
@@ -121,12 +133,17 @@ describe("session tokens across instances on one Redis", () => {
     for (const target of [a, b]) expect(target.process.stdout()).toContain("its session token was already used")
   })
 
-  it("a token survives a restart of the instance that issued it", async () => {
+  it("a token survives a restart of the instance that issued it", { timeout: 120_000 }, async () => {
     twilio = await startFakeTwilio()
     const first = await start("a")
     const env = await createEnvironment(first)
+    // Placement reserves this agent; the restart takes it away, and the stream binds to the one
+    // that dials in afterwards.
+    const before = await dialIn(first, env)
+    await eventuallyIdle(first, 1)
     const callSid = twilioSid("CA")
     const parameters = await webhook(first, env, callSid)
+    await before.close()
 
     const port = first.port
     await first.stop("SIGTERM", 10_000)

@@ -1,5 +1,6 @@
 import type { AfterStream } from "../../session/AfterStream.js"
 import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
+import type { Placement } from "../../fleet/Placement.js"
 import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
@@ -31,6 +32,7 @@ export type TelephonyEntryServices =
   | SessionRegistry
   | SessionEndJournal
   | AfterStream
+  | Placement
 
 const internalError: EntryResponse = {
   status: 500,

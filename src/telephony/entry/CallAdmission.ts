@@ -4,27 +4,27 @@ import { Environments } from "../../environments/Environments.js"
 import { newSessionId } from "../../core/SessionInfo.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
+import { Placement } from "../../fleet/Placement.js"
+import { publicWsUrl } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { type EntryResponse } from "./EntryWire.js"
 
 /**
- * The step every entry endpoint shares: is the environment there, and if so, the session token
- * the carrier hands to the media stream. Also the small TwiML/TeXML answers they send.
+ * The step every entry endpoint shares: is the environment there, and if so, where its media
+ * stream goes (placement: the instance of the fleet, and the dial-in agent reserved there) and
+ * the session token the carrier hands to the stream. Also the small TwiML/TeXML answers they send.
  */
 export type Admission =
-  | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string }
+  /** `streamBase`: the placed instance's PUBLIC_URL as ws:// or wss://, for the stream URL. */
+  | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string; readonly streamBase: string; readonly instanceId: string }
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
 
-export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti">) =>
+export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) =>
   Effect.gen(function* () {
     const environments = yield* Environments
     const tokens = yield* SessionTokens
-    // While draining, new calls are refused with 503 so the carrier tries the number's fallback URL.
-    if ((yield* SessionRegistry).isDraining()) {
-      yield* Effect.logWarning("call refused: callgate is shutting down", { kind: claims.kind, callId: claims.callId })
-      return { _tag: "Unavailable" } as Admission
-    }
+    const placement = yield* Placement
     // The store has not taken this many session ends (docs/reliability.md): no new call until it does.
     const journal = yield* SessionEndJournal
     if (journal.isFull()) {
@@ -50,18 +50,38 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       yield* Effect.logError("call refused: the environment could not be read", { kind: claims.kind, callId: claims.callId }, lookup.cause)
       return { _tag: "Unavailable" } as Admission
     }
+    // While this instance drains, placement sends the call to another one; with none, the call is
+    // refused with 503 so the carrier tries the number's fallback URL.
+    // An outbound call callgate placed (claims.sessionId) is expected by the instance that placed
+    // it, whose PUBLIC_URL its webhook names: its stream stays here.
+    const placed =
+      claims.sessionId !== undefined
+        ? placement.here
+        : yield* placement.place(claims.agentId, claims.environmentId, lookup.value.agentUrl)
+    if (placed._tag === "NoInstance") {
+      yield* Effect.logWarning("call refused: callgate is shutting down and no other instance is live", { kind: claims.kind, callId: claims.callId })
+      return { _tag: "Unavailable" } as Admission
+    }
+    const agent = placed.agent
     // An outbound call's session exists already; an inbound call's is minted here, so the entry
     // answer's <Redirect> can name it (docs/reliability.md).
     const sessionId = claims.sessionId ?? newSessionId()
-    const token = tokens.issue(claims.sessionId !== undefined ? claims : { ...claims, entrySessionId: sessionId })
+    const token = tokens.issue({
+      ...claims,
+      ...(claims.sessionId !== undefined ? {} : { entrySessionId: sessionId }),
+      ...(agent._tag === "Any" ? {} : { placedOn: placed.instanceId }),
+      ...(agent._tag === "Reserved" ? { agentSocket: agent.socketId } : {})
+    })
     yield* Effect.logInfo("call admitted", {
       kind: claims.kind,
       callId: claims.callId,
       agentId: claims.agentId,
       environmentId: claims.environmentId,
-      direction: claims.direction
+      direction: claims.direction,
+      placedOn: placed.instanceId,
+      agent: agent._tag
     })
-    return { _tag: "Admitted", token, sessionId } as Admission
+    return { _tag: "Admitted", token, sessionId, streamBase: publicWsUrl(placed.publicUrl), instanceId: placed.instanceId } as Admission
   })
 
 /** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */

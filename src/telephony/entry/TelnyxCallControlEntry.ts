@@ -1,5 +1,4 @@
 import { Effect, Either } from "effect"
-import { PublicUrl } from "../../config/PublicUrl.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { TelnyxCallCommands } from "../TelnyxCallCommands.js"
@@ -26,7 +25,7 @@ const error = (status: number, code: string, message: string) => json(status, { 
  * the background (Telnyx would otherwise resend the webhook while callgate waits on its own API).
  *
  * - call.initiated (incoming): token issued, then `answer` with a bidirectional RTP stream to
- *   wss://PUBLIC/telephony/telnyx/stream?token=.. (stream_auth_token = the token); an unknown
+ *   wss://PLACED/telephony/telnyx/stream?token=.. (the placed instance) (stream_auth_token = the token); an unknown
  *   environment gets `reject`.
  * - call.answered (outgoing): the same stream through `streaming_start`.
  * - call.hangup: CarrierCallEvents.CallHungUp, so the session ends.
@@ -89,9 +88,8 @@ export const telnyxCallControlEntry = (
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
-    const publicUrl = yield* PublicUrl
     const stream = {
-      url: `${publicWsUrl(publicUrl.current())}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission._tag === "Admitted" ? admission.token : "")}`,
+      url: admission._tag === "Admitted" ? `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}` : "",
       token: admission._tag === "Admitted" ? admission.token : ""
     }
     const telnyx = yield* TelnyxCarrier

@@ -48,7 +48,7 @@ export const telnyxTexmlEntry = (
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(
       {
-        url: `${publicWsUrl(publicUrl.current())}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
+        url: `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
         bidirectionalMode: "rtp",
         bidirectionalCodec: "PCMU"
       },

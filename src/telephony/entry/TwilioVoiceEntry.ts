@@ -8,10 +8,11 @@ import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookFor
 /**
  * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
  *
- *   <Response><Connect><Stream url="wss://PUBLIC/telephony/twilio/stream">
+ *   <Response><Connect><Stream url="wss://PLACED/telephony/twilio/stream">
  *     <Parameter name="token|agentId|environmentId|from|to|direction" value=".."/>...
  *   </Stream></Connect></Response>
  *
+ * PLACED is the PUBLIC_URL of the instance placement chose (docs/scaling.md, "Placement").
  * X-Twilio-Signature is checked first when TWILIO_AUTH_TOKEN is set (401 when it fails); a bad
  * query or form is 400; an unknown environment is a spoken refusal; an unreadable store is 503
  * (Twilio then tries the number's fallback URL).
@@ -21,7 +22,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
     const config = yield* AppConfig
     const publicUrl = (yield* PublicUrl).current()
     const params = formParams(request.body)
-    if (!verifyTwilioWebhook({ publicUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
+    if (!verifyTwilioWebhook({ publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
       yield* Effect.logWarning("twilio voice webhook refused: bad X-Twilio-Signature")
       return hangupOnly(401)
     }
@@ -48,7 +49,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       ...(sessionId !== undefined ? { sessionId } : {})
     })
     if (admission._tag !== "Admitted") return refusal(admission)
-    return connectStream({ url: publicWsUrl(publicUrl) + EntryPaths.twilioStream }, [
+    return connectStream({ url: admission.streamBase + EntryPaths.twilioStream }, [
       ["token", admission.token],
       ["agentId", agentId],
       ["environmentId", environmentId],

@@ -7,6 +7,10 @@ import { CloseCode, type WireListener, type WireSocket } from "../../core/WireSo
 import type { SessionClaims } from "../SessionTokens.js"
 import type { StreamHost } from "./StreamHost.js"
 
+/** The session's reserved agent from the token's placement claims (see SessionInfo.reservedAgent). */
+export const reservedAgentOf = (placedOn: string | undefined, agentSocket: string | undefined): string | null | undefined =>
+  placedOn === undefined ? undefined : (agentSocket ?? null)
+
 /** Frames held while the token is being spent (a store round trip): 25 s of 20 ms frames at most. */
 const MAX_HELD_FRAMES = 1250
 

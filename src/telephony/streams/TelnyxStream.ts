@@ -1,7 +1,7 @@
 import { Either } from "effect"
 import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
 import type { WireSocket } from "../../core/WireSocket.js"
-import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect } from "./CarrierStreamLeg.js"
+import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
@@ -84,13 +84,13 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
   }
 
   protected begin(frame: TelnyxStartFrame) {
-    const { exp: _exp, jti: _jti, ...call } = this.claims
+    const { exp: _exp, jti: _jti, placedOn, agentSocket, ...call } = this.claims
     if (call.kind === "twilio") return this.refuse("session token was not issued for a Telnyx stream")
     const callControlId = frame.start.call_control_id
     if (call.kind === "telnyx-call-control" && callControlId !== undefined && callControlId !== call.callId) {
       return this.refuse("session token was issued for another call")
     }
-    this.spendThenOpen(this.claims, { ...call, from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
+    this.spendThenOpen(this.claims, { ...call, reservedAgent: reservedAgentOf(placedOn, agentSocket), from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
   }
 
   // CarrierLeg

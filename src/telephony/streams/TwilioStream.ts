@@ -1,7 +1,7 @@
 import { Either, Option } from "effect"
 import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
 import type { WireSocket } from "../../core/WireSocket.js"
-import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect } from "./CarrierStreamLeg.js"
+import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
   isTwilioMediaFrame,
@@ -62,8 +62,8 @@ export class TwilioStream extends CarrierStreamLeg<TwilioStart> {
     if (claims.value.kind !== "twilio") return this.refuse("session token was not issued for a Twilio stream")
     if (claims.value.callId !== start.callSid) return this.refuse("session token was issued for another call")
     this.encoder = twilioOutboundEncoder(start.streamSid)
-    const { exp: _exp, jti: _jti, ...call } = claims.value
-    this.spendThenOpen(claims.value, { ...call, accountSid: call.accountSid ?? start.accountSid, streamSid: start.streamSid })
+    const { exp: _exp, jti: _jti, placedOn, agentSocket, ...call } = claims.value
+    this.spendThenOpen(claims.value, { ...call, reservedAgent: reservedAgentOf(placedOn, agentSocket), accountSid: call.accountSid ?? start.accountSid, streamSid: start.streamSid })
   }
 
   // CarrierLeg

@@ -1,0 +1,118 @@
+import { Duration, Effect, Option, Queue, Schedule } from "effect"
+import { environmentKey } from "../core/EnvironmentKey.js"
+import { AgentPool } from "../agent/AgentPool.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { PublicUrl } from "../config/PublicUrl.js"
+import { SessionRegistry } from "../session/SessionRegistry.js"
+import { GONE_AFTER_MS, REFRESH_INTERVAL } from "./FleetTiming.js"
+import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
+
+
+interface EnvironmentRef {
+  readonly agentId: string
+  readonly environmentId: string
+}
+
+/**
+ * This instance in the fleet's registry (docs/scaling.md, "The instance registry"): its id,
+ * PUBLIC_URL, whether it drains, its live calls and its idle dial-in agents per environment,
+ * refreshed every REFRESH_INTERVAL. A change of an environment's idle agents is published at once
+ * (and before any placement, see `flush`), so placement never reserves a socket already taken.
+ * On shutdown the instance withdraws its entry and its agents.
+ */
+export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callgate/InstanceRegistry", {
+  scoped: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const publicUrl = yield* PublicUrl
+    const identity = yield* InstanceIdentity
+    const store = yield* InstanceStore
+    const pool = yield* AgentPool
+    const sessions = yield* SessionRegistry
+    const startedAt = new Date().toISOString()
+    const self = identity.instanceId
+
+    /** Environments whose idle agents changed since they were last published. */
+    const dirty = new Map<string, EnvironmentRef>()
+    /** Environments this instance has idle agents published in (an empty list withdraws them). */
+    const published = new Map<string, EnvironmentRef>()
+    const lock = yield* Effect.makeSemaphore(1)
+    const wake = yield* Queue.sliding<void>(1)
+    let known: ReadonlyArray<InstanceEntry> = []
+
+    const report = (): InstanceReport => ({
+      id: self,
+      publicUrl: publicUrl.current(),
+      draining: sessions.isDraining(),
+      liveCalls: sessions.liveCount(),
+      startedAt,
+      idleAgents: pool.idleSockets().map(({ agentId, environmentId, sockets }) => ({ agentId, environmentId, idle: sockets.length }))
+    })
+
+    const publishOne = (ref: EnvironmentRef) => {
+      const key = environmentKey(ref.agentId, ref.environmentId)
+      dirty.delete(key)
+      const sockets = pool.idleSocketsOf(ref.agentId, ref.environmentId)
+      return store.publishIdle(self, { ...ref, sockets }).pipe(
+        Effect.tap(() => Effect.sync(() => (sockets.length > 0 ? published.set(key, ref) : published.delete(key)))),
+        Effect.tapError(() => Effect.sync(() => dirty.set(key, ref)))
+      )
+    }
+
+    /** Publishes the environments whose idle agents changed; with `all`, every one (the refresh). */
+    const publish = (all: boolean) =>
+      lock.withPermits(1)(
+        Effect.gen(function* () {
+          const refs = new Map(dirty)
+          if (all) {
+            for (const [key, ref] of published) refs.set(key, ref)
+            for (const { agentId, environmentId } of pool.idleSockets()) refs.set(environmentKey(agentId, environmentId), { agentId, environmentId })
+          }
+          for (const ref of refs.values()) yield* publishOne(ref)
+        })
+      )
+
+    const refresh = Effect.gen(function* () {
+      yield* publish(true)
+      yield* store.report(report(), GONE_AFTER_MS)
+      known = yield* store.list(GONE_AFTER_MS)
+    }).pipe(Effect.catchAll((error) => Effect.logWarning("could not refresh this instance in the fleet registry", { error: error.message })))
+
+    const stopListening = pool.onChange((agentId, environmentId) => {
+      dirty.set(environmentKey(agentId, environmentId), { agentId, environmentId })
+      Queue.unsafeOffer(wake, undefined)
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(stopListening))
+
+    yield* refresh
+    yield* refresh.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* Queue.take(wake).pipe(
+      Effect.zipRight(publish(false)),
+      Effect.catchAll((error) => Effect.logWarning("could not publish this instance's idle agents", { error: error.message })),
+      Effect.forever,
+      Effect.forkScoped
+    )
+    yield* Effect.addFinalizer(() =>
+      store.withdraw(self, [...published.values(), ...pool.idleSockets()]).pipe(
+        Effect.timeout(Duration.seconds(2)),
+        Effect.catchAll(() => Effect.logWarning("could not withdraw this instance from the fleet registry")),
+        Effect.zipRight(Effect.logInfo("left the fleet registry", { instanceId: self }))
+      )
+    )
+
+    /** The live instances, read from the store now. */
+    const instances = store.list(GONE_AFTER_MS).pipe(Effect.tap((live) => Effect.sync(() => (known = live))))
+
+    return {
+      instanceId: self,
+      instances,
+      /** Publishes the environment's idle agents now if they changed since last published. */
+      flush: (agentId: string, environmentId: string) =>
+        dirty.has(environmentKey(agentId, environmentId)) ? publish(false) : Effect.void,
+      /** The instance as last read from the registry (None when not seen in the last refresh). */
+      known: (instanceId: string): Option.Option<InstanceEntry> => Option.fromNullable(known.find((entry) => entry.id === instanceId)),
+      /** This instance's report as it stands now. */
+      selfReport: report
+    } as const
+  })
+}) {}

@@ -1,0 +1,114 @@
+import { Effect, Option } from "effect"
+import { PublicUrl } from "../config/PublicUrl.js"
+import { SessionRegistry } from "../session/SessionRegistry.js"
+import { GONE_AFTER_MS, RESERVATION_HOLD_MS } from "./FleetTiming.js"
+import { InstanceRegistry } from "./InstanceRegistry.js"
+import { type InstanceEntry, InstanceStore } from "./InstanceStore.js"
+
+/** Which agent serves the placed call. */
+export type PlacedAgent =
+  /** The dial-in socket reserved for it. */
+  | { readonly _tag: "Reserved"; readonly socketId: string }
+  /** No dial-in agent of the environment is idle anywhere in the fleet: rescued at once. */
+  | { readonly _tag: "NoneIdle" }
+  /** Whatever the instance finds when the stream starts (dial-out, or the store did not answer). */
+  | { readonly _tag: "Any" }
+
+/** Where a call's media stream goes. */
+export type Placed =
+  | {
+      readonly _tag: "Placed"
+      readonly instanceId: string
+      /** The chosen instance's PUBLIC_URL: its stream URL is built from it. */
+      readonly publicUrl: string
+      readonly agent: PlacedAgent
+    }
+  /** This instance drains and no other live instance can take the call. */
+  | { readonly _tag: "NoInstance" }
+
+/**
+ * Placement at the call entry (docs/scaling.md, "Placement"). A dial-in environment: one idle
+ * agent socket is reserved atomically in the store, on this instance when it has one, otherwise
+ * on the instance with the most idle ones; the stream goes to that instance and binds to that
+ * socket; the hold lapses after RESERVATION_HOLD_MS. No idle agent anywhere: the stream comes here
+ * and the caller is rescued at once (`no_idle_agent`). A dial-out environment (agentUrl): this
+ * instance unless it drains, else the least-loaded live one that does not. A store that does not
+ * answer places the call here, unreserved, as a single instance would.
+ */
+export class Placement extends Effect.Service<Placement>()("callgate/Placement", {
+  effect: Effect.gen(function* () {
+    const publicUrl = yield* PublicUrl
+    const store = yield* InstanceStore
+    const registry = yield* InstanceRegistry
+    const sessions = yield* SessionRegistry
+    const self = registry.instanceId
+
+    const here = (agent: PlacedAgent): Placed => ({ _tag: "Placed", instanceId: self, publicUrl: publicUrl.current(), agent })
+    const on = (entry: InstanceEntry, agent: PlacedAgent): Placed => ({ _tag: "Placed", instanceId: entry.id, publicUrl: entry.publicUrl, agent })
+
+    const otherInstances = Effect.map(registry.instances, (live) => live.filter((entry) => entry.id !== self && !entry.draining))
+
+    const leastLoaded = (live: ReadonlyArray<InstanceEntry>): Option.Option<InstanceEntry> =>
+      Option.fromNullable(
+        [...live].sort((a, b) => a.liveCalls - b.liveCalls || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))[0]
+      )
+
+    const urlOf = (instanceId: string) =>
+      instanceId === self
+        ? Effect.succeed(Option.some(publicUrl.current()))
+        : Option.match(registry.known(instanceId), {
+            onSome: (entry) => Effect.succeed(Option.some(entry.publicUrl)),
+            onNone: () => Effect.map(registry.instances, (live) => Option.map(Option.fromNullable(live.find((e) => e.id === instanceId)), (e) => e.publicUrl))
+          })
+
+    const dialIn = (agentId: string, environmentId: string): Effect.Effect<Placed> =>
+      Effect.gen(function* () {
+        yield* registry.flush(agentId, environmentId)
+        const draining = sessions.isDraining()
+        // A draining instance prefers no one: its own agents were sent elsewhere.
+        const reserved = yield* store.reserve(agentId, environmentId, draining ? "" : self, RESERVATION_HOLD_MS, GONE_AFTER_MS)
+        if (Option.isNone(reserved)) {
+          if (!draining) return here({ _tag: "NoneIdle" })
+          return Option.match(leastLoaded(yield* otherInstances), {
+            onNone: (): Placed => ({ _tag: "NoInstance" }),
+            onSome: (entry) => on(entry, { _tag: "NoneIdle" })
+          })
+        }
+        const { instanceId, socketId } = reserved.value
+        const url = yield* urlOf(instanceId)
+        // Reserved on an instance that left the registry since: its stream would find no one.
+        if (Option.isNone(url)) return here({ _tag: "Any" })
+        return { _tag: "Placed", instanceId, publicUrl: url.value, agent: { _tag: "Reserved", socketId } } as Placed
+      }).pipe(
+        Effect.catchAll((error) =>
+          Effect.as(
+            Effect.logWarning("placement could not reach the store: the call stays on this instance", { error: error.message }),
+            here({ _tag: "Any" })
+          )
+        )
+      )
+
+    const dialOut: Effect.Effect<Placed> = Effect.suspend(() => {
+      if (!sessions.isDraining()) return Effect.succeed(here({ _tag: "Any" }))
+      return otherInstances.pipe(
+        Effect.map((live) =>
+          Option.match(leastLoaded(live), {
+            onNone: (): Placed => ({ _tag: "NoInstance" }),
+            onSome: (entry) => on(entry, { _tag: "Any" })
+          })
+        ),
+        Effect.catchAll(() => Effect.succeed<Placed>({ _tag: "NoInstance" }))
+      )
+    })
+
+    return {
+      /** This instance, the agent found when the stream starts (a call that must stay here). */
+      get here(): Placed {
+        return here({ _tag: "Any" })
+      },
+      /** Chooses the instance (and the agent) for a call of the environment. */
+      place: (agentId: string, environmentId: string, agentUrl: string | null): Effect.Effect<Placed> =>
+        agentUrl === null ? dialIn(agentId, environmentId) : dialOut
+    } as const
+  })
+}) {}
