@@ -286,7 +286,7 @@ export const runWebhookBench = async (options: WebhookBenchOptions = {}): Promis
         yield* Effect.flatMap(Environments, (envs) => envs.remove(agentId, env.id))
         const { client } = yield* RedisConnection
         for (const name of [queue, `${queue}-warm`]) {
-          const stream = client.scanStream({ match: `callgate:outbox:{${name}}:*`, count: 1000 })
+          const stream = (client as import("ioredis").Redis).scanStream({ match: `callgate:outbox:{${name}}:*`, count: 1000 })
           yield* Effect.promise(async () => {
             for await (const keys of stream) if ((keys as Array<string>).length > 0) await client.unlink(...(keys as Array<string>))
           })

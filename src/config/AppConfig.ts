@@ -102,7 +102,17 @@ const settings = Config.all({
   logLevel: Config.literal(...logLevels)("LOG_LEVEL").pipe(Config.withDefault(defaults.LOG_LEVEL)),
   redisUrl: Config.option(
     Config.redacted("REDIS_URL").pipe(
-      check("REDIS_URL", "expected a redis:// or rediss:// URL", (value: Redacted.Redacted) => /^rediss?:\/\//.test(Redacted.value(value)))
+      check("REDIS_URL", "expected a redis://, rediss:// or redis-cluster:// URL", (value: Redacted.Redacted) =>
+        /^(rediss?|redis-cluster):\/\//.test(Redacted.value(value))
+      )
+    )
+  ),
+  /** A Redis Cluster's nodes, `host:port,host:port` (any reachable one is enough): the same as REDIS_URL=redis-cluster://... */
+  redisClusterNodes: Config.option(
+    Config.redacted("REDIS_CLUSTER_NODES").pipe(
+      check("REDIS_CLUSTER_NODES", "expected host:port[,host:port...]", (value: Redacted.Redacted) =>
+        /^\s*[^\s,:/]+:\d{1,5}\s*(,\s*[^\s,:/]+:\d{1,5}\s*)*$/.test(Redacted.value(value))
+      )
     )
   ),
   adminApiKey: Config.redacted("ADMIN_API_KEY").pipe(
@@ -180,7 +190,14 @@ const withPublicUrl = (s: Config.Config.Success<typeof settings>): Settings => (
 })
 
 /** Cross-field rules that a single variable's validation cannot express. */
-const checkCombination = (s: Settings): Either.Either<Settings, ConfigError.ConfigError> => {
+const checkCombination = (given: Settings): Either.Either<Settings, ConfigError.ConfigError> => {
+  if (Option.isSome(given.redisUrl) && Option.isSome(given.redisClusterNodes)) {
+    return Either.left(ConfigError.InvalidData(["REDIS_CLUSTER_NODES"], "set either REDIS_URL or REDIS_CLUSTER_NODES, not both"))
+  }
+  // REDIS_CLUSTER_NODES is REDIS_URL=redis-cluster://nodes: one setting picks the store below.
+  const s: Settings = Option.isSome(given.redisClusterNodes)
+    ? { ...given, redisUrl: Option.some(Redacted.make(`redis-cluster://${Redacted.value(given.redisClusterNodes.value).replace(/\s+/g, "")}`)) }
+    : given
   if (Option.isSome(s.redisUrl) && Option.isNone(s.secretsKey)) {
     return Either.left(
       ConfigError.MissingData(["SECRETS_KEY"], "is required when REDIS_URL is set (secrets at rest are encrypted with it)")

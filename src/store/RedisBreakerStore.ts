@@ -1,6 +1,6 @@
 import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
-import type { Redis } from "ioredis"
-import { RedisConnection, redisCall } from "./RedisConnection.js"
+import type { RedisClient as Redis } from "./RedisConnection.js"
+import { duplicateClient, RedisConnection, redisCall } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
 import { BreakerStore, BreakerTrip, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "../breaker/BreakerStore.js"
 
@@ -68,7 +68,7 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
   // stale DEL would wipe newer occurrences, a stale record would outlive its window).
   const client = yield* Effect.acquireRelease(
     Effect.sync(() => {
-      const own = connection.client.duplicate({
+      const own = duplicateClient(connection.client, {
         connectionName: "callgate-breaker",
         enableOfflineQueue: false,
         autoResendUnfulfilledCommands: false

@@ -1,5 +1,5 @@
 import { Effect, Either, Option } from "effect"
-import type { Redis } from "ioredis"
+import type { RedisClient as Redis } from "./RedisConnection.js"
 import { redisCall } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
 import { MAX_CAS_ATTEMPTS, StoreError } from "../core/StoreError.js"

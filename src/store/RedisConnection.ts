@@ -1,8 +1,11 @@
 import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
-import { Redis } from "ioredis"
+import { Cluster, Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { StoreError } from "../core/StoreError.js"
 import { makeKeys, type RedisKeys } from "./keys.js"
+
+/** One Redis server or a Redis Cluster (ioredis `Cluster`): the same commands for the adapters. */
+export type RedisClient = Redis | Cluster
 
 /**
  * The shared ioredis connection, opened for the lifetime of the layer and closed on shutdown.
@@ -10,8 +13,8 @@ import { makeKeys, type RedisKeys } from "./keys.js"
  * closes with the caller's scope.
  */
 export interface RedisConnectionShape {
-  readonly client: Redis
-  readonly duplicate: Effect.Effect<Redis, never, import("effect").Scope.Scope>
+  readonly client: RedisClient
+  readonly duplicate: Effect.Effect<RedisClient, never, import("effect").Scope.Scope>
   /** Every key and channel name, under this deployment's REDIS_KEY_PREFIX. */
   readonly keys: RedisKeys
 }
@@ -20,6 +23,7 @@ export class RedisConnection extends Context.Tag("callgate/RedisConnection")<Red
 
 /** `redis://host:port` (or rediss://): the address without user, password or database, for logs. */
 export const redisAddress = (url: string): string => {
+  if (isClusterUrl(url)) return `redis-cluster://${parseClusterUrl(url).nodes.map((node) => `${node.host}:${node.port}`).join(",")}`
   try {
     const parsed = new URL(url)
     return `${parsed.protocol}//${parsed.hostname}:${parsed.port === "" ? "6379" : parsed.port}`
@@ -53,7 +57,7 @@ export const connectionProblem = (error: unknown): string => {
  * (with how long it was away). While it is down, commands fail at once instead of waiting in
  * ioredis's offline queue, so callers (the voice webhook above all) answer 503 without delay.
  */
-const watchConnection = (client: Redis, address: string, log: (level: "warn" | "info", message: string) => void) => {
+const watchConnection = (client: RedisClient, address: string, log: (level: "warn" | "info", message: string) => void) => {
   // connecting: never connected yet; up: ready; lost: closed, reconnecting, not reported (a quick
   // reconnect says nothing); down: reported unreachable.
   let state: "connecting" | "up" | "lost" | "down" = "connecting"
@@ -77,20 +81,70 @@ const watchConnection = (client: Redis, address: string, log: (level: "warn" | "
   })
 }
 
+const CLUSTER_SCHEME = /^redis-cluster:\/\//i
+
+/**
+ * The nodes and credentials of a `redis-cluster://[user:password@]host:port,host:port` URL (the
+ * form REDIS_CLUSTER_NODES is turned into). Any reachable node is enough; ioredis finds the rest.
+ */
+export const parseClusterUrl = (url: string) => {
+  const rest = url.replace(CLUSTER_SCHEME, "")
+  const at = rest.lastIndexOf("@")
+  const credentials = at >= 0 ? rest.slice(0, at) : ""
+  const [username, password] = credentials.includes(":") ? credentials.split(/:(.*)/s, 2) : ["", credentials]
+  const nodes = (at >= 0 ? rest.slice(at + 1) : rest)
+    .split(",")
+    .map((node) => node.trim().replace(/\/+$/, ""))
+    .filter((node) => node.length > 0)
+    .map((node) => {
+      const colon = node.lastIndexOf(":")
+      return colon > 0 ? { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) } : { host: node, port: 6379 }
+    })
+  return {
+    nodes,
+    username: username ? decodeURIComponent(username) : undefined,
+    password: password ? decodeURIComponent(password) : undefined
+  }
+}
+
+export const isClusterUrl = (url: string) => CLUSTER_SCHEME.test(url)
+
+// Fail commands quickly while Redis is away instead of queueing them for ever: callers
+// (the breaker above all) have local fallbacks and must not stall behind a dead server.
+const commandOptions = { maxRetriesPerRequest: 2, connectTimeout: 2000 } as const
+
+/** A Redis connection, or a Redis Cluster client for a `redis-cluster://` URL. */
+const connect = (url: string, name: string): RedisClient => {
+  if (!isClusterUrl(url)) return new Redis(url, { connectionName: name, ...commandOptions, enableAutoPipelining: true })
+  const { nodes, username, password } = parseClusterUrl(url)
+  return new Cluster(nodes, {
+    enableAutoPipelining: true,
+    scaleReads: "master",
+    redisOptions: {
+      connectionName: name,
+      ...commandOptions,
+      ...(username !== undefined ? { username } : {}),
+      ...(password !== undefined ? { password } : {})
+    }
+  })
+}
+
+/** A further connection like `client`, with `options` (a Cluster's apply to each node's connection). */
+export const duplicateClient = (
+  client: RedisClient,
+  options: { readonly connectionName: string; readonly enableOfflineQueue?: boolean; readonly autoResendUnfulfilledCommands?: boolean }
+): RedisClient =>
+  client instanceof Cluster
+    ? client.duplicate(undefined, {
+        ...(options.enableOfflineQueue !== undefined ? { enableOfflineQueue: options.enableOfflineQueue } : {}),
+        redisOptions: { ...client.options.redisOptions, ...options }
+      })
+    : client.duplicate({ ...options })
+
 /** Opens a connection; `report`: log its state changes (the main connection only, so each change is one line). */
 const open = (url: string, name: string, report: boolean) =>
   Effect.acquireRelease(
-    Effect.sync(
-      () =>
-        new Redis(url, {
-          connectionName: name,
-          // Fail commands quickly while Redis is away instead of queueing them for ever: callers
-          // (the breaker above all) have local fallbacks and must not stall behind a dead server.
-          maxRetriesPerRequest: 2,
-          connectTimeout: 2000,
-          enableAutoPipelining: true
-        })
-    ),
+    Effect.sync(() => connect(url, name)),
     (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
   ).pipe(
     Effect.tap((client) =>
@@ -114,7 +168,7 @@ export const makeRedisConnection = (url: string, keyPrefix = "callgate:") =>
     return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix) })
   })
 
-/** Connects to `REDIS_URL`; only built when it is set (see main.ts). */
+/** Connects to `REDIS_URL` (a Redis Cluster for `redis-cluster://` or REDIS_CLUSTER_NODES); only built when it is set. */
 export const RedisConnectionLive = Layer.scoped(
   RedisConnection,
   Effect.gen(function* () {

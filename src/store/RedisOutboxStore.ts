@@ -1,5 +1,5 @@
 import { Effect, Layer, Option, Schema } from "effect"
-import type { Redis } from "ioredis"
+import type { RedisClient as Redis } from "./RedisConnection.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
 import { StoreError } from "../core/StoreError.js"

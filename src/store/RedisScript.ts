@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto"
-import type { Redis } from "ioredis"
+import type { RedisClient as Redis } from "./RedisConnection.js"
 
 /** Runs a Lua script on a client: `keys` then `args`, as EVAL takes them. */
 export type RedisScript = (client: Redis, keys: ReadonlyArray<string>, args: ReadonlyArray<string | number>) => Promise<unknown>

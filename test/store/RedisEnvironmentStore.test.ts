@@ -1,6 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
-import type { Redis } from "ioredis"
+import type { RedisClient as Redis } from "../../src/store/RedisConnection.js"
 import { inject } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
 import { RedisConnection, makeRedisConnection } from "../../src/store/RedisConnection.js"
