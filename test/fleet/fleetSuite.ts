@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { SilentAgent } from "../../examples/agents/silent-agent.js"
+import { speechLike } from "../../src/sim/AudioSource.js"
 import { twilioSid } from "../../src/sim/CallEntry.js"
 import type { SimCall } from "../../src/sim/SimCall.js"
 import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
@@ -202,5 +203,48 @@ export const fleetPlacementSuite = (name: string, redisUrl: () => string, extraE
         "every session recorded completed"
       )
       expect(completed.sessions.length).toBe(Math.min(TOTAL, 100))
+    })
+    it("the breaker tripped by stalled calls on all three instances rescues every stalled caller on every instance", { timeout: 300_000 }, async () => {
+      const base = fleet.nginx.baseUrl
+      const agentId = uniqueId("agent")
+      const created = await fetch(`${base}/v1/agents/${agentId}/environments`, {
+        method: "POST",
+        headers: { ...adminAuth, "content-type": "application/json" },
+        body: JSON.stringify({ name: "stalls", errorFallbackTimeout: 1, errorFallbackOccurrenceThreshold: 3, errorFallbackTimeWindow: 300 })
+      })
+      expect(created.status).toBe(201)
+      const environmentId = ((await created.json()) as { data: { id: string } }).data.id
+
+      // One silent agent per instance: placement puts one call on each.
+      const answeredOn = new Map<string, string>()
+      for (const id of INSTANCES) {
+        const agent = new SilentAgent({ gatewayUrl: `${base}/i/${id}`, agentId, environmentId, apiKey: ADMIN_KEY, capacity: 1 })
+        agent.on("call", (start) => answeredOn.set(start.callSid, id))
+        agents.push(await agent.start())
+      }
+      await eventually(
+        async () => idleOf(await listInstances(base), agentId),
+        (idle) => INSTANCES.every((id) => idle[id] === 1),
+        "the registry to show one idle agent per instance"
+      )
+      const stalled: Array<{ call: SimCall; callSid: string }> = []
+      for (let i = 0; i < INSTANCES.length; i++) {
+        const callSid = twilioSid("CA")
+        const call = await placeTwilioCall({ gatewayUrl: base, agentId, environmentId, callSid, authToken: fleet.twilio.authToken })
+        calls.push(call)
+        stalled.push({ call, callSid })
+      }
+      await eventually(() => answeredOn.size, (n) => n === INSTANCES.length, "every stalled call answered by an agent")
+      expect(new Set(answeredOn.values())).toEqual(new Set(INSTANCES))
+
+      // Every caller speaks; no agent answers: the third no-response trips the environment's
+      // breaker through the store, and every instance rescues its stalled caller.
+      await Promise.all(stalled.map(({ call }) => call.play(speechLike({ durationMs: 1200 }))))
+      await eventually(
+        () => stalled.filter(({ callSid }) => fleet.twilio.callUpdates(callSid).length > 0).length,
+        (n) => n === stalled.length,
+        "a rescue of every stalled caller"
+      )
+      for (const { call } of stalled) expect(await call.closed).toMatchObject({ by: "gateway" })
     })
   })
