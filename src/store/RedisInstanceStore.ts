@@ -2,6 +2,7 @@ import { Effect, Layer, Option, Schema } from "effect"
 import { StoreError } from "../core/StoreError.js"
 import { type InstanceEntry, InstanceStore } from "../fleet/InstanceStore.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { redisScript } from "./RedisScript.js"
 
 
 const NOW = `
@@ -125,6 +126,12 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 return 1
 `
 
+const reportScript = redisScript(REPORT_SCRIPT)
+const listScript = redisScript(LIST_SCRIPT)
+const publishScript = redisScript(PUBLISH_SCRIPT)
+const reserveScript = redisScript(RESERVE_SCRIPT)
+const withdrawEnvironmentScript = redisScript(WITHDRAW_ENV_SCRIPT)
+
 const ReportDoc = Schema.Struct({
   id: Schema.String,
   publicUrl: Schema.String,
@@ -149,14 +156,14 @@ export const makeRedisInstanceStore = Effect.gen(function* () {
   return InstanceStore.of({
     report: (report, goneAfterMs) =>
       redisCall("reportInstance", () =>
-        client.eval(REPORT_SCRIPT, 2, ...registryKeys, report.id, JSON.stringify(report), String(goneAfterMs))
+        reportScript(client, registryKeys, [report.id, JSON.stringify(report), goneAfterMs])
       ).pipe(Effect.asVoid),
     publishIdle: (instanceId, { agentId, environmentId, sockets }) =>
       redisCall("publishIdleAgents", () =>
-        client.eval(PUBLISH_SCRIPT, 3, ...agentKeys(agentId, environmentId), instanceId, ...sockets)
+        publishScript(client, agentKeys(agentId, environmentId), [instanceId, ...sockets])
       ).pipe(Effect.asVoid),
     list: (goneAfterMs) =>
-      redisCall("listInstances", () => client.eval(LIST_SCRIPT, 2, ...registryKeys, String(goneAfterMs))).pipe(
+      redisCall("listInstances", () => listScript(client, registryKeys, [goneAfterMs])).pipe(
         Effect.flatMap((reply) => {
           if (!Array.isArray(reply)) return Effect.fail(new StoreError({ operation: "listInstances" }))
           const entries: Array<InstanceEntry> = []
@@ -170,7 +177,7 @@ export const makeRedisInstanceStore = Effect.gen(function* () {
       ),
     reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs) =>
       redisCall("reserveAgent", () =>
-        client.eval(RESERVE_SCRIPT, 3, ...agentKeys(agentId, environmentId), preferred, String(holdMs), String(goneAfterMs))
+        reserveScript(client, agentKeys(agentId, environmentId), [preferred, holdMs, goneAfterMs])
       ).pipe(
         Effect.map((reply) =>
           Array.isArray(reply) && reply.length === 2
@@ -182,7 +189,7 @@ export const makeRedisInstanceStore = Effect.gen(function* () {
       Effect.gen(function* () {
         for (const { agentId, environmentId } of environments) {
           const [idle, seen] = agentKeys(agentId, environmentId)
-          yield* redisCall("withdrawIdleAgents", () => client.eval(WITHDRAW_ENV_SCRIPT, 2, idle!, seen!, instanceId))
+          yield* redisCall("withdrawIdleAgents", () => withdrawEnvironmentScript(client, [idle!, seen!], [instanceId]))
         }
         yield* redisCall("withdrawInstance", () =>
           client.multi().hdel(registryKeys[0]!, instanceId).zrem(registryKeys[1]!, instanceId).exec()
