@@ -102,7 +102,7 @@ const settings = Config.all({
   logLevel: Config.literal(...logLevels)("LOG_LEVEL").pipe(Config.withDefault(defaults.LOG_LEVEL)),
   redisUrl: Config.option(
     Config.redacted("REDIS_URL").pipe(
-      check("REDIS_URL", "expected a redis://, rediss:// or redis-cluster:// URL", (value: Redacted.Redacted) =>
+      check("REDIS_URL", "expected a redis:// or rediss:// URL (redis-cluster://host:port,... for a Redis Cluster)", (value: Redacted.Redacted) =>
         /^(rediss?|redis-cluster):\/\//.test(Redacted.value(value))
       )
     )

@@ -63,6 +63,9 @@ export const startFleet = async (redisUrl: string, extraEnv: Record<string, stri
         ...twilio.env,
         RATE_LIMIT_PER_MINUTE: "0",
         SHUTDOWN_DRAIN_TIMEOUT: "2s",
+        // 150 agents and 150 callers live in the test process: on a saturated machine it can miss
+        // a 15 s pong, which would cut a call for a reason this test is not about.
+        AGENT_PING_INTERVAL: "120s",
         LOG_LEVEL: "warn",
         ...extraEnv
       })
@@ -193,6 +196,10 @@ export const fleetPlacementSuite = (name: string, redisUrl: () => string, extraE
         })
       )
       await eventually(() => ended.size, (n) => n === TOTAL, "every agent to hear the end of its call")
+      // Still only the extra call failed: every other call ran whole to its caller's hang-up.
+      const failedAfter = await fetch(`${base}/v1/agents/${agentId}/sessions?status=failed`, { headers: adminAuth })
+      const failedSessions = ((await failedAfter.json()) as { data: { sessions: Array<{ callId: string; endReason: string }> } }).data.sessions
+      expect(failedSessions.map((s) => [s.callId, s.endReason])).toEqual([[extraSid, "no_idle_agent"]])
       for (const from of numbers) expect({ from, bytes: received.get(from) ?? 0 }).toEqual({ from, bytes: sent.get(from) })
       const completed = await eventually(
         async () => {
