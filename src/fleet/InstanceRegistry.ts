@@ -86,7 +86,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
 
     yield* refresh
     yield* Option.isSome(config.redisUrl)
-      ? Effect.logInfo("joined the fleet registry", { instanceId: self, publicUrl: config.publicUrl })
+      ? Effect.logInfo("joined the fleet registry", { instanceId: self, publicUrl: publicUrl.current() })
       : Effect.logWarning("the embedded in-memory store serves this one instance only: set REDIS_URL to run a fleet", { instanceId: self })
     yield* refresh.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
     yield* Queue.take(wake).pipe(
