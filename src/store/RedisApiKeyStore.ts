@@ -67,7 +67,9 @@ export const makeRedisApiKeyStore = Effect.gen(function* () {
             onSome: (key) =>
               redisCall("apiKey.remove", async () => {
                 await client.hdel(keys.apiKeyIndex, id)
-                await client.del(keys.apiKey(key.keyHash), ...(key.previous ? [keys.apiKey(key.previous.keyHash)] : []))
+                // One DEL per record: the two hashes' keys sit in different slots of a Redis Cluster.
+                await client.del(keys.apiKey(key.keyHash))
+                if (key.previous) await client.del(keys.apiKey(key.previous.keyHash))
                 await client.hdel(keys.apiKeyLastUsed, id)
                 await client.publish(keys.apiKeyRevokedChannel, id)
               })
