@@ -23,7 +23,11 @@ declare const document: any, window: any, sessionStorage: any, localStorage: any
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium"
 const ADMIN_KEY = "dashboard-admin-key-0123456789"
-const SCREENSHOTS = join(repoRoot, "docs/dashboard")
+/**
+ * Every run takes the screenshots; `npm run screenshots` (UPDATE_SCREENSHOTS=1) writes them over
+ * docs/dashboard/, other runs into a scratch folder, so a test run leaves the work tree clean.
+ */
+const SCREENSHOTS = process.env.UPDATE_SCREENSHOTS === "1" ? join(repoRoot, "docs/dashboard") : mkdtempSync(join(tmpdir(), "callgate-screenshots-"))
 const XSS_NAME = "<img src=x onerror=alert(1)>"
 
 const callerTurn = readUlawFile("test/fixtures/audio/caller-appointment.ulaw").subarray(0, 110 * FRAME_BYTES)
