@@ -40,6 +40,7 @@ import { RedisSpentTokenStoreLive } from "./store/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./store/RedisInstanceStore.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
+import { LostInstancesLive } from "./fleet/LostInstances.js"
 import { Placement } from "./fleet/Placement.js"
 import { MemorySpentTokenStoreLive } from "./telephony/MemorySpentTokenStore.js"
 import { CarriersLive } from "./telephony/CarriersLive.js"
@@ -169,7 +170,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
  * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
  * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
  */
-export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive)
+export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive, LostInstancesLive)
 
 /**
  * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app

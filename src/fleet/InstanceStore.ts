@@ -51,6 +51,11 @@ export interface InstanceStoreShape {
   /** Live instances, by id. */
   readonly list: (goneAfterMs: number) => Effect.Effect<ReadonlyArray<InstanceEntry>, StoreError>
   /**
+   * Instances that stopped refreshing more than `goneAfterMs` ago without withdrawing (they died):
+   * their ids, while the registry still remembers them (entries are pruned after six times that).
+   */
+  readonly silent: (goneAfterMs: number) => Effect.Effect<ReadonlyArray<string>, StoreError>
+  /**
    * Atomically holds one idle socket of the environment that no other reservation holds, on a
    * live instance: `preferred` when it has one, otherwise the instance with the most free ones.
    * The hold lapses after `holdMs`; none anywhere is None.

@@ -12,6 +12,9 @@ interface EnvironmentAgents {
   readonly held: Map<string, number>
 }
 
+/** A silent instance's entry is kept this many gone-after periods, like the Redis registry's. */
+const SILENT_KEPT_FACTOR = 6
+
 /**
  * The embedded store's registry: one process, so one instance; the same rules as the Redis
  * adapter, each operation synchronous on the event loop (so atomic).
@@ -45,10 +48,16 @@ export const makeMemoryInstanceStore = (now: () => number = Date.now) =>
           const at = now()
           const live: Array<InstanceEntry> = []
           for (const [id, { report, seenAt }] of instances) {
-            if (at - seenAt > goneAfterMs) instances.delete(id)
-            else live.push({ ...report, lastSeenAt: new Date(seenAt).toISOString() })
+            // Silent ones are kept a while for `silent` (as the Redis registry keeps them), then pruned.
+            if (at - seenAt > goneAfterMs * SILENT_KEPT_FACTOR) instances.delete(id)
+            else if (at - seenAt <= goneAfterMs) live.push({ ...report, lastSeenAt: new Date(seenAt).toISOString() })
           }
           return live.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        }),
+      silent: (goneAfterMs) =>
+        Effect.sync(() => {
+          const at = now()
+          return [...instances].filter(([, { seenAt }]) => at - seenAt > goneAfterMs).map(([id]) => id).sort()
         }),
       reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs) =>
         Effect.sync(() => {

@@ -28,6 +28,11 @@ end
 return 1
 `
 
+/** KEYS seen. ARGV goneAfterMs. Ids of instances silent for longer than that (not yet pruned). */
+const SILENT_SCRIPT = `${NOW}
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[1])))
+`
+
 /** KEYS records, seen. ARGV goneAfterMs. Flat: id, seen, JSON, ... of live instances. */
 const LIST_SCRIPT = `${NOW}
 local live = redis.call('ZRANGEBYSCORE', KEYS[2], string.format('%d', now - tonumber(ARGV[1])), '+inf', 'WITHSCORES')
@@ -128,6 +133,7 @@ return 1
 
 const reportScript = redisScript(REPORT_SCRIPT)
 const listScript = redisScript(LIST_SCRIPT)
+const silentScript = redisScript(SILENT_SCRIPT)
 const publishScript = redisScript(PUBLISH_SCRIPT)
 const reserveScript = redisScript(RESERVE_SCRIPT)
 const withdrawEnvironmentScript = redisScript(WITHDRAW_ENV_SCRIPT)
@@ -174,6 +180,10 @@ export const makeRedisInstanceStore = Effect.gen(function* () {
           }
           return Effect.succeed(entries.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)))
         })
+      ),
+    silent: (goneAfterMs) =>
+      redisCall("silentInstances", () => silentScript(client, [registryKeys[1]!], [goneAfterMs])).pipe(
+        Effect.map((reply) => (Array.isArray(reply) ? reply.map(String) : []))
       ),
     reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs) =>
       redisCall("reserveAgent", () =>

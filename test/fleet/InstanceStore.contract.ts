@@ -43,6 +43,23 @@ export const instanceStoreContract = (name: string, store: Layer.Layer<InstanceS
           expect((yield* instances.list(1)).map((e) => e.id)).not.toContain(a)
         }))
 
+      it.effect("an instance that stopped refreshing without withdrawing is silent; a live or withdrawn one is not", () =>
+        Effect.gen(function* () {
+          const instances = yield* InstanceStore
+          const [dead, left, live] = [uniqueId("dead"), uniqueId("left"), uniqueId("live")]
+          yield* instances.report(report(dead), GONE)
+          yield* instances.report(report(left), GONE)
+          yield* instances.withdraw(left, [])
+          // Both are now at least 50 ms old (a busy machine only makes them older).
+          yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 50)))
+          yield* instances.report(report(live), GONE)
+          const silent = yield* instances.silent(40)
+          expect(silent).toContain(dead)
+          expect(silent).not.toContain(left)
+          // Within a long gone-after period nothing is silent yet.
+          expect(yield* instances.silent(GONE)).not.toContain(dead)
+        }))
+
       it.effect("reserves the preferred instance's agents first, then the instance with the most, each socket once", () =>
         Effect.gen(function* () {
           const instances = yield* InstanceStore
