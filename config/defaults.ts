@@ -26,6 +26,8 @@ export const defaults = {
   WEBHOOK_TIMEOUT: "10s",
   FALLBACK_WEBHOOK_TIMEOUT: "5s",
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: false,
+  /** Let dial-out agentUrls use ws:// and reach loopback, private, link-local and CGNAT addresses (development and tests only). */
+  AGENT_ALLOW_PRIVATE_NETWORKS: false,
   /** Event webhook requests in flight per instance, and per destination host (host:port). */
   WEBHOOK_CONCURRENCY: 64,
   WEBHOOK_CONCURRENCY_PER_HOST: 16,
@@ -41,6 +43,24 @@ export const defaults = {
   SESSION_RETENTION: "30d",
   /** How long callgate waits to open a dial-out agent WebSocket (environment agentUrl). */
   AGENT_CONNECT_TIMEOUT: "5s",
+  /** A carrier media stream that sends no frame for this long is a hard stream error (carriers send media every 20 ms). */
+  CARRIER_IDLE_TIMEOUT: "10s",
+  /** A media stream or dial-in agent socket that has not authenticated within this long is closed with 1008. */
+  HANDSHAKE_TIMEOUT: "5s",
+  /** Messages per second each media stream and agent socket may send, sustained; beyond the burst it is closed with 1008. */
+  SOCKET_MESSAGE_RATE: 200,
+  /** Messages a media stream or agent socket may send at once above the sustained rate. */
+  SOCKET_MESSAGE_BURST: 400,
+  /** How long a client may take to send an HTTP request's headers. */
+  HTTP_HEADERS_TIMEOUT: "10s",
+  /** How long a client may take to send a whole HTTP request (headers and body); a slow body gets 408. */
+  HTTP_REQUEST_TIMEOUT: "15s",
+  /** How long an idle keep-alive HTTP connection is kept open. */
+  HTTP_KEEP_ALIVE_TIMEOUT: "5s",
+  /** Largest body accepted on the unauthenticated carrier webhooks (voice, TeXML, Call Control). */
+  CARRIER_WEBHOOK_BODY_LIMIT_BYTES: 16384,
+  /** Failed authentications (any route or socket) each client address may make per minute before 429. */
+  AUTH_FAILURES_PER_MINUTE: 30,
   /** Agent WebSockets are pinged this often; one that missed the previous pong is cut. */
   AGENT_PING_INTERVAL: "15s",
   /** WebRTC VAD aggressiveness, 0 (least) to 3 (most eager to call audio non-speech); 3 suits noisy phone lines. */

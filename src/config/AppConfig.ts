@@ -142,6 +142,9 @@ const settings = Config.all({
   webhookAllowPrivateNetworks: Config.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS").pipe(
     Config.withDefault(defaults.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
   ),
+  agentAllowPrivateNetworks: Config.boolean("AGENT_ALLOW_PRIVATE_NETWORKS").pipe(
+    Config.withDefault(defaults.AGENT_ALLOW_PRIVATE_NETWORKS)
+  ),
   /** Extra CA certificates (PEM file) trusted for webhook destinations, beside the system roots. */
   webhookCaFile: Config.option(Config.string("WEBHOOK_CA_FILE")),
   webhookConcurrency: integerIn("WEBHOOK_CONCURRENCY", 1, 4096),
@@ -152,6 +155,15 @@ const settings = Config.all({
   sessionRetention: duration("SESSION_RETENTION"),
   agentConnectTimeout: duration("AGENT_CONNECT_TIMEOUT"),
   agentPingInterval: duration("AGENT_PING_INTERVAL"),
+  carrierIdleTimeout: duration("CARRIER_IDLE_TIMEOUT"),
+  handshakeTimeout: duration("HANDSHAKE_TIMEOUT"),
+  socketMessageRate: integerIn("SOCKET_MESSAGE_RATE", 1, 100_000),
+  socketMessageBurst: integerIn("SOCKET_MESSAGE_BURST", 1, 1_000_000),
+  httpHeadersTimeout: duration("HTTP_HEADERS_TIMEOUT"),
+  httpRequestTimeout: duration("HTTP_REQUEST_TIMEOUT"),
+  httpKeepAliveTimeout: duration("HTTP_KEEP_ALIVE_TIMEOUT"),
+  carrierWebhookBodyLimitBytes: integerIn("CARRIER_WEBHOOK_BODY_LIMIT_BYTES", 1024, 1_048_576),
+  authFailuresPerMinute: integerIn("AUTH_FAILURES_PER_MINUTE", 0, 1_000_000, "no limit"),
   rateLimitPerMinute: integerIn("RATE_LIMIT_PER_MINUTE", 0, 1_000_000, "no limit"),
   vadMode: integerIn("VAD_MODE", 0, 3),
   vadMinSpeechMs: integerIn("VAD_MIN_SPEECH_MS", 20, 2000),

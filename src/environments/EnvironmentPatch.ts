@@ -1,4 +1,5 @@
 import { Data, Either } from "effect"
+import { describeRefusal, hostRefusal } from "../core/AddressPolicy.js"
 import { isE164, isHttpsUrl, type StoredEnvironment, type UpdateEnvironmentBody } from "./EnvironmentSchema.js"
 
 export interface FieldProblem {
@@ -19,6 +20,32 @@ export const associated = (env: { agentId: string; id: string }, field: "webhook
 
 type Patch = UpdateEnvironmentBody
 
+/** Which destinations this deployment lets customers configure (docs/security.md, "Outbound connections"). */
+export interface UrlPolicy {
+  readonly agentAllowPrivate: boolean
+  readonly webhookAllowPrivate: boolean
+}
+
+/**
+ * Refusals decidable when a URL is configured: ws:// for agents (unless private networks are
+ * allowed, for development), and hosts that are private, loopback, link-local, CGNAT or metadata
+ * IP literals or names. Names that resolve there are refused again when the socket connects.
+ */
+const destinationProblem = (text: string, kind: "agent" | "webhook", policy: UrlPolicy): string | undefined => {
+  let url: URL
+  try {
+    url = new URL(text)
+  } catch {
+    return undefined // the schema already refused it
+  }
+  const allowPrivate = kind === "agent" ? policy.agentAllowPrivate : policy.webhookAllowPrivate
+  if (kind === "agent" && url.protocol === "ws:" && !allowPrivate) {
+    return "must be a wss:// URL (ws:// is accepted only with AGENT_ALLOW_PRIVATE_NETWORKS=true)"
+  }
+  const refusal = hostRefusal(url, allowPrivate)
+  return refusal === undefined ? undefined : `must not point to ${describeRefusal(refusal)}`
+}
+
 /**
  * Applies a PATCH to an environment: the rules of docs/api.md, "Rules the API enforces". Pure
  * apart from secret generation, whose outputs are returned so the response can show them once.
@@ -27,7 +54,8 @@ export const applyPatch = (
   current: StoredEnvironment,
   patch: Patch,
   box: { seal: (plain: string, aad: string) => string; generate: () => string },
-  now: string
+  now: string,
+  policy: UrlPolicy
 ): Either.Either<{ next: StoredEnvironment; generated: { webhookSecret?: string } }, InvalidEnvironment> => {
   const problems: Array<FieldProblem> = []
   const next: { -readonly [K in keyof StoredEnvironment]: StoredEnvironment[K] } = { ...current, updatedAt: now }
@@ -36,6 +64,12 @@ export const applyPatch = (
   if (patch.name !== undefined) next.name = patch.name
   if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
   if (patch.maxConcurrentOutboundCalls !== undefined) next.maxConcurrentOutboundCalls = patch.maxConcurrentOutboundCalls
+  const checkDestination = (field: string, value: string | null | undefined, kind: "agent" | "webhook") => {
+    const problem = typeof value === "string" ? destinationProblem(value, kind, policy) : undefined
+    if (problem !== undefined) problems.push({ field, message: problem })
+  }
+  checkDestination("agentUrl", patch.agentUrl, "agent")
+  checkDestination("webhookUrl", patch.webhookUrl, "webhook")
 
   // Event webhook. Removing the URL removes the webhook, secret included (docs/api.md, "Rules the API enforces").
   if (patch.webhookUrl === null) {
@@ -74,6 +108,8 @@ export const applyPatch = (
       problems.push({ field: "errorFallbackValue", message: "must be a phone number in E.164 format, such as +14155550100" })
     } else if (next.errorFallbackType === "webhook" && !isHttpsUrl(value)) {
       problems.push({ field: "errorFallbackValue", message: "must be an https:// URL without credentials" })
+    } else if (next.errorFallbackType === "webhook" && (patch.errorFallbackValue !== undefined || typeChanged)) {
+      checkDestination("errorFallbackValue", value, "webhook")
     }
   }
   if (patch.errorFallbackTimeout !== undefined) next.errorFallbackTimeout = patch.errorFallbackTimeout

@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto"
 import { Data, Effect, Either, Option, PubSub } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
 import { SecretBox } from "../secrets/SecretBox.js"
-import { applyPatch, associated, last4 } from "./EnvironmentPatch.js"
+import { applyPatch, associated, last4, type UrlPolicy } from "./EnvironmentPatch.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
 import {
   type CreateEnvironmentBody,
@@ -37,6 +38,11 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
   scoped: Effect.gen(function* () {
     const store = yield* EnvironmentStore
     const box = yield* SecretBox
+    const config = yield* AppConfig
+    const policy: UrlPolicy = {
+      agentAllowPrivate: config.agentAllowPrivateNetworks,
+      webhookAllowPrivate: config.webhookAllowPrivateNetworks
+    }
     const changes = yield* PubSub.unbounded<EnvironmentChange>()
 
     const openSecret = (env: StoredEnvironment, field: "webhookSecret" | "errorFallbackWebhookSecret") => {
@@ -93,7 +99,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
 
     const create = Effect.fn("Environments.create")(function* (agentId: string, body: CreateEnvironmentBody) {
       const now = new Date().toISOString()
-      const { generated, next } = yield* applyPatch(blank(agentId, body.name, now), body, box, now)
+      const { generated, next } = yield* applyPatch(blank(agentId, body.name, now), body, box, now, policy)
       yield* store.insert(next)
       return toView(next, generated)
     })
@@ -103,7 +109,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       let webhookRemoved = false
       const updated = yield* store
         .update(agentId, environmentId, (current) =>
-          Either.map(applyPatch(current, patch, box, new Date().toISOString()), (result) => {
+          Either.map(applyPatch(current, patch, box, new Date().toISOString(), policy), (result) => {
             // The last attempt of the CAS loop is the one that was written.
             generated = result.generated
             webhookRemoved = current.webhookUrl !== null && result.next.webhookUrl === null

@@ -1,11 +1,12 @@
-import { lookup as dnsLookup } from "node:dns/promises"
 import { readFile } from "node:fs/promises"
-import { isIP, type LookupFunction } from "node:net"
 import { createSecureContext, rootCertificates } from "node:tls"
 import { ConfigError, Data, Duration, Effect, Layer, Option } from "effect"
 import { Agent, errors as undiciErrors, request } from "undici"
 import { AppConfig } from "../config/AppConfig.js"
-import { type AddressRefusal, classifyAddress, classifyHostname, describeRefusal, isAlwaysRefused } from "./AddressPolicy.js"
+import { hostRefusal } from "../core/AddressPolicy.js"
+import { guardedLookup, RefusedAddressError, type ResolvedAddress, type Resolver } from "../core/GuardedLookup.js"
+
+export type { ResolvedAddress }
 
 /**
  * The only way callgate sends HTTP to customer-chosen URLs (event webhooks and error fallback
@@ -45,18 +46,13 @@ export interface SafeResponse {
   readonly truncated: boolean
 }
 
-export interface ResolvedAddress {
-  readonly address: string
-  readonly family: 4 | 6
-}
-
 export interface SafeHttpOptions {
   /** Allow loopback, private, link-local and similar destinations (tests, local development). */
   readonly allowPrivateNetworks: boolean
   /** Extra trusted CA certificates (PEM), added to Node's built-in roots. */
   readonly ca?: string | Buffer | undefined
   /** Name resolution; default: the system resolver (dns.lookup). Tests inject one. */
-  readonly resolveHost?: (hostname: string) => Promise<ReadonlyArray<ResolvedAddress>>
+  readonly resolveHost?: Resolver
   /** Keep-alive connections kept per origin. Default 32. */
   readonly connectionsPerOrigin?: number
 }
@@ -64,23 +60,6 @@ export interface SafeHttpOptions {
 export const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 /** Past this many body bytes the connection is dropped rather than drained. */
 const DRAIN_LIMIT_BYTES = 1024 * 1024
-
-/** Raised inside the socket lookup; recognised on the way out to report a refusal, not a connection error. */
-class RefusedAddressError extends Error {
-  readonly code = "ERR_CALLGATE_REFUSED_ADDRESS"
-  constructor(readonly refusal: AddressRefusal) {
-    super(`the destination resolves to ${describeRefusal(refusal)}`)
-  }
-}
-
-const systemResolve = async (hostname: string): Promise<ReadonlyArray<ResolvedAddress>> =>
-  (await dnsLookup(hostname, { all: true, verbatim: true })).map((entry) => ({
-    address: entry.address,
-    family: entry.family === 6 ? 6 : 4
-  }))
-
-const refusalFor = (refusal: AddressRefusal | undefined, allowPrivate: boolean) =>
-  refusal !== undefined && (!allowPrivate || isAlwaysRefused(refusal)) ? refusal : undefined
 
 const findInChain = (error: unknown): { refused?: RefusedAddressError; code?: string; name?: string } => {
   let current: unknown = error
@@ -127,31 +106,8 @@ const readLimited = async (body: AsyncIterable<Buffer>, limit: number) => {
 export const makeSafeHttpClient = (options: SafeHttpOptions) =>
   Effect.gen(function* () {
     const allowPrivate = options.allowPrivateNetworks
-    const resolve = options.resolveHost ?? systemResolve
-
     // Called by the TLS socket itself: what is checked here is what the socket connects to.
-    const lookup: LookupFunction = (hostname, lookupOptions, callback) => {
-      const done = callback as (error: Error | null, address: unknown, family?: number) => void
-      resolve(hostname).then(
-        (addresses) => {
-          if (addresses.length === 0) {
-            return done(Object.assign(new Error(`no address for the host`), { code: "ENOTFOUND" }), undefined)
-          }
-          for (const { address } of addresses) {
-            const refusal = refusalFor(classifyAddress(address), allowPrivate)
-            if (refusal !== undefined) return done(new RefusedAddressError(refusal), undefined)
-          }
-          const wanted = lookupOptions.family === 4 || lookupOptions.family === 6 ? lookupOptions.family : undefined
-          const usable = wanted === undefined ? addresses : addresses.filter((a) => a.family === wanted)
-          if (usable.length === 0) {
-            return done(Object.assign(new Error(`no address of the wanted family`), { code: "ENOTFOUND" }), undefined)
-          }
-          if (lookupOptions.all) return done(null, usable.map((a) => ({ address: a.address, family: a.family })))
-          return done(null, usable[0]!.address, usable[0]!.family)
-        },
-        (error: unknown) => done(error instanceof Error ? error : new Error("lookup failed"), undefined)
-      )
-    }
+    const lookup = guardedLookup(allowPrivate, options.resolveHost)
 
     // One TLS context for every connection: building one per connection re-parses every CA.
     const secureContext = createSecureContext(
@@ -184,9 +140,8 @@ export const makeSafeHttpClient = (options: SafeHttpOptions) =>
       if (url.username !== "" || url.password !== "") {
         return Effect.fail(new SafeHttpError({ kind: "invalid-url", detail: "URLs with credentials are not allowed" }))
       }
-      const host = url.hostname.replace(/^\[(.*)\]$/, "$1")
       // The socket skips its lookup for IP literals, so they are checked here.
-      const refusal = refusalFor(isIP(host) !== 0 ? classifyAddress(host) : classifyHostname(host), allowPrivate)
+      const refusal = hostRefusal(url, allowPrivate)
       if (refusal !== undefined) {
         return Effect.fail(
           new SafeHttpError({ kind: "refused-address", detail: new RefusedAddressError(refusal).message })

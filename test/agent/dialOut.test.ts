@@ -43,7 +43,7 @@ describe("dial-out agents (environment agentUrl)", () => {
   let gateway: Gateway
   let agents: AgentServer
   beforeAll(async () => {
-    gateway = await startGateway({ env: { AGENT_CONNECT_TIMEOUT: "500ms" } })
+    gateway = await startGateway({ env: { AGENT_CONNECT_TIMEOUT: "500ms", AGENT_ALLOW_PRIVATE_NETWORKS: "true" } })
     agents = await startAgentServer()
   })
   afterAll(async () => {

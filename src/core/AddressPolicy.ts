@@ -1,9 +1,10 @@
 import { isIP } from "node:net"
 
 /**
- * Which destination addresses outbound webhooks may reach (docs/webhooks.md; docs/design.md). Webhook URLs
- * are chosen by customers, so without this a URL could make callgate probe its own network or a
- * cloud metadata service. Pure: callers resolve names and ask about every address.
+ * Which destination addresses callgate may reach on a customer's behalf: event and fallback webhook
+ * URLs and dial-out agentUrls (docs/security.md, "Outbound connections"). Both are chosen by
+ * customers, so without this a URL could make callgate probe its own network or a cloud metadata
+ * service. Pure: callers resolve names and ask about every address.
  */
 export type AddressRefusal =
   | "loopback"
@@ -154,4 +155,17 @@ export const classifyHostname = (hostname: string): AddressRefusal | undefined =
   if (METADATA_NAMES.has(name)) return "metadata"
   if (name === "localhost" || name.endsWith(".localhost")) return "loopback"
   return undefined
+}
+
+/** A refusal that stands under the given setting (metadata addresses are refused even when private networks are allowed). */
+export const refusalFor = (refusal: AddressRefusal | undefined, allowPrivate: boolean): AddressRefusal | undefined =>
+  refusal !== undefined && (!allowPrivate || isAlwaysRefused(refusal)) ? refusal : undefined
+
+/**
+ * What can be refused about a URL's host without resolving it: an IP literal's class, or a
+ * metadata / localhost name. Names that need a lookup are checked when the socket connects.
+ */
+export const hostRefusal = (url: URL, allowPrivate: boolean): AddressRefusal | undefined => {
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1")
+  return refusalFor(isIP(host.split("%")[0]!) !== 0 ? classifyAddress(host) : classifyHostname(host), allowPrivate)
 }
