@@ -58,6 +58,7 @@ import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
 import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
 import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
 import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
+import { SocketGuards } from "./ws/SocketGuards.js"
 import { WsAgentDialerLive } from "./ws/WsAgentDialer.js"
 
 /**
@@ -146,7 +147,7 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default, CarrierCallEvents.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
-  Layer.provideMerge(FallbackMetrics.Default)
+  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default))
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */

@@ -32,12 +32,13 @@ import type { CallControl } from "../calls/CallControl.js"
 import { registerTwilioCallRoutes } from "./routes/twilioCallRoutes.js"
 import type { OutboundCalls } from "../calls/OutboundCalls.js"
 import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.js"
+import type { SocketGuards } from "../ws/SocketGuards.js"
 
 /** The services the HTTP edge calls into. */
 export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls | InstanceRegistry
+type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls | InstanceRegistry | SocketGuards
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024

@@ -5,7 +5,9 @@ import { AppConfig } from "../config/AppConfig.js"
 import { describeRefusal, hostRefusal } from "../core/AddressPolicy.js"
 import { guardedLookup, RefusedAddressError, type Resolver } from "../core/GuardedLookup.js"
 import { HardError } from "../core/HardError.js"
+import type { SocketGate } from "../core/SocketGate.js"
 import { Metrics } from "../observability/Metrics.js"
+import { SocketGuards } from "./SocketGuards.js"
 import { wsWireSocket } from "./WsWireSocket.js"
 import { AgentConnection } from "../agent/AgentConnection.js"
 import { AgentDialer } from "../agent/AgentDialer.js"
@@ -78,6 +80,8 @@ export interface DialerOptions {
   readonly allowPrivateNetworks: boolean
   /** Name resolution; default: the system resolver. Tests inject one. */
   readonly resolveHost?: Resolver
+  /** Per-socket limits for each dialled socket (SocketGuards). */
+  readonly gate?: () => SocketGate
   /** Told about every failed dial (metrics, logs). */
   readonly onFailure?: (failure: DialFailure, target: string) => Effect.Effect<void>
 }
@@ -136,7 +140,7 @@ export const makeAgentDialer = (options: DialerOptions) => {
       } catch (error) {
         return failed(classify(error as Error))
       }
-      const connection = new AgentConnection(wsWireSocket(ws))
+      const connection = new AgentConnection(wsWireSocket(ws, undefined, options.gate?.()))
       timer = setTimeout(() => {
         ws.terminate()
         failed({ category: "agent_unreachable", reason: "timeout", detail: `no connection within ${Duration.format(timeout)}` })
@@ -165,6 +169,7 @@ export const WsAgentDialerLive = Layer.effect(
   Effect.gen(function* () {
     const config = yield* AppConfig
     const metrics = yield* Metrics
+    const guards = yield* SocketGuards
     const failures = new Counter({
       name: "callgate_agent_dial_failures_total",
       help: "Dial-out agent connections that failed, by category and reason",
@@ -173,6 +178,7 @@ export const WsAgentDialerLive = Layer.effect(
     })
     return makeAgentDialer({
       allowPrivateNetworks: config.agentAllowPrivateNetworks,
+      gate: () => guards.gate("agent"),
       onFailure: (failure, target) =>
         Effect.zipRight(
           Effect.sync(() => failures.inc({ category: failure.category, reason: failure.reason })),

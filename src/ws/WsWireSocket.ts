@@ -1,17 +1,23 @@
 import type { RawData, WebSocket } from "ws"
+import type { SocketGate } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
 
 const OPEN = 1
 
 const idle: WireListener = { onText: () => {}, onClose: () => {} }
 
+/** A peer that does not answer our close frame within this long is cut (ws itself waits 30 s). */
+const CLOSE_GRACE_MS = 1000
+
 /**
  * Adapts a `ws` WebSocket (server side from @fastify/websocket, or a dial-out client) to
  * WireSocket. Its listeners are attached here, synchronously, so a carrier's first frames are
  * never lost; a throwing listener is contained: the socket is closed with 1011 and nothing else
- * is disturbed.
+ * is disturbed. A `gate` (ws/SocketGuards.ts) enforces the per-socket limits: a socket over its
+ * message rate, idle or unauthenticated too long is closed with 1008, one whose peer stopped
+ * reading is cut; its listener hears either as a fault.
  */
-export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle): WireSocket => {
+export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?: SocketGate): WireSocket => {
   let listener = initial
   let fault: string | undefined
   let closed = false
@@ -30,8 +36,24 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle): WireS
     if (ws.readyState === OPEN) ws.close(code, closeReason(reason))
   }
 
+  /** Close, and cut the connection if the peer does not complete the close handshake soon. */
+  const closeFirmly = (code: number, reason: string) => {
+    if (ws.readyState === OPEN) ws.close(code, closeReason(reason))
+    if (ws.readyState !== 3) setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref()
+  }
+
+  const backlogCapped = gate?.settings.maxBacklogBytes !== undefined
+  if (gate !== undefined) {
+    gate.onExpire = (limit, reason) => {
+      fault ??= reason
+      if (limit === "backlog") ws.terminate()
+      else closeFirmly(CloseCode.policyViolation, reason)
+    }
+  }
+
   ws.on("message", (data: RawData, isBinary: boolean) => {
     if (closed) return
+    if (gate !== undefined && !gate.admit()) return
     if (isBinary) return fail(CloseCode.unsupportedData, "binary messages are not accepted: send JSON text frames")
     try {
       listener.onText(data.toString())
@@ -48,6 +70,7 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle): WireS
     fault ??= error.message || "socket error"
   })
   ws.on("close", (code: number, reason: Buffer) => {
+    gate?.close()
     try {
       finish(code, reason.toString())
     } catch {
@@ -57,7 +80,9 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle): WireS
 
   return {
     send: (text) => {
-      if (ws.readyState === OPEN) ws.send(text)
+      if (ws.readyState !== OPEN) return
+      ws.send(text)
+      if (backlogCapped) gate!.admitBacklog(ws.bufferedAmount)
     },
     close: (code, reason) => {
       if (ws.readyState === OPEN) ws.close(code, closeReason(reason))

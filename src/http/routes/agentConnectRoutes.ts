@@ -4,6 +4,7 @@ import { ApiKeys } from "../../apikeys/ApiKeys.js"
 import { Environments } from "../../environments/Environments.js"
 import { ApiError } from "../ApiError.js"
 import { authenticationHook, principalOf, toApiError } from "../ApiRoute.js"
+import { SocketGuards } from "../../ws/SocketGuards.js"
 import { wsWireSocket } from "../../ws/WsWireSocket.js"
 import { AgentConnection } from "../../agent/AgentConnection.js"
 import { AgentPool } from "../../agent/AgentPool.js"
@@ -22,9 +23,10 @@ interface ConnectParams {
  * 404 for an unknown environment, 503 while shutting down. Each accepted socket is one unit of
  * idle capacity for the environment until a call takes it.
  */
-export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<ApiKeys | Environments | AgentPool>) => {
+export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<ApiKeys | Environments | AgentPool | SocketGuards>) => {
   const run = Runtime.runPromiseExit(runtime)
   const pool = Runtime.runSync(runtime)(AgentPool)
+  const guards = Runtime.runSync(runtime)(SocketGuards)
 
   // Open sockets by the scoped key they came in with: revoking the key (on any instance) closes them.
   const socketsByKey = new Map<string, Set<{ close: (code: number, reason: string) => void }>>()
@@ -67,7 +69,7 @@ export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runti
           if (sockets.size === 0 && socketsByKey.get(principal.keyId) === sockets) socketsByKey.delete(principal.keyId)
         })
       }
-      pool.offer(agentId, environmentId, new AgentConnection(wsWireSocket(socket)))
+      pool.offer(agentId, environmentId, new AgentConnection(wsWireSocket(socket, undefined, guards.gate("agent"))))
     }
   )
 }

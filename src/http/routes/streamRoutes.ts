@@ -1,5 +1,6 @@
 import { Runtime } from "effect"
-import type { FastifyInstance } from "fastify"
+import type { FastifyInstance, FastifyRequest } from "fastify"
+import { SocketGuards } from "../../ws/SocketGuards.js"
 import { wsWireSocket } from "../../ws/WsWireSocket.js"
 import { EntryPaths } from "../../telephony/entry/EntryWire.js"
 import { CarrierStreams } from "../../telephony/streams/CarrierStreams.js"
@@ -9,12 +10,15 @@ import { CarrierStreams } from "../../telephony/streams/CarrierStreams.js"
  * dialect handler in the same tick (fastify-websocket's advice: listeners attached later would
  * miss Twilio's first frames). Message size is capped by the app's ws maxPayload.
  */
-export const registerStreamRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<CarrierStreams>) => {
+export const registerStreamRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<CarrierStreams | SocketGuards>) => {
   const streams = Runtime.runSync(runtime)(CarrierStreams)
-  app.get(EntryPaths.twilioStream, { websocket: true }, (socket, request) =>
-    streams.acceptTwilio(wsWireSocket(socket), { url: request.url, headers: request.headers })
-  )
-  app.get(EntryPaths.telnyxStream, { websocket: true }, (socket, request) =>
-    streams.acceptTelnyx(wsWireSocket(socket), { url: request.url, headers: request.headers })
-  )
+  const guards = Runtime.runSync(runtime)(SocketGuards)
+  // Each stream gets its per-socket limits (rate, HANDSHAKE_TIMEOUT until `start`, CARRIER_IDLE_TIMEOUT, send backlog).
+  const accept = (dialect: "acceptTwilio" | "acceptTelnyx") => (socket: Parameters<typeof wsWireSocket>[0], request: FastifyRequest) => {
+    const gate = guards.gate("carrier")
+    const stream = streams[dialect](wsWireSocket(socket, undefined, gate), { url: request.url, headers: request.headers })
+    gate.authenticated = () => stream === undefined || stream.authenticated
+  }
+  app.get(EntryPaths.twilioStream, { websocket: true }, accept("acceptTwilio"))
+  app.get(EntryPaths.telnyxStream, { websocket: true }, accept("acceptTelnyx"))
 }

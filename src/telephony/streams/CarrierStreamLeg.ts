@@ -113,7 +113,7 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
     const frame = decoded.right
     switch (frame.event) {
       case "connected":
-        return
+        return this.connected()
       case "start":
         if (this.state !== "awaiting-start") return this.protocolError("second start frame")
         return this.begin(frame.start)
@@ -130,6 +130,19 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
       case "error":
         return this.end(CloseCode.normal, "stream error reported", { kind: "carrier_stream_error", message: frame.message })
     }
+  }
+
+  /** Past `start` (or closed): the stream has authenticated, so HANDSHAKE_TIMEOUT no longer applies. */
+  get authenticated(): boolean {
+    return this.state !== "awaiting-start"
+  }
+
+  private connectedSeen = false
+
+  /** `connected` may come once, before anything else matters (docs/security.md, "Per-socket limits"). */
+  protected connected() {
+    if (this.connectedSeen) return this.fail({ code: CloseCode.policyViolation, reason: `${this.dialect.name}: second connected frame` })
+    this.connectedSeen = true
   }
 
   onClose(_code: number, _reason: string, fault: string | undefined): void {

@@ -10,6 +10,7 @@ import { CloseCode, type WireSocket } from "../../core/WireSocket.js"
 import { verifyTwilioStreamUpgrade } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { SpentTokenStore } from "../SpentTokenStore.js"
+import type { CarrierStreamLeg } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import { TelnyxStream } from "./TelnyxStream.js"
 import { TwilioStream } from "./TwilioStream.js"
@@ -105,9 +106,10 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
 
     const host: StreamHost = { verifyToken: tokens.verify, spend, open: registry.open }
 
-    const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string) => {
+    const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string): undefined => {
       refused.inc({ provider, reason: label })
       socket.close(CloseCode.policyViolation, `${provider}: ${reason}`)
+      return undefined
     }
 
     const draining = (socket: WireSocket) => {
@@ -117,15 +119,18 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     }
 
     return {
-      acceptTwilio: (socket: WireSocket, upgrade: StreamUpgrade): void => {
-        if (draining(socket)) return
+      /** The stream's handler, or undefined when the upgrade was refused (the socket is then closing). */
+      acceptTwilio: (socket: WireSocket, upgrade: StreamUpgrade): CarrierStreamLeg<unknown> | undefined => {
+        if (draining(socket)) return undefined
         if (!verifyTwilioStreamUpgrade({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, upgrade.url, upgrade.headers)) {
           return refuse(socket, "twilio", "invalid X-Twilio-Signature", "signature")
         }
-        socket.listen(new TwilioStream(socket, host))
+        const stream = new TwilioStream(socket, host)
+        socket.listen(stream)
+        return stream
       },
-      acceptTelnyx: (socket: WireSocket, upgrade: StreamUpgrade): void => {
-        if (draining(socket)) return
+      acceptTelnyx: (socket: WireSocket, upgrade: StreamUpgrade): CarrierStreamLeg<unknown> | undefined => {
+        if (draining(socket)) return undefined
         const token = queryToken(upgrade.url)
         if (token === undefined || token.length === 0) return refuse(socket, "telnyx", "missing token query parameter", "missing_token")
         const presented = [bearer(upgrade.headers.authorization), upgrade.headers["x-telnyx-streaming-auth-token"]]
@@ -138,7 +143,9 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
         const claims = tokens.verify(token)
         if (Option.isNone(claims)) return refuse(socket, "telnyx", "invalid or expired session token", "token")
         if (claims.value.kind === "twilio") return refuse(socket, "telnyx", "session token was not issued for a Telnyx stream", "token")
-        socket.listen(new TelnyxStream(socket, host, claims.value))
+        const stream = new TelnyxStream(socket, host, claims.value)
+        socket.listen(stream)
+        return stream
       }
     } as const
   })

@@ -1,0 +1,113 @@
+import { it } from "@effect/vitest"
+import { Effect, Layer, TestClock } from "effect"
+import { describe, expect } from "vitest"
+import { AppConfig } from "../../src/config/AppConfig.js"
+import type { GateLimit } from "../../src/core/SocketGate.js"
+import { Metrics } from "../../src/observability/Metrics.js"
+import { SocketGuards } from "../../src/ws/SocketGuards.js"
+import { testConfigLayer } from "../support/testApp.js"
+
+const guardsLayer = (env: Record<string, string> = {}) =>
+  SocketGuards.Default.pipe(
+    Layer.provide(Layer.mergeAll(AppConfig.Default, Metrics.Default)),
+    Layer.provide(testConfigLayer({ LOG_LEVEL: "none", ...env }))
+  )
+
+const watch = (gate: { onExpire: ((limit: GateLimit, reason: string) => void) | undefined }) => {
+  const expired: Array<GateLimit> = []
+  gate.onExpire = (limit) => expired.push(limit)
+  return expired
+}
+
+/** The per-socket limits on the Effect Clock: every deadline is driven by TestClock, never by waiting. */
+describe("SocketGuards (TestClock)", () => {
+  it.scoped("a carrier stream not authenticated within HANDSHAKE_TIMEOUT expires; an authenticated one does not", () =>
+    Effect.gen(function* () {
+      const guards = yield* SocketGuards
+      const silent = guards.gate("carrier")
+      silent.authenticated = () => false
+      const started = guards.gate("carrier")
+      let authenticated = false
+      started.authenticated = () => authenticated
+      const silentExpired = watch(silent)
+      const startedExpired = watch(started)
+      yield* TestClock.adjust("4900 millis")
+      expect(silentExpired).toEqual([])
+      authenticated = true
+      // Keep the authenticated stream's frames coming so the idle limit stays away.
+      for (let step = 0; step < 10; step++) {
+        started.admit()
+        yield* TestClock.adjust("100 millis")
+      }
+      expect(silentExpired).toEqual(["handshake"])
+      expect(startedExpired).toEqual([])
+    }).pipe(Effect.provide(guardsLayer({ HANDSHAKE_TIMEOUT: "5s" })))
+  )
+
+  it.scoped("a carrier stream without a frame for CARRIER_IDLE_TIMEOUT expires; steady frames keep it alive", () =>
+    Effect.gen(function* () {
+      const guards = yield* SocketGuards
+      const live = guards.gate("carrier")
+      const quiet = guards.gate("carrier")
+      live.authenticated = quiet.authenticated = () => true
+      const liveExpired = watch(live)
+      const quietExpired = watch(quiet)
+      for (let ms = 0; ms < 9_000; ms += 100) {
+        live.admit()
+        quiet.admit()
+        yield* TestClock.adjust("100 millis")
+      }
+      // From here the quiet stream sends nothing.
+      for (let ms = 0; ms < 10_500; ms += 100) {
+        expect(live.admit()).toBe(true)
+        yield* TestClock.adjust("100 millis")
+      }
+      expect(quietExpired).toEqual(["idle"])
+      expect(liveExpired).toEqual([])
+    }).pipe(Effect.provide(guardsLayer({ CARRIER_IDLE_TIMEOUT: "10s" })))
+  )
+
+  it.scoped("agent sockets have no idle or handshake limit (an idle dial-in socket is capacity)", () =>
+    Effect.gen(function* () {
+      const guards = yield* SocketGuards
+      const agent = guards.gate("agent")
+      const expired = watch(agent)
+      yield* TestClock.adjust("1 minute")
+      expect(expired).toEqual([])
+    }).pipe(Effect.provide(guardsLayer()))
+  )
+
+  it.scoped("the message rate: a burst, then the sustained rate, forever; beyond it the gate expires once", () =>
+    Effect.gen(function* () {
+      const guards = yield* SocketGuards
+      const gate = guards.gate("agent")
+      const expired = watch(gate)
+      for (let n = 0; n < 100; n++) expect(gate.admit()).toBe(true)
+      // 10 seconds at exactly the sustained rate (200/s: 20 per 100 ms tick).
+      for (let tick = 0; tick < 100; tick++) {
+        yield* TestClock.adjust("100 millis")
+        for (let n = 0; n < 20; n++) expect(gate.admit()).toBe(true)
+      }
+      expect(expired).toEqual([])
+      // A flood: the bucket empties and the gate expires, once.
+      let admitted = 0
+      while (gate.admit()) admitted++
+      expect(admitted).toBeLessThanOrEqual(100)
+      expect(gate.admit()).toBe(false)
+      expect(expired).toEqual(["rate"])
+    }).pipe(Effect.provide(guardsLayer({ SOCKET_MESSAGE_RATE: "200", SOCKET_MESSAGE_BURST: "100" })))
+  )
+
+  it.scoped("a carrier that stops reading is cut beyond the backlog cap", () =>
+    Effect.gen(function* () {
+      const guards = yield* SocketGuards
+      const gate = guards.gate("carrier")
+      const expired = watch(gate)
+      expect(gate.admitBacklog(1024 * 1024)).toBe(true)
+      expect(gate.admitBacklog(4 * 1024 * 1024 + 1)).toBe(false)
+      expect(expired).toEqual(["backlog"])
+      const agent = guards.gate("agent")
+      expect(agent.admitBacklog(64 * 1024 * 1024)).toBe(true)
+    }).pipe(Effect.provide(guardsLayer()))
+  )
+})
