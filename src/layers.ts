@@ -2,6 +2,7 @@ import { Effect, Layer, Option } from "effect"
 import { AgentConnector } from "./agent/AgentConnector.js"
 import { AgentPool } from "./agent/AgentPool.js"
 import { ApiKeys } from "./apikeys/ApiKeys.js"
+import { AuthThrottle } from "./apikeys/AuthThrottle.js"
 import { MemoryApiKeyStoreLive } from "./apikeys/MemoryApiKeyStore.js"
 import { Breaker } from "./breaker/Breaker.js"
 import { BreakerMetrics } from "./breaker/BreakerMetrics.js"
@@ -114,7 +115,7 @@ export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metr
 export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(
   Layer.provideMerge(Deliveries.Default),
   Layer.provideMerge(DeliveryMetrics.Default),
-  Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default))
+  Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default, AuthThrottle.Default))
 )
 
 /** Carrier REST through the SDKs (the `Carriers` port and the adapters behind it) and session tokens. */

@@ -1,5 +1,6 @@
 import { Effect, Exit, Option, Runtime } from "effect"
-import type { FastifyRequest } from "fastify"
+import type { FastifyReply, FastifyRequest } from "fastify"
+import { AuthThrottle } from "../apikeys/AuthThrottle.js"
 import { ApiKeys, mayActFor, type Principal } from "../apikeys/ApiKeys.js"
 import { ApiError } from "./ApiError.js"
 import type { ApiRoute } from "./ApiRoute.js"
@@ -51,13 +52,34 @@ export const principalOf = (request: FastifyRequest): Principal | undefined => p
  * body parsing. A refusal is thrown as an ApiError, which the app's error handler answers. Also for
  * /v1 routes that are not `ApiRoute`s (`auth: "any"`: any valid key).
  */
-export const authenticationHook = <R>(runtime: Runtime.Runtime<R | ApiKeys>, auth: ApiRoute<unknown>["auth"]) => {
+export const authenticationHook = <R>(runtime: Runtime.Runtime<R | ApiKeys | AuthThrottle>, auth: ApiRoute<unknown>["auth"]) => {
   const run = Runtime.runPromiseExit(runtime)
-  return async (request: FastifyRequest): Promise<undefined> => {
+  const throttle = Runtime.runSync(runtime)(AuthThrottle)
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<undefined> => {
+    // An address that failed too often is refused before its key is looked at (docs/security.md).
+    const wait = throttle.retryAfter(request.ip)
+    if (wait !== undefined) throw tooManyFailures(reply, wait)
     const exit = await run(authenticateRoute(auth, request))
-    if (Exit.isFailure(exit)) throw await failureToApiError(run, exit.cause, request.routeOptions.url ?? "unmatched")
+    if (Exit.isFailure(exit)) {
+      const error = await failureToApiError(run, exit.cause, request.routeOptions.url ?? "unmatched")
+      if (error.status === 401) throttle.failed(request.ip)
+      throw error
+    }
     principals.set(request, exit.value)
     return undefined
   }
+}
+
+/** 429 with Retry-After for an address over AUTH_FAILURES_PER_MINUTE. */
+export const tooManyFailures = (reply: FastifyReply, retryAfterSeconds: number) => {
+  reply.header("retry-after", String(retryAfterSeconds))
+  return ApiError.of("RATE_LIMITED", `Too many failed authentications from this address; retry in ${retryAfterSeconds} seconds.`)
+}
+
+/** What the per-key rate limit counts a request against: its API key once authenticated. */
+export const rateLimitKeyOf = (request: FastifyRequest): string | undefined => {
+  const principal = principals.get(request)
+  if (principal === undefined) return undefined
+  return principal.kind === "admin" ? "admin" : `key:${principal.keyId}`
 }
 

@@ -49,7 +49,7 @@ export const apiRoute = <R, P = unknown, Q = unknown, B = unknown>(definition: {
  * HTTP), OpenApiDocument.ts (the document), ValidationMessages.ts (the house style of
  * validation errors). Re-exported here for route modules written against this file.
  */
-export { authenticationHook, authorize, principalOf } from "./ApiAuth.js"
+export { authenticationHook, authorize, principalOf, rateLimitKeyOf, tooManyFailures } from "./ApiAuth.js"
 export { registerDomainError, sendError, toApiError } from "./DomainErrors.js"
 export { openApiDocument } from "./OpenApiDocument.js"
 export { registerApiRoutes } from "./RouteRegistration.js"

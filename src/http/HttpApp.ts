@@ -1,9 +1,10 @@
-import { createHash } from "node:crypto"
 import rateLimit from "@fastify/rate-limit"
 import websocket from "@fastify/websocket"
-import { Effect, Exit, Runtime } from "effect"
+import { Duration, Effect, Exit, Runtime } from "effect"
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify"
 import { ApiKeys } from "../apikeys/ApiKeys.js"
+import type { AuthThrottle } from "../apikeys/AuthThrottle.js"
+import { rateLimitKeyOf } from "./ApiAuth.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
@@ -35,7 +36,7 @@ import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.
 import type { SocketGuards } from "../ws/SocketGuards.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = AppConfig | ApiKeys | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
+export type HttpServices = AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
 type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls | InstanceRegistry | SocketGuards
@@ -72,8 +73,21 @@ const parseJson = (text: string): unknown =>
       })
     : JSON.parse(text)
 
+/** The charset a Content-Type names, lower-cased; undefined when it names none. */
+const charsetOf = (contentType: string | undefined) => /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType ?? "")?.[1]?.toLowerCase()
+
+/** JSON is UTF-8 (RFC 8259) and carriers send UTF-8 forms: any other declared charset is refused, never misread. */
+const isUtf8 = (contentType: string | undefined) => {
+  const charset = charsetOf(contentType)
+  return charset === undefined || charset === "utf-8" || charset === "utf8" || charset === "us-ascii"
+}
+const notUtf8 = () =>
+  Object.assign(new Error("Only UTF-8 bodies are accepted."), { code: "CHARSET_NOT_UTF8", statusCode: 415 })
+
 const errorFromFastify = (error: FastifyError): ApiError => {
   switch (error.code) {
+    case "CHARSET_NOT_UTF8":
+      return ApiError.of("UNSUPPORTED_MEDIA_TYPE", "Only UTF-8 bodies are accepted: send charset=utf-8 or no charset.")
     case "FST_ERR_CTP_BODY_TOO_LARGE":
       return ApiError.of("PAYLOAD_TOO_LARGE")
     case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
@@ -101,19 +115,29 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   const config = runSync(AppConfig)
   const metrics = runSync(Metrics)
 
+  const headersTimeoutMs = Duration.toMillis(config.httpHeadersTimeout)
   const app = Fastify({
     logger: false,
     bodyLimit: config.httpBodyLimitBytes,
+    // Slow clients (docs/security.md, "HTTP limits"): the whole request, body included, within
+    // HTTP_REQUEST_TIMEOUT (Node answers 408), idle keep-alive connections closed after
+    // HTTP_KEEP_ALIVE_TIMEOUT; Node checks its timeouts this often (default: every 30 s).
+    requestTimeout: Duration.toMillis(config.httpRequestTimeout),
+    keepAliveTimeout: Duration.toMillis(config.httpKeepAliveTimeout),
+    http: { connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 4))) },
     return503OnClosing: true,
     forceCloseConnections: "idle",
     routerOptions: { ignoreTrailingSlash: true }
   })
+
+  app.server.headersTimeout = headersTimeoutMs
 
   // Bodies are kept raw for signature checks, then parsed. JSON.parse never runs user code. The
   // built-in parser would win for exactly "application/json" (exact matches go before patterns), so
   // those bodies would have no rawBody and an empty body would be an error: it is removed.
   app.removeContentTypeParser("application/json")
   app.addContentTypeParser(/^application\/([a-z.+-]*\+)?json/i, { parseAs: "buffer" }, (request, body, done) => {
+    if (!isUtf8(request.headers["content-type"])) return done(notUtf8(), undefined)
     request.rawBody = body as Buffer
     if ((body as Buffer).length === 0) return done(null, undefined)
     try {
@@ -123,6 +147,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
     }
   })
   app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "buffer" }, (request, body, done) => {
+    if (!isUtf8(request.headers["content-type"])) return done(notUtf8(), undefined)
     request.rawBody = body as Buffer
     done(null, Object.fromEntries(new URLSearchParams((body as Buffer).toString("utf8"))))
   })
@@ -136,13 +161,11 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
       global: true,
       max: config.rateLimitPerMinute,
       timeWindow: 60_000,
-      hook: "onRequest",
-      keyGenerator: (request) => {
-        const header = request.headers.authorization
-        return typeof header === "string" && header.length > 0
-          ? `key:${createHash("sha256").update(header.replace(/^Bearer\s+/i, "").trim()).digest("hex")}`
-          : `ip:${request.ip}`
-      },
+      // After authentication (preParsing), so a request counts against the key it was let in
+      // as; an invented key never gets this far: failed authentications are limited per client
+      // address by AuthThrottle, whatever key they present.
+      hook: "preValidation",
+      keyGenerator: (request) => rateLimitKeyOf(request) ?? `ip:${request.ip}`,
       allowList: (request) => !/^\/v1(\/|\?|$)/.test(request.url) || request.headers.upgrade?.toLowerCase() === "websocket",
       errorResponseBuilder: (_request, context) =>
         ApiError.of("RATE_LIMITED", `Too many requests: at most ${context.max} per minute for this API key; retry in ${context.after}.`)

@@ -1,6 +1,7 @@
 import { Effect, Exit, Runtime, Schema } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import type { ApiKeys } from "../apikeys/ApiKeys.js"
+import type { AuthThrottle } from "../apikeys/AuthThrottle.js"
 import { ApiError, fromParseError } from "./ApiError.js"
 import { authenticationHook, principalOf } from "./ApiAuth.js"
 import type { ApiRoute } from "./ApiRoute.js"
@@ -37,7 +38,7 @@ const runRoute = <R>(route: ApiRoute<R>, request: FastifyRequest) =>
 
 export const registerApiRoutes = <R>(
   app: FastifyInstance,
-  runtime: Runtime.Runtime<R | ApiKeys>,
+  runtime: Runtime.Runtime<R | ApiKeys | AuthThrottle>,
   routes: ReadonlyArray<ApiRoute<R>>
 ) => {
   const run = Runtime.runPromiseExit(runtime)

@@ -38,9 +38,12 @@ export const TelnyxStart = Schema.Struct({
   })
 })
 
+/** Chunk numbers count frames from 1; up to 15 digits (exact as a JavaScript number), as a string or a number. */
+const MAX_CHUNK = 999_999_999_999_999
+
 export const ChunkNumber = Schema.Union(
-  Schema.String.pipe(Schema.pattern(/^\d{1,9}$/, { message: () => "chunk must be a whole number" })),
-  Schema.Number.pipe(Schema.int(), Schema.between(0, 999_999_999))
+  Schema.String.pipe(Schema.pattern(/^\d{1,15}$/, { message: () => "chunk must be a whole number of at most 15 digits" })),
+  Schema.Number.pipe(Schema.int(), Schema.between(0, MAX_CHUNK))
 )
 
 export const TelnyxMedia = Schema.Struct({
@@ -54,7 +57,7 @@ export const TelnyxMedia = Schema.Struct({
   })
 })
 
-const CHUNK_DIGITS = /^\d{1,9}$/
+const CHUNK_DIGITS = /^\d{1,15}$/
 
 /** `Schema.is(TelnyxMedia)`, hand-written for the hot path (held to the schema by the frame tests). */
 export const isTelnyxMediaFrame = (raw: unknown): raw is typeof TelnyxMedia.Type => {
@@ -64,7 +67,7 @@ export const isTelnyxMediaFrame = (raw: unknown): raw is typeof TelnyxMedia.Type
   const chunk = media.chunk
   return (
     ((typeof chunk === "string" && CHUNK_DIGITS.test(chunk)) ||
-      (typeof chunk === "number" && Number.isInteger(chunk) && chunk >= 0 && chunk <= 999_999_999)) &&
+      (typeof chunk === "number" && Number.isInteger(chunk) && chunk >= 0 && chunk <= MAX_CHUNK)) &&
     (media.track === undefined || typeof media.track === "string") &&
     (media.timestamp === undefined || isNumberLike(media.timestamp)) &&
     (raw.sequence_number === undefined || isNumberLike(raw.sequence_number))

@@ -27,7 +27,8 @@ describe.each<StoreKind>(["memory", "redis"])("authentication and authorization 
   let otherAgent: string
   let scopedKey: string
   beforeAll(async () => {
-    t = await makeTestApp(kind, { REDIS_KEY_PREFIX: "callgate:" })
+    // Authentication semantics only: throttling of failures is test/security/httpEdge.test.ts.
+    t = await makeTestApp(kind, { REDIS_KEY_PREFIX: "callgate:", AUTH_FAILURES_PER_MINUTE: "0" })
     ownAgent = uniqueId("agent")
     otherAgent = uniqueId("agent")
     scopedKey = await createScopedKey(t.app, [ownAgent, uniqueId("agent")])

@@ -9,7 +9,7 @@ describe.each<StoreKind>(["memory", "redis"])("rate limiting of /v1 (%s store)",
   let agentId: string
   let scopedKey: string
   beforeAll(async () => {
-    t = await makeTestApp(kind, { RATE_LIMIT_PER_MINUTE: String(LIMIT) })
+    t = await makeTestApp(kind, { RATE_LIMIT_PER_MINUTE: String(LIMIT), AUTH_FAILURES_PER_MINUTE: String(LIMIT) })
     agentId = uniqueId("agent")
     // Creating the scoped key spends one of the admin key's requests.
     scopedKey = await createScopedKey(t.app, [agentId])

@@ -1,6 +1,7 @@
 import { Effect, Exit, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { ApiKeys } from "../../apikeys/ApiKeys.js"
+import type { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { Environments } from "../../environments/Environments.js"
 import { ApiError } from "../ApiError.js"
 import { authenticationHook, principalOf, toApiError } from "../ApiRoute.js"
@@ -23,7 +24,7 @@ interface ConnectParams {
  * 404 for an unknown environment, 503 while shutting down. Each accepted socket is one unit of
  * idle capacity for the environment until a call takes it.
  */
-export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<ApiKeys | Environments | AgentPool | SocketGuards>) => {
+export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<ApiKeys | AuthThrottle | Environments | AgentPool | SocketGuards>) => {
   const run = Runtime.runPromiseExit(runtime)
   const pool = Runtime.runSync(runtime)(AgentPool)
   const guards = Runtime.runSync(runtime)(SocketGuards)

@@ -4,6 +4,7 @@ import type { Placement } from "../../fleet/Placement.js"
 import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
+import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import type { PublicUrl } from "../../config/PublicUrl.js"
 import type { Environments } from "../../environments/Environments.js"
@@ -33,6 +34,7 @@ export type TelephonyEntryServices =
   | SessionEndJournal
   | AfterStream
   | Placement
+  | AuthThrottle
 
 const internalError: EntryResponse = {
   status: 500,
@@ -48,6 +50,7 @@ const internalError: EntryResponse = {
 export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<TelephonyEntryServices>) => {
   const run = Runtime.runPromise(runtime)
   const config = Runtime.runSync(runtime)(AppConfig)
+  const throttle = Runtime.runSync(runtime)(AuthThrottle)
   const telnyx = makeTelnyxVerifier(config.telnyxPublicKey)
 
   if (Option.isNone(config.twilioAuthToken)) {
@@ -68,7 +71,10 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
   })
 
   const route = <E>(path: string, handle: (request: EntryRequest) => Effect.Effect<EntryResponse, E, TelephonyEntryServices>) =>
-    app.post(path, async (request, reply) => {
+    // Unauthenticated (signatures are checked inside): a small body limit (docs/security.md).
+    app.post(path, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
+      const wait = throttle.retryAfter(request.ip)
+      if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
       const response = await run(
         handle(toEntryRequest(request)).pipe(
           Effect.catchAllCause((cause) =>
@@ -78,6 +84,7 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
           )
         )
       )
+      if (response.status === 401) throttle.failed(request.ip)
       return reply.code(response.status).header("content-type", `${response.contentType}; charset=utf-8`).send(response.body)
     })
 

@@ -182,6 +182,7 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
 
   /** Bad credentials: closed before any agent hears the stream. */
   protected refuse(reason: string) {
+    this.host.authFailed?.()
     this.state = "done"
     this.socket.close(CloseCode.policyViolation, `${this.dialect.name}: ${reason}`)
   }

@@ -2,6 +2,7 @@ import { timingSafeEqual } from "node:crypto"
 import type { IncomingHttpHeaders } from "node:http"
 import { Duration, Effect, Option, Runtime } from "effect"
 import { Counter } from "prom-client"
+import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { Metrics } from "../../observability/Metrics.js"
@@ -20,6 +21,8 @@ export interface StreamUpgrade {
   /** Path and query as received. */
   readonly url: string
   readonly headers: IncomingHttpHeaders
+  /** The client's address: failed authentications are counted against it (AuthThrottle). */
+  readonly address: string
 }
 
 const sameSecret = (a: string, b: string) => {
@@ -64,6 +67,7 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     const metrics = yield* Metrics
     const spent = yield* SpentTokenStore
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const throttle = yield* AuthThrottle
     const refused = new Counter({
       name: "callgate_stream_auth_failures_total",
       help: "Media stream upgrades refused for missing or invalid credentials",
@@ -105,9 +109,11 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     }
 
     const host: StreamHost = { verifyToken: tokens.verify, spend, open: registry.open }
+    const hostFor = (address: string): StreamHost => ({ ...host, authFailed: () => throttle.failed(address) })
 
-    const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string): undefined => {
+    const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string, address: string): undefined => {
       refused.inc({ provider, reason: label })
+      throttle.failed(address)
       socket.close(CloseCode.policyViolation, `${provider}: ${reason}`)
       return undefined
     }
@@ -123,27 +129,27 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
       acceptTwilio: (socket: WireSocket, upgrade: StreamUpgrade): CarrierStreamLeg<unknown> | undefined => {
         if (draining(socket)) return undefined
         if (!verifyTwilioStreamUpgrade({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, upgrade.url, upgrade.headers)) {
-          return refuse(socket, "twilio", "invalid X-Twilio-Signature", "signature")
+          return refuse(socket, "twilio", "invalid X-Twilio-Signature", "signature", upgrade.address)
         }
-        const stream = new TwilioStream(socket, host)
+        const stream = new TwilioStream(socket, hostFor(upgrade.address))
         socket.listen(stream)
         return stream
       },
       acceptTelnyx: (socket: WireSocket, upgrade: StreamUpgrade): CarrierStreamLeg<unknown> | undefined => {
         if (draining(socket)) return undefined
         const token = queryToken(upgrade.url)
-        if (token === undefined || token.length === 0) return refuse(socket, "telnyx", "missing token query parameter", "missing_token")
+        if (token === undefined || token.length === 0) return refuse(socket, "telnyx", "missing token query parameter", "missing_token", upgrade.address)
         const presented = [bearer(upgrade.headers.authorization), upgrade.headers["x-telnyx-streaming-auth-token"]]
         for (const header of presented) {
           if (header === undefined) continue
           if (typeof header !== "string" || !sameSecret(header, token)) {
-            return refuse(socket, "telnyx", "stream auth token does not match", "stream_auth_token")
+            return refuse(socket, "telnyx", "stream auth token does not match", "stream_auth_token", upgrade.address)
           }
         }
         const claims = tokens.verify(token)
-        if (Option.isNone(claims)) return refuse(socket, "telnyx", "invalid or expired session token", "token")
-        if (claims.value.kind === "twilio") return refuse(socket, "telnyx", "session token was not issued for a Telnyx stream", "token")
-        const stream = new TelnyxStream(socket, host, claims.value)
+        if (Option.isNone(claims)) return refuse(socket, "telnyx", "invalid or expired session token", "token", upgrade.address)
+        if (claims.value.kind === "twilio") return refuse(socket, "telnyx", "session token was not issued for a Telnyx stream", "token", upgrade.address)
+        const stream = new TelnyxStream(socket, hostFor(upgrade.address), claims.value)
         socket.listen(stream)
         return stream
       }

@@ -17,4 +17,6 @@ export interface StreamHost {
    */
   readonly spend: (claims: SessionClaims, provider: "twilio" | "telnyx", done: (first: boolean) => void) => void
   readonly open: (opening: StreamOpening) => Either.Either<void, FrameProblem>
+  /** The stream presented bad credentials (counted per client address: docs/security.md). */
+  readonly authFailed?: () => void
 }

@@ -1,0 +1,129 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { audioFrames, type CarrierCall, dialInAgent, type Gateway, type Peer, startGateway, storedSession, twilioCall, until } from "../session/callHarness.js"
+import { uniqueId } from "../support/testApp.js"
+
+const FRAMES = 100
+const callerFrames = audioFrames("caller-appointment-noisy.ulaw", FRAMES)
+const callSid = () => `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+
+interface LiveCall {
+  readonly sid: string
+  readonly agentId: string
+  readonly carrier: CarrierCall
+  readonly agent: Peer
+  readonly sentAt: Array<number>
+  readonly heardAt: Array<number>
+}
+
+const percentile = (values: Array<number>, p: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+}
+
+describe("per-socket message rate limit", () => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    // Default limits: SOCKET_MESSAGE_RATE 200/s, SOCKET_MESSAGE_BURST 1000.
+    gateway = await startGateway()
+  })
+  afterAll(() => gateway.close())
+
+  const startCall = async (): Promise<LiveCall> => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "the agent in the pool")
+    const sid = callSid()
+    const carrier = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: sid }), callSid: sid })
+    const heardAt: Array<number> = []
+    agent.ws.on("message", (data) => {
+      if (data.toString().includes('"event":"media"')) heardAt.push(performance.now())
+    })
+    carrier.start()
+    await agent.waitForEvent("start")
+    // The agent echoes every caller frame back, so both directions are counted.
+    const streamSid = agent.events("start")[0].start.streamSid
+    agent.ws.on("message", (data) => {
+      const message = JSON.parse(data.toString())
+      if (message.event === "media") agent.send({ event: "media", streamSid, media: { payload: message.media.payload } })
+    })
+    return { sid, agentId, carrier, agent, sentAt: [], heardAt }
+  }
+
+  const endedEvent = (sid: string) => gateway.outbox.events.find((e) => e.callId === sid)
+
+  it("ten calls keep every frame, in order, both ways, while one agent socket floods; the flooder is cut with 1008 and its call fails", async () => {
+    const bystanders = await Promise.all(Array.from({ length: 10 }, startCall))
+    const flooder = await startCall()
+    const floodStreamSid = flooder.agent.events("start")[0].start.streamSid
+    const floodFrame = JSON.stringify({ event: "media", streamSid: floodStreamSid, media: { payload: callerFrames[0] } })
+
+    // Bystanders: one frame every 20 ms, as a carrier sends them.
+    const paced = Promise.all(
+      bystanders.map(async (call) => {
+        for (const frame of callerFrames) {
+          call.sentAt.push(performance.now())
+          call.carrier.media(frame)
+          await new Promise((resolve) => setTimeout(resolve, 20))
+        }
+      })
+    )
+    // The flood starts once the bystanders are under way and runs until callgate cuts the socket.
+    await until(() => bystanders.every((call) => call.heardAt.length >= 10), "the bystanders under way")
+    let flooded = 0
+    const flood = (async () => {
+      while (flooder.agent.ws.readyState === flooder.agent.ws.OPEN) {
+        for (let i = 0; i < 500 && flooder.agent.ws.readyState === flooder.agent.ws.OPEN; i++) {
+          flooder.agent.ws.send(floodFrame)
+          flooded++
+        }
+        await new Promise((resolve) => setImmediate(resolve))
+      }
+    })()
+    await Promise.all([paced, flood])
+
+    const closed = await flooder.agent.done
+    expect(closed.code).toBe(1008)
+    expect(closed.reason).toMatch(/^message rate limit exceeded/)
+    await until(() => endedEvent(flooder.sid) !== undefined, "the flooder's session.ended")
+    expect(endedEvent(flooder.sid)).toMatchObject({ status: "failed", endReason: "agent_disconnected" })
+    const flooderSession: any = await storedSession(gateway, flooder.agentId, endedEvent(flooder.sid)!.sessionId)
+    expect(flooderSession.fallback.errorMessage).toMatch(/message rate limit exceeded/)
+
+    for (const call of bystanders) {
+      await call.agent.waitForEvent("media", FRAMES, 15_000)
+      await call.carrier.peer.waitForEvent("media", FRAMES, 15_000)
+      expect(call.agent.events("media").map((m) => m.media.payload)).toEqual(callerFrames)
+      expect(call.carrier.sentMedia()).toEqual(callerFrames)
+      expect(call.agent.closed).toBeUndefined()
+      expect(endedEvent(call.sid)).toBeUndefined()
+    }
+    const delays = bystanders.flatMap((call) => call.heardAt.map((at, i) => at - call.sentAt[i]!))
+    console.log(
+      `bystanders while one agent flooded (${flooded} messages sent before the cut): ${delays.length} frames, ` +
+        `carrier->agent delay p50 ${percentile(delays, 50).toFixed(1)} ms, p99 ${percentile(delays, 99).toFixed(1)} ms, max ${Math.max(...delays).toFixed(1)} ms`
+    )
+    for (const call of bystanders) call.carrier.stop()
+    await until(() => bystanders.every((call) => endedEvent(call.sid) !== undefined), "the bystanders' ends")
+    expect(bystanders.map((call) => endedEvent(call.sid)!.status)).toEqual(Array(10).fill("completed"))
+  })
+
+  it("a carrier stream flooding mid-call is closed with 1008: a hard stream error", async () => {
+    const call = await startCall()
+    while (call.carrier.peer.ws.readyState === call.carrier.peer.ws.OPEN) {
+      for (let i = 0; i < 200 && call.carrier.peer.ws.readyState === call.carrier.peer.ws.OPEN; i++) call.carrier.media(callerFrames[0]!)
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    expect(await call.carrier.peer.done).toMatchObject({ code: 1008 })
+    await until(() => endedEvent(call.sid) !== undefined, "session.ended")
+    expect(endedEvent(call.sid)).toMatchObject({ status: "failed", endReason: "carrier_stream_error" })
+  })
+
+  it("the event loop's delay is a metric", async () => {
+    const text = await (await fetch(`${gateway.httpBase}/metrics`)).text()
+    for (const name of ["callgate_nodejs_eventloop_lag_seconds", "callgate_nodejs_eventloop_lag_p99_seconds", "callgate_nodejs_eventloop_lag_max_seconds"]) {
+      expect(text).toMatch(new RegExp(`^${name} \\d`, "m"))
+    }
+    expect(text).toMatch(/^callgate_socket_limit_closes_total\{side="agent",limit="rate"\} [1-9]/m)
+  })
+})
