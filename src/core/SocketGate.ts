@@ -8,6 +8,12 @@
  */
 export type GateLimit = "rate" | "idle" | "handshake" | "backlog"
 
+/**
+ * A tick this late means callgate's own event loop stalled (GC, a long task): the peer's frames
+ * are queued unread, so the stalled time does not count towards its idle or handshake deadline.
+ */
+export const STALL_MS = 1000
+
 export interface GateSettings {
   /** Messages per second, sustained. */
   readonly rate: number
@@ -71,6 +77,10 @@ export class SocketGate {
     if (this.expired !== undefined) return
     const { rate, burst, idleTimeoutMs } = this.settings
     this.tokens = Math.min(burst, this.tokens + (rate * elapsedMs) / 1000)
+    if (elapsedMs >= STALL_MS) {
+      this.lastActiveMs = nowMs
+      if (this.handshakeDeadlineMs !== undefined) this.handshakeDeadlineMs += elapsedMs
+    }
     if (this.messages !== this.messagesAtLastTick) {
       this.messagesAtLastTick = this.messages
       this.lastActiveMs = nowMs

@@ -1,8 +1,8 @@
 import { it } from "@effect/vitest"
 import { Effect, Layer, TestClock } from "effect"
-import { describe, expect } from "vitest"
+import { describe, expect, it as plainIt } from "vitest"
 import { AppConfig } from "../../src/config/AppConfig.js"
-import type { GateLimit } from "../../src/core/SocketGate.js"
+import { type GateLimit, SocketGate } from "../../src/core/SocketGate.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { SocketGuards } from "../../src/ws/SocketGuards.js"
 import { testConfigLayer } from "../support/testApp.js"
@@ -66,6 +66,20 @@ describe("SocketGuards (TestClock)", () => {
       expect(liveExpired).toEqual([])
     }).pipe(Effect.provide(guardsLayer({ CARRIER_IDLE_TIMEOUT: "10s" })))
   )
+
+  plainIt("a stall of callgate's own event loop does not count against a stream's idle deadline (the gate, ticked by hand)", () => {
+    const gate = new SocketGate({ rate: 200, burst: 1000, idleTimeoutMs: 10_000, handshakeTimeoutMs: 5_000 }, 0)
+    gate.authenticated = () => true
+    const expired = watch(gate)
+    gate.admit()
+    gate.tick(100, 100)
+    // One tick 30 s late: the peer's frames sat unread in the kernel meanwhile.
+    gate.tick(30_100, 30_000)
+    expect(expired).toEqual([])
+    // From here the silence is the peer's own.
+    for (let now = 30_200; now <= 40_200; now += 100) gate.tick(now, 100)
+    expect(expired).toEqual(["idle"])
+  })
 
   it.scoped("agent sockets have no idle or handshake limit (an idle dial-in socket is capacity)", () =>
     Effect.gen(function* () {
