@@ -46,8 +46,10 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
   if (gate !== undefined) {
     gate.onExpire = (limit, reason) => {
       fault ??= reason
-      if (limit === "backlog") ws.terminate()
-      else closeFirmly(CloseCode.policyViolation, reason)
+      if (limit === "backlog") return ws.terminate()
+      // Read nothing more from a socket cut by a limit (a flood's queued frames are never parsed).
+      if (limit === "rate") ws.pause()
+      closeFirmly(CloseCode.policyViolation, reason)
     }
   }
 

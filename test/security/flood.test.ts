@@ -1,6 +1,8 @@
+import { spawn } from "node:child_process"
+import { fileURLToPath } from "node:url"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { audioFrames, type CarrierCall, dialInAgent, type Gateway, type Peer, startGateway, storedSession, twilioCall, until } from "../session/callHarness.js"
-import { uniqueId } from "../support/testApp.js"
+import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 
 const FRAMES = 100
 const callerFrames = audioFrames("caller-appointment-noisy.ulaw", FRAMES)
@@ -52,13 +54,29 @@ describe("per-socket message rate limit", () => {
 
   const endedEvent = (sid: string) => gateway.outbox.events.find((e) => e.callId === sid)
 
-  it("ten calls keep every frame, in order, both ways, while one agent socket floods; the flooder is cut with 1008 and its call fails", async () => {
-    const bystanders = await Promise.all(Array.from({ length: 10 }, startCall))
-    const flooder = await startCall()
-    const floodStreamSid = flooder.agent.events("start")[0].start.streamSid
-    const floodFrame = JSON.stringify({ event: "media", streamSid: floodStreamSid, media: { payload: callerFrames[0] } })
+  /** The flooding agent runs in its own process, as an attacker's would. */
+  const startFloodingAgent = async (agentId: string, environmentId: string) => {
+    const child = spawn(process.execPath, [fileURLToPath(new URL("./floodingAgent.mjs", import.meta.url)), `${gateway.wsBase}/v1/agents/${agentId}/environments/${environmentId}/connect`, ADMIN_KEY], {
+      stdio: ["ignore", "pipe", "inherit"]
+    })
+    const lines: Array<any> = []
+    child.stdout.on("data", (chunk) => {
+      for (const line of chunk.toString().split("\n")) if (line.trim()) lines.push(JSON.parse(line))
+    })
+    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()))
+    await until(() => lines.some((l) => l.open), "the flooding agent connected", 15_000)
+    return { result: async () => (await exited, lines.find((l) => l.code !== undefined)), kill: () => child.kill("SIGKILL") }
+  }
 
-    // Bystanders: one frame every 20 ms, as a carrier sends them.
+  it("ten calls keep every frame, in order, both ways, while one agent socket (another process) floods; the flooder is cut with 1008 and its call fails", async () => {
+    const bystanders = await Promise.all(Array.from({ length: 10 }, startCall))
+    const floodAgentId = uniqueId("agent")
+    const floodEnv = await gateway.createEnvironment(floodAgentId)
+    const flooder = await startFloodingAgent(floodAgentId, floodEnv.id)
+    await until(() => gateway.idleAgents(floodAgentId, floodEnv.id) === 1, "the flooding agent in the pool")
+    const floodSid = callSid()
+
+    // Bystanders: one frame every 20 ms, as a carrier sends them; the flood starts halfway.
     const paced = Promise.all(
       bystanders.map(async (call) => {
         for (const frame of callerFrames) {
@@ -68,26 +86,21 @@ describe("per-socket message rate limit", () => {
         }
       })
     )
-    // The flood starts once the bystanders are under way and runs until callgate cuts the socket.
-    await until(() => bystanders.every((call) => call.heardAt.length >= 10), "the bystanders under way")
-    let flooded = 0
-    const flood = (async () => {
-      while (flooder.agent.ws.readyState === flooder.agent.ws.OPEN) {
-        for (let i = 0; i < 500 && flooder.agent.ws.readyState === flooder.agent.ws.OPEN; i++) {
-          flooder.agent.ws.send(floodFrame)
-          flooded++
-        }
-        await new Promise((resolve) => setImmediate(resolve))
-      }
-    })()
-    await Promise.all([paced, flood])
+    await until(() => bystanders.every((call) => call.heardAt.length >= FRAMES / 2), "the bystanders halfway")
+    const floodStartedAt = performance.now()
+    const floodCall = await twilioCall(gateway, {
+      token: gateway.issueToken({ agentId: floodAgentId, environmentId: floodEnv.id, kind: "twilio", callId: floodSid }),
+      callSid: floodSid
+    })
+    floodCall.start()
+    const flood = await flooder.result()
+    await paced
 
-    const closed = await flooder.agent.done
-    expect(closed.code).toBe(1008)
-    expect(closed.reason).toMatch(/^message rate limit exceeded/)
-    await until(() => endedEvent(flooder.sid) !== undefined, "the flooder's session.ended")
-    expect(endedEvent(flooder.sid)).toMatchObject({ status: "failed", endReason: "agent_disconnected" })
-    const flooderSession: any = await storedSession(gateway, flooder.agentId, endedEvent(flooder.sid)!.sessionId)
+    expect(flood.code).toBe(1008)
+    expect(flood.reason).toMatch(/^message rate limit exceeded/)
+    await until(() => endedEvent(floodSid) !== undefined, "the flooder's session.ended")
+    expect(endedEvent(floodSid)).toMatchObject({ status: "failed", endReason: "agent_disconnected" })
+    const flooderSession: any = await storedSession(gateway, floodAgentId, endedEvent(floodSid)!.sessionId)
     expect(flooderSession.fallback.errorMessage).toMatch(/message rate limit exceeded/)
 
     for (const call of bystanders) {
@@ -98,15 +111,16 @@ describe("per-socket message rate limit", () => {
       expect(call.agent.closed).toBeUndefined()
       expect(endedEvent(call.sid)).toBeUndefined()
     }
-    const delays = bystanders.flatMap((call) => call.heardAt.map((at, i) => at - call.sentAt[i]!))
-    console.log(
-      `bystanders while one agent flooded (${flooded} messages sent before the cut): ${delays.length} frames, ` +
-        `carrier->agent delay p50 ${percentile(delays, 50).toFixed(1)} ms, p99 ${percentile(delays, 99).toFixed(1)} ms, max ${Math.max(...delays).toFixed(1)} ms`
-    )
+    const delays = (during: boolean) =>
+      bystanders.flatMap((call) => call.heardAt.map((at, i) => ({ at: call.sentAt[i]!, delay: at - call.sentAt[i]! })).filter((d) => (d.at >= floodStartedAt) === during).map((d) => d.delay))
+    const describeDelays = (values: Array<number>) =>
+      `${values.length} frames, p50 ${percentile(values, 50).toFixed(1)} ms, p99 ${percentile(values, 99).toFixed(1)} ms, max ${Math.max(...values).toFixed(1)} ms`
+    console.log(`bystander carrier->agent delay before the flood: ${describeDelays(delays(false))}`)
+    console.log(`bystander carrier->agent delay from the flood on (${flood.sent} messages sent by the flooder before the cut): ${describeDelays(delays(true))}`)
     for (const call of bystanders) call.carrier.stop()
     await until(() => bystanders.every((call) => endedEvent(call.sid) !== undefined), "the bystanders' ends")
     expect(bystanders.map((call) => endedEvent(call.sid)!.status)).toEqual(Array(10).fill("completed"))
-  })
+  }, 60_000)
 
   it("a carrier stream flooding mid-call is closed with 1008: a hard stream error", async () => {
     const call = await startCall()
