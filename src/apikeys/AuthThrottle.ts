@@ -64,8 +64,7 @@ export class AuthThrottle extends Effect.Service<AuthThrottle>()("callgate/AuthT
           if (entries.size >= SWEEP_AT) sweep(at)
           entries.set(address, { failures: 1, windowStartMs: at })
         } else entry.failures++
-      },
-      limit
+      }
     } as const
   })
 }) {}

@@ -1,5 +1,5 @@
 import { Clock, Duration, Effect, Schedule } from "effect"
-import { Counter } from "prom-client"
+import { Counter, Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { type GateLimit, SocketGate } from "../core/SocketGate.js"
 import { Metrics } from "../observability/Metrics.js"
@@ -29,6 +29,14 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
       registers: [metrics.registry]
     })
     const gates = new Set<SocketGate>()
+    new Gauge({
+      name: "callgate_guarded_sockets",
+      help: "Media stream and agent sockets under per-socket limits",
+      registers: [metrics.registry],
+      collect() {
+        this.set(gates.size)
+      }
+    })
     let lastTickMs = yield* Clock.currentTimeMillis
 
     const tick = Effect.flatMap(Clock.currentTimeMillis, (now) =>
@@ -61,9 +69,6 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
         gates.add(gate)
         return gate
       },
-      watched: (): number => gates.size,
-      /** For tests: run one tick now. */
-      tick
     } as const
   })
 }) {}
