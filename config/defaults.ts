@@ -50,7 +50,7 @@ export const defaults = {
   /** Messages per second each media stream and agent socket may send, sustained; beyond the burst it is closed with 1008. */
   SOCKET_MESSAGE_RATE: 200,
   /** Messages a media stream or agent socket may send at once above the sustained rate. */
-  SOCKET_MESSAGE_BURST: 1000,
+  SOCKET_MESSAGE_BURST: 300,
   /** How long a client may take to send an HTTP request's headers. */
   HTTP_HEADERS_TIMEOUT: "10s",
   /** How long a client may take to send a whole HTTP request (headers and body); a slow body gets 408. */
