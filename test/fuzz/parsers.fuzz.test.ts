@@ -45,7 +45,8 @@ describe("fuzz: parsers", () => {
         agentClear: () => {},
         agentHangup: () => {},
         agentTransfer: () => {},
-        agentFailed: (fault) => void failures.push(fault.kind)
+        agentFailed: (fault) => void failures.push(fault.kind),
+        agentClosed: () => {}
       }
       const connection = new AgentConnection(recording.socket)
       connection.begin(
