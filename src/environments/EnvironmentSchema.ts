@@ -30,7 +30,7 @@ export const HttpsUrl = Schema.String.pipe(
 
 export const WssUrl = Schema.String.pipe(
   Schema.maxLength(2048),
-  Schema.filter((text) => isUrlWithScheme(text, ["wss:", "ws:"]) || "must be a wss:// URL without credentials", {
+  Schema.filter((text) => isUrlWithScheme(text, ["wss:", "ws:"]) || "must be a wss:// (or, on your own network, ws://) URL", {
     jsonSchema: { format: "uri", pattern: "^wss?://" }
   }),
   Schema.annotations({ identifier: "WssUrl" })
