@@ -23,7 +23,7 @@ import { MAX_MEDIA_PAYLOAD_CHARS } from "./MediaFields.js"
 type FieldKind =
   /** 1 to 20 ASCII digits: a NumberLike string (the schema allows any string of up to 20 chars). */
   | "digits"
-  /** 1 to 9 ASCII digits, read as a number: a Telnyx chunk (the schema's /^\d{1,9}$/). */
+  /** 1 to 9 ASCII digits, read as a number: a Telnyx chunk (the schema allows up to 15; longer ones take the full parse). */
   | "chunk"
   /** 0 to 256 printable ASCII characters without backslash: a plain JSON string (track, stream id). */
   | "text"
