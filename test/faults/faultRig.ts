@@ -167,3 +167,32 @@ export const startRig = async (redisUrl: string, env: Record<string, string> = {
   ;(rig as { environmentId: string }).environmentId = ((await created.json()) as any).data.id
   return rig
 }
+
+/**
+ * One instance of a fleet on a shared Redis (`prefix` keeps the fleet's keys apart from other
+ * tests'), behind one public address, with its own instance id and DATA_DIR; resolves once ready.
+ */
+export const startFleetInstance = async (options: {
+  readonly name: string
+  readonly prefix: string
+  readonly redisUrl: string
+  readonly publicUrl: string
+  readonly twilio: FakeTwilio
+}): Promise<GatewayProcess> => {
+  const gateway = await spawnGateway({
+    ADMIN_API_KEY: ADMIN_KEY,
+    REDIS_URL: options.redisUrl,
+    SECRETS_KEY: TEST_SECRETS_KEY,
+    REDIS_KEY_PREFIX: options.prefix,
+    INSTANCE_ID: uniqueId(options.name),
+    DATA_DIR: mkdtempSync(join(tmpdir(), "callgate-fleet-")),
+    PUBLIC_URL: options.publicUrl,
+    ...options.twilio.env,
+    RATE_LIMIT_PER_MINUTE: "0",
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    WEBHOOK_CA_FILE: CA_FILE,
+    LOG_LEVEL: "info"
+  })
+  await waitForHealthy(gateway, "/readyz", 90_000)
+  return gateway
+}

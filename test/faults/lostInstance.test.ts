@@ -1,16 +1,13 @@
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { afterEach, describe, expect, inject, it } from "vitest"
 import { type SilentAgent, startSilentAgent } from "../../examples/agents/silent-agent.js"
 import { twilioSid } from "../../src/sim/CallEntry.js"
 import type { SimCall } from "../../src/sim/SimCall.js"
 import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
-import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
-import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/testApp.js"
-import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
-import { until } from "./faultRig.js"
+import type { GatewayProcess } from "../support/gatewayProcess.js"
+import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
+import { type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
+import { startFleetInstance, until } from "./faultRig.js"
 
 /**
  * An instance dies (SIGKILL) with live calls and nothing follows the carrier's <Redirect> (as with
@@ -44,22 +41,8 @@ describe("a dead instance's calls, rescued by a survivor through the registry", 
     const fake = twilio
     const prefix = `${uniqueId("lost")}:`
     const start = async (name: string) => {
-      const gateway = await spawnGateway({
-        ADMIN_API_KEY: ADMIN_KEY,
-        REDIS_URL: inject("redisUrl"),
-        SECRETS_KEY: TEST_SECRETS_KEY,
-        REDIS_KEY_PREFIX: prefix,
-        INSTANCE_ID: uniqueId(name),
-        DATA_DIR: mkdtempSync(join(tmpdir(), "callgate-lost-")),
-        PUBLIC_URL,
-        ...fake.env,
-        RATE_LIMIT_PER_MINUTE: "0",
-        WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
-        WEBHOOK_CA_FILE: CA_FILE,
-        LOG_LEVEL: "info"
-      })
+      const gateway = await startFleetInstance({ name, prefix, redisUrl: inject("redisUrl"), publicUrl: PUBLIC_URL, twilio: fake })
       gateways.push(gateway)
-      await waitForHealthy(gateway, "/readyz", 90_000)
       return gateway
     }
     const [doomed, survivor] = await Promise.all([start("doomed"), start("survivor")])
