@@ -4,8 +4,8 @@
  * borrows another's event loop. Control and results travel over the IPC channel as request/reply
  * messages; a child whose parent goes away exits by itself.
  */
-import { type ChildProcess, execFileSync, fork, spawn } from "node:child_process"
-import { readFileSync } from "node:fs"
+import { type ChildProcess, execFileSync, fork, spawn, spawnSync } from "node:child_process"
+import { readdirSync, readFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { fileURLToPath } from "node:url"
 
@@ -14,7 +14,8 @@ export const repoRoot = fileURLToPath(new URL("..", import.meta.url))
 
 /** Every child started here, so none outlives the benchmark if it stops early (error, Ctrl-C). */
 const children = new Set<ChildProcess>()
-const track = (child: ChildProcess) => {
+/** Stops `child` (SIGTERM) when this process exits, should nothing else have stopped it. */
+export const track = (child: ChildProcess) => {
   if (children.size === 0) {
     process.once("exit", () => {
       for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGTERM")
@@ -139,16 +140,83 @@ export const serveWorker = (handlers: Record<string, (body: any) => unknown>) =>
 
 /**
  * Runs a script as a plain child process (no IPC), e.g. the system under test: a `.ts` file under
- * the repository through tsx, or compiled JavaScript (see build.ts) on plain node.
+ * the repository through tsx, or compiled JavaScript (see build.ts) on plain node. With `cpus`
+ * (e.g. "0"), node runs on those cores only, from its first instruction (`taskset -c`, which
+ * replaces itself with node: the pid is node's).
  */
-export const spawnScript = (script: string, args: ReadonlyArray<string>, env: Record<string, string>, nodeArgs: ReadonlyArray<string> = []) =>
-  track(
-    spawn(process.execPath, [...nodeArgs, ...(script.endsWith(".ts") ? ["--import", "tsx"] : []), script, ...args], {
+export const spawnScript = (
+  script: string,
+  args: ReadonlyArray<string>,
+  env: Record<string, string>,
+  nodeArgs: ReadonlyArray<string> = [],
+  cpus?: string
+) => {
+  const command = [process.execPath, ...nodeArgs, ...(script.endsWith(".ts") ? ["--import", "tsx"] : []), script, ...args]
+  const [file, ...rest] = cpus === undefined ? command : ["taskset", "-c", cpus, ...command]
+  return track(
+    spawn(file!, rest, {
       cwd: repoRoot,
       env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", ...env },
       stdio: ["ignore", "pipe", "pipe"]
     })
   )
+}
+
+// ---- cores: which this process may use, and pinning processes to some of them ----
+
+/** The cores this process may run on (its affinity, from /proc/self/status), e.g. [0, 1]. */
+export const allowedCpus = (): ReadonlyArray<number> => {
+  const match = /^Cpus_allowed_list:\s*(\S+)$/m.exec(readFileSync("/proc/self/status", "utf8"))
+  if (!match) throw new Error("cannot read this process's cores from /proc/self/status")
+  return match[1]!.split(",").flatMap((range) => {
+    const [from, to] = range.split("-").map(Number) as [number, number | undefined]
+    return Array.from({ length: (to ?? from) - from + 1 }, (_, i) => from + i)
+  })
+}
+
+/** Fails with a clear message when `taskset` (util-linux) is missing. */
+export const requireTaskset = () => {
+  if (spawnSync("taskset", ["--version"]).status !== 0) throw new Error("taskset is not installed (apt-get install util-linux)")
+}
+
+/** Moves a running process, all its threads, onto `cpus` (e.g. "2-3"); threads it starts later inherit them. */
+export const pinProcess = (pid: number, cpus: string) => {
+  const result = spawnSync("taskset", ["-a", "-c", "-p", cpus, String(pid)], { encoding: "utf8" })
+  if (result.status !== 0) throw new Error(`taskset could not pin ${pid} to cores ${cpus}: ${result.stderr.trim()}`)
+}
+
+/** The pids whose parent is `pid` (nginx's workers), from /proc. */
+export const childPidsOf = (pid: number): ReadonlyArray<number> =>
+  readdirSync("/proc").flatMap((name) => {
+    if (!/^\d+$/.test(name)) return []
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8")
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1])
+      return ppid === pid ? [Number(name)] : []
+    } catch {
+      return [] // gone meanwhile
+    }
+  })
+
+/**
+ * A private `redis-server` on a free loopback port (nothing persisted), on `cpus` when given.
+ * Stops by itself with the benchmark.
+ */
+export const startRedis = async (options: { readonly cpus?: string } = {}): Promise<{ readonly url: string; readonly pid: number; readonly stop: () => void }> => {
+  if (spawnSync("redis-server", ["--version"]).status !== 0) throw new Error("redis-server is not installed; set REDIS_URL")
+  const port = await freePort()
+  const command = ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+  const [file, ...rest] = options.cpus === undefined ? command : ["taskset", "-c", options.cpus, ...command]
+  const child = track(spawn(file!, rest, { stdio: "ignore" }))
+  for (let i = 0; i < 200; i++) {
+    if (spawnSync("redis-cli", ["-p", String(port), "ping"], { encoding: "utf8" }).stdout?.trim() === "PONG") {
+      return { url: `redis://127.0.0.1:${port}`, pid: child.pid!, stop: () => child.kill("SIGTERM") }
+    }
+    await sleep(50)
+  }
+  child.kill("SIGKILL")
+  throw new Error("redis-server did not start")
+}
 
 /** Waits for `child` to exit; SIGTERM first, SIGKILL after `graceMs`. */
 export const stopChild = async (child: ChildProcess, graceMs = 15_000) => {

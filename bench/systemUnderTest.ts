@@ -73,6 +73,12 @@ export interface GatewayOptions extends StartOptions {
   readonly env?: Readonly<Record<string, string>>
   /** Node flags before the entry point, e.g. --cpu-prof. */
   readonly nodeArgs?: ReadonlyArray<string>
+  /** Listen on this port (default: a free one); a fleet's nginx is configured with it first. */
+  readonly port?: number
+  /** The admin key (default: a random one); a fleet's instances share one. */
+  readonly adminKey?: string
+  /** Run on these cores only (`taskset -c`, e.g. "0"): one instance per core. */
+  readonly cpus?: string
 }
 
 /**
@@ -81,9 +87,9 @@ export interface GatewayOptions extends StartOptions {
  * sockets dial in at once) and a short shutdown drain. Resolves once /healthz answers.
  */
 export const startGateway = async (options: GatewayOptions = {}): Promise<RunningGateway> => {
-  const port = await freePort()
+  const port = options.port ?? (await freePort())
   const baseUrl = `http://127.0.0.1:${port}`
-  const adminKey = `bench-admin-${randomBytes(12).toString("hex")}`
+  const adminKey = options.adminKey ?? `bench-admin-${randomBytes(12).toString("hex")}`
   const child = spawnScript(
     entry(options.build, "src/main.ts"),
     [],
@@ -97,7 +103,8 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Runnin
       LOG_LEVEL: "info",
       ...options.env
     },
-    [...(options.nodeArgs ?? []), ...(options.inspect ? [INSPECT_FLAG] : [])]
+    [...(options.nodeArgs ?? []), ...(options.inspect ? [INSPECT_FLAG] : [])],
+    options.cpus
   )
   const stdout = tailOf(child.stdout, 20_000)
   const stderr = tailOf(child.stderr)
@@ -132,7 +139,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Runnin
 }
 
 /** One /v1 request with the admin key; throws with the error envelope on a non-2xx answer. */
-export const adminApi = async <T>(gateway: RunningGateway, method: string, path: string, body?: object): Promise<T> => {
+export const adminApi = async <T>(gateway: Pick<RunningGateway, "baseUrl" | "adminKey">, method: string, path: string, body?: object): Promise<T> => {
   const res = await fetch(`${gateway.baseUrl}${path}`, {
     method,
     headers: { authorization: `Bearer ${gateway.adminKey}`, ...(body ? { "content-type": "application/json" } : {}) },
@@ -144,7 +151,7 @@ export const adminApi = async <T>(gateway: RunningGateway, method: string, path:
 }
 
 /** An environment for `agentId` (settings as the PATCH body takes them) and an API key scoped to that agent. */
-export const createBenchEnvironment = async (gateway: RunningGateway, agentId: string, settings: object = {}) => {
+export const createBenchEnvironment = async (gateway: Pick<RunningGateway, "baseUrl" | "adminKey">, agentId: string, settings: object = {}) => {
   const environment = await adminApi<{ id: string }>(gateway, "POST", `/v1/agents/${agentId}/environments`, { name: "bench" })
   if (Object.keys(settings).length > 0) await adminApi(gateway, "PATCH", `/v1/agents/${agentId}/environments/${environment.id}`, settings)
   const key = await adminApi<{ key: string }>(gateway, "POST", "/v1/api-keys", { name: `bench ${agentId}`, agentIds: [agentId] })

@@ -17,9 +17,7 @@
  *   npx tsx bench/webhooks.ts [--backlog 10000] [--rate 100] [--seconds 10] [--redis redis://...]
  *                             [--set WEBHOOK_CONCURRENCY_PER_HOST=32 ...]
  */
-import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { readFileSync } from "node:fs"
-import { createServer as createNetServer } from "node:net"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Worker } from "node:worker_threads"
 import { ConfigProvider, Effect, Layer, Logger, ManagedRuntime } from "effect"
@@ -36,6 +34,7 @@ import { Outbox } from "../src/webhooks/Outbox.js"
 import { redisOutboxStoreLayer } from "../src/store/RedisOutboxStore.js"
 import { SafeHttpClient } from "../src/webhooks/SafeHttpClient.js"
 import type { SessionEndedEvent } from "../src/webhooks/SessionEndedEvent.js"
+import { startRedis } from "./benchProcess.js"
 
 export interface WebhookBenchOptions {
   readonly backlog?: number
@@ -69,32 +68,6 @@ export interface WebhookBenchFigures {
 
 const tls = (name: string) => readFileSync(fileURLToPath(new URL(`../test/fixtures/tls/${name}`, import.meta.url)))
 const CA_FILE = fileURLToPath(new URL("../test/fixtures/tls/ca.pem", import.meta.url))
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const server = createNetServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port
-      server.close(() => resolve(port))
-    })
-  })
-
-const startRedis = async (): Promise<{ url: string; stop: () => void }> => {
-  if (spawnSync("redis-server", ["--version"]).status !== 0) throw new Error("redis-server is not installed; set REDIS_URL")
-  const port = await freePort()
-  const child: ChildProcess = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
-    stdio: "ignore"
-  })
-  for (let i = 0; i < 200; i++) {
-    if (spawnSync("redis-cli", ["-p", String(port), "ping"], { encoding: "utf8" }).stdout?.trim() === "PONG") {
-      return { url: `redis://127.0.0.1:${port}`, stop: () => child.kill("SIGTERM") }
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  child.kill("SIGKILL")
-  throw new Error("redis-server did not start")
-}
 
 /**
  * The receiver's code, run in a worker thread so it has a core of its own, as a real receiver

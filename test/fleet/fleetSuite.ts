@@ -6,7 +6,7 @@ import type { SimCall } from "../../src/sim/SimCall.js"
 import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
 import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
-import { type Nginx, startFleetNginx } from "../support/nginx.js"
+import { type Nginx, startFleetNginx } from "../../bench/nginx.js"
 import { freePort } from "../support/redisServer.js"
 import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/testApp.js"
 
