@@ -21,9 +21,9 @@
  */
 import { join } from "node:path"
 import { nowUs } from "../src/sim/FrameStamp.js"
-import { type AgentTarget } from "./agentSim.js"
-import { cpuSecondsOf, forkWorker, machineBusySeconds, sleep, type Worker } from "./benchProcess.js"
-import { type CarrierTarget } from "./carrierSim.js"
+import type { AgentTarget } from "./agentSim.js"
+import { cpuSecondsOf, forkWorker, machineBusySeconds, pinProcess, sleep, type Worker } from "./benchProcess.js"
+import type { CarrierTarget } from "./carrierSim.js"
 import { type CpuProfileSummary, findCpuProfile, summarizeCpuProfile } from "./cpuProfile.js"
 import type { DirectionFigures, SentRanges } from "./frameLedger.js"
 import type { LoadGeneratorFigures } from "./loadStats.js"
@@ -43,8 +43,8 @@ const FAIL_P99_MS = 50
  * A simulator this busy (percent of its one core) or this late (timer lateness p99, ms) cannot
  * generate a larger step faithfully: its pacers would fall behind and catch up in bursts.
  */
-const GENERATOR_MAX_CPU_PERCENT = 75
-const GENERATOR_MAX_LATENESS_MS = 20
+export const GENERATOR_MAX_CPU_PERCENT = 75
+export const GENERATOR_MAX_LATENESS_MS = 20
 
 export interface RelayLoadOptions {
   /** The systems to measure; with both, their steps interleave (bare relay N, callgate N, ...). */
@@ -88,8 +88,15 @@ export interface StepFigures {
     /** The same for V8 heap in use plus external memory (Buffers): what the calls' objects hold. */
     readonly heapPerCallKb: number
   }
+  /**
+   * Each process measured, when the system is more than one (a fleet: its instances, and nginx and
+   * Redis as helpers): CPU in percent of one core. `system.cpuPercent` sums the system's own.
+   */
+  readonly processes?: ReadonlyArray<{ readonly name: string; readonly role: ProcessRole; readonly cpuPercent: number }>
   readonly carrierSim: LoadGeneratorFigures
   readonly agentSim: LoadGeneratorFigures
+  /** The whole machine's CPU during the window, percent of one core (cores x 100: every core busy). */
+  readonly machineCpuPercent: number
   /**
    * CPU the rest of the machine used during the window (other processes, the kernel's own work,
    * hypervisor steal), percent of one core: when high, delays are the machine's, not the relay's.
@@ -105,7 +112,7 @@ export interface StepFigures {
 }
 
 export interface SystemFigures {
-  readonly system: "gateway" | "baseline"
+  readonly system: "gateway" | "baseline" | "fleet"
   /** After a warm-up call and a full collection, with no call up. */
   readonly idleRssMb: number
   readonly steps: ReadonlyArray<StepFigures>
@@ -165,51 +172,140 @@ const rampEnd = (step: StepFigures): string | undefined => {
   return undefined
 }
 
+/** A process is the system's own (its CPU is the system's) or a helper the system needs (a fleet's nginx, Redis). */
+export type ProcessRole = "system" | "helper"
+
+/** One process whose CPU a step reads from /proc; `pids` are read when a window opens (nginx: master and workers). */
+export interface MeasuredProcess {
+  readonly name: string
+  readonly role: ProcessRole
+  readonly pids: () => ReadonlyArray<number>
+}
+
+/** What a rig measures, started by the caller and stopped by the rig. */
+export interface RigSystem {
+  readonly processes: ReadonlyArray<MeasuredProcess>
+  /** Memory after a full collection, summed over the system's processes (inspector.ts). */
+  readonly memory: () => Promise<MemoryReading>
+  /** Whether it still runs and what it last wrote, for error reports. */
+  readonly describe: () => string
+  readonly stop: () => Promise<void>
+}
+
+export interface RigOptions {
+  readonly carrierTarget: CarrierTarget
+  readonly agentTarget: AgentTarget
+  /** Dial-in agent sockets kept beyond the calls (callgate reserves one idle socket per call). */
+  readonly spareAgents: number
+  /** Cores the simulator processes run on (`taskset`), when they have cores of their own. */
+  readonly generatorCpus?: string
+  readonly profileRunDir?: string
+}
+
+const describeProcess = (name: string, system: RunningSystem) => {
+  const { child } = system
+  const state = child.exitCode !== null || child.signalCode !== null ? `exited (${child.signalCode ?? child.exitCode})` : "running"
+  const out = "stdout" in system ? (system as { stdout: () => string }).stdout().split("\n").slice(-6).join("\n") : ""
+  return `${name} is ${state}; its last output:\n${out}\n${system.stderr().slice(-2000)}`
+}
+
+/** One running system (callgate, the bare relay) as a rig measures it. */
+export const rigSystemOf = (name: string, system: RunningSystem): RigSystem => ({
+  processes: [{ name, role: "system", pids: () => [system.pid] }],
+  memory: () => measureMemory(system.inspectorUrl!, system.pid),
+  describe: () => describeProcess(name, system),
+  stop: () => system.stop()
+})
+
+/** Several running processes (a fleet's instances) as one system: CPU each, memory summed. */
+export const rigSystemOfMany = (
+  systems: ReadonlyArray<{ readonly name: string; readonly system: RunningSystem }>,
+  helpers: ReadonlyArray<MeasuredProcess>,
+  stop: () => Promise<void>
+): RigSystem => ({
+  processes: [...systems.map(({ name, system }) => ({ name, role: "system" as const, pids: () => [system.pid] })), ...helpers],
+  memory: async () => {
+    const readings = await Promise.all(systems.map(({ system }) => measureMemory(system.inspectorUrl!, system.pid)))
+    return readings.reduce((a, b) => ({
+      rssBytes: a.rssBytes + b.rssBytes,
+      heapUsedBytes: a.heapUsedBytes + b.heapUsedBytes,
+      externalBytes: a.externalBytes + b.externalBytes
+    }))
+  },
+  describe: () => systems.map(({ name, system }) => describeProcess(name, system)).join("\n"),
+  stop
+})
+
+/** CPU seconds of each pid now (a pid gone meanwhile is left out). */
+const cpuOfPids = (pids: ReadonlyArray<number>): Map<number, number> => {
+  const seconds = new Map<number, number>()
+  for (const pid of pids) {
+    try {
+      seconds.set(pid, cpuSecondsOf(pid))
+    } catch {
+      // exited
+    }
+  }
+  return seconds
+}
+const cpuBetween = (before: Map<number, number>, after: Map<number, number>) =>
+  [...after].reduce((sum, [pid, seconds]) => sum + (before.has(pid) ? seconds - before.get(pid)! : 0), 0)
+
 /**
  * One system with its two simulators, kept up for the whole ramp. `measure(calls)` places the
  * calls, measures one window and hangs the calls up again, so the systems' steps can interleave.
  */
-class RelayRig {
+export class RelayRig {
   readonly windows: Array<readonly [number, number]> = []
   idle: MemoryReading | undefined
 
   private constructor(
-    readonly name: "gateway" | "baseline",
-    private readonly system: RunningSystem,
+    readonly name: string,
+    private readonly system: RigSystem,
     private readonly carriers: Worker,
     private readonly agents: Worker,
-    private readonly profileRunDir: string | undefined
+    private readonly options: RigOptions
   ) {}
 
+  /** callgate (embedded store) or the bare relay, started here, with its simulators. */
   static async start(name: "gateway" | "baseline", build: string | undefined, profileRunDir: string | undefined): Promise<RelayRig> {
-    let system: RunningSystem | undefined
-    try {
-      let carrierTarget: CarrierTarget
-      let agentTarget: AgentTarget
-      if (name === "gateway") {
-        const gateway = await startGateway({ build, inspect: true, nodeArgs: profileRunDir ? ["--cpu-prof", "--cpu-prof-dir", profileRunDir] : [] })
-        system = gateway
+    if (name === "gateway") {
+      const gateway = await startGateway({ build, inspect: true, nodeArgs: profileRunDir ? ["--cpu-prof", "--cpu-prof-dir", profileRunDir] : [] })
+      try {
         const agentId = "bench_agent"
         const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId)
-        carrierTarget = { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId }
-        agentTarget = { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey }
-      } else {
-        const relay = await startBaselineRelay({ build, inspect: true })
-        system = relay
-        carrierTarget = { mode: "relay", relayUrl: relay.url }
-        agentTarget = { mode: "relay", relayUrl: relay.url }
+        return await RelayRig.around(name, rigSystemOf("callgate", gateway), {
+          carrierTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId },
+          agentTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey },
+          spareAgents: 2,
+          ...(profileRunDir ? { profileRunDir } : {})
+        })
+      } catch (error) {
+        await gateway.stop()
+        throw error
       }
-      const rig = new RelayRig(name, system, forkWorker("bench/carrierSim.ts"), forkWorker("bench/agentSim.ts"), profileRunDir)
-      await Promise.all([rig.carriers.request("setup", { target: carrierTarget }), rig.agents.request("setup", { target: agentTarget })])
-      return rig
-    } catch (error) {
-      await system?.stop()
-      throw error
     }
+    const relay = await startBaselineRelay({ build, inspect: true })
+    return RelayRig.around(name, rigSystemOf("bare relay", relay), {
+      carrierTarget: { mode: "relay", relayUrl: relay.url },
+      agentTarget: { mode: "relay", relayUrl: relay.url },
+      spareAgents: 0
+    })
   }
 
-  private memory(): Promise<MemoryReading> {
-    return measureMemory(this.system.inspectorUrl!, this.system.pid)
+  /** A system started by the caller, with two simulators set up against it; on failure the system is stopped too. */
+  static async around(name: string, system: RigSystem, options: RigOptions): Promise<RelayRig> {
+    const carriers = forkWorker("bench/carrierSim.ts")
+    const agents = forkWorker("bench/agentSim.ts")
+    const rig = new RelayRig(name, system, carriers, agents, options)
+    try {
+      if (options.generatorCpus !== undefined) for (const worker of [carriers, agents]) pinProcess(worker.pid, options.generatorCpus)
+      await Promise.all([carriers.request("setup", { target: options.carrierTarget }), agents.request("setup", { target: options.agentTarget })])
+      return rig
+    } catch (error) {
+      await rig.stop().catch(() => undefined)
+      throw error
+    }
   }
 
   /**
@@ -222,7 +318,7 @@ class RelayRig {
     await sleep(3000)
     await this.carriers.request("hangupAll", {}, 60_000)
     await sleep(1000)
-    this.idle = await this.memory()
+    this.idle = await this.system.memory()
     return this.idle
   }
 
@@ -231,7 +327,7 @@ class RelayRig {
     // Agents first: callgate hands each call an idle dial-in socket; the relay pairs by key.
     // Placing the calls takes calls / rampPerSecond seconds; four times that (and a minute) is a generator in trouble.
     const rampBudgetMs = 60_000 + (4000 * calls) / (options.rampPerSecond ?? 100)
-    await agents.request("grow", { to: this.name === "gateway" ? calls + 2 : calls }, rampBudgetMs + 60_000)
+    await agents.request("grow", { to: calls + this.options.spareAgents }, rampBudgetMs + 60_000)
     const grown = await carriers.request<{ open: number; failed: number; errors: Array<string> }>(
       "grow",
       { to: calls, perSecond: options.rampPerSecond ?? 100, concurrency: 16 },
@@ -242,9 +338,10 @@ class RelayRig {
     await Promise.all([carriers.request("record"), agents.request("record")])
     await Promise.all([carriers.request("windowOpen"), agents.request("windowOpen")])
     const openedUs = nowUs()
-    const ours = () => cpuSecondsOf(system.pid) + cpuSecondsOf(carriers.pid) + cpuSecondsOf(agents.pid)
-    const cpuBefore = cpuSecondsOf(system.pid)
-    const oursBefore = ours()
+    const pids = system.processes.map((p) => p.pids())
+    const simPids = [carriers.pid, agents.pid]
+    const cpuBefore = pids.map(cpuOfPids)
+    const simsBefore = cpuOfPids(simPids)
     const machineBefore = machineBusySeconds()
     const startedAt = performance.now()
     await sleep(options.stepSeconds * 1000)
@@ -253,8 +350,11 @@ class RelayRig {
       agents.request<AgentWindow>("windowClose")
     ])
     const windowSeconds = (performance.now() - startedAt) / 1000
-    const cpuSeconds = cpuSecondsOf(system.pid) - cpuBefore
-    const otherSeconds = machineBusySeconds() - machineBefore - (ours() - oursBefore)
+    const perProcess = pids.map((list, i) => cpuBetween(cpuBefore[i]!, cpuOfPids(list)))
+    const simSeconds = cpuBetween(simsBefore, cpuOfPids(simPids))
+    const machineSeconds = machineBusySeconds() - machineBefore
+    const cpuSeconds = perProcess.reduce((sum, seconds, i) => sum + (system.processes[i]!.role === "system" ? seconds : 0), 0)
+    const oursSeconds = perProcess.reduce((a, b) => a + b, 0) + simSeconds
     this.windows.push([openedUs, nowUs()])
 
     await sleep((options.graceSeconds ?? 1.5) * 1000)
@@ -263,7 +363,7 @@ class RelayRig {
       agents.request<DirectionFigures>("settle", { ranges: carrierWindow.ranges })
     ])
     // The collection pauses the system: only now that the window's frames are all accounted for.
-    const memory = await this.memory()
+    const memory = await system.memory()
     await carriers.request("hangupAll", {}, 60_000)
     await sleep(1000)
 
@@ -286,21 +386,24 @@ class RelayRig {
         rssPerCallKb: perCallKb(memory.rssBytes - idle.rssBytes),
         heapPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - idle.heapUsedBytes - idle.externalBytes)
       },
+      ...(system.processes.length > 1
+        ? {
+            processes: system.processes.map((p, i) => ({ name: p.name, role: p.role, cpuPercent: round((perProcess[i]! / windowSeconds) * 100) }))
+          }
+        : {}),
       carrierSim: carrierWindow.load,
       agentSim: agentWindow.load,
-      otherCpuPercent: round(Math.max(0, otherSeconds / windowSeconds) * 100),
+      machineCpuPercent: round((machineSeconds / windowSeconds) * 100),
+      otherCpuPercent: round(Math.max(0, (machineSeconds - oursSeconds) / windowSeconds) * 100),
       turns: { spoken: carrierWindow.turns, answered: carrierWindow.answers, replies: agentWindow.replies }
     }
     const problems = judge(measured)
     return { ...measured, pass: problems.length === 0, problems }
   }
 
-  /** Whether the system process still runs, and what it last wrote (for error reports). */
+  /** Whether the system still runs and what it last wrote (for error reports). */
   describeSystem(): string {
-    const { child } = this.system
-    const state = child.exitCode !== null || child.signalCode !== null ? `exited (${child.signalCode ?? child.exitCode})` : "running"
-    const out = "stdout" in this.system ? (this.system as { stdout: () => string }).stdout().split("\n").slice(-6).join("\n") : ""
-    return `${this.name} is ${state}; its last output:\n${out}\n${this.system.stderr().slice(-2000)}`
+    return this.system.describe()
   }
 
   /** Stops the simulators, then the system (callgate writes its CPU profile as it exits). */
@@ -308,7 +411,8 @@ class RelayRig {
     await this.carriers.stop().catch(() => undefined)
     await this.agents.stop().catch(() => undefined)
     await this.system.stop()
-    const file = this.profileRunDir ? findCpuProfile(this.profileRunDir) : undefined
+    const dir = this.options.profileRunDir
+    const file = dir ? findCpuProfile(dir) : undefined
     return file ? { file, ...summarizeCpuProfile(file, { windowsUs: this.windows }) } : undefined
   }
 }
@@ -323,7 +427,36 @@ const describeStep = (name: string, step: StepFigures) => {
   )
 }
 
-const summarize = (name: "gateway" | "baseline", idleRss: number | undefined, steps: ReadonlyArray<StepFigures>, stoppedEarly: string | undefined): SystemFigures => {
+/** Windows measured again in one run, shared by every rig of the run (at most MAX_REMEASURES). */
+export interface RemeasureBudget {
+  used: number
+}
+
+/**
+ * One step of one rig: measured, and measured once more (the second reading stands) when the rest
+ * of the machine was busy during the window and the run's budget allows. `end` says why the ramp
+ * should end after it, if it should (rampEnd).
+ */
+export const takeStep = async (
+  rig: RelayRig,
+  calls: number,
+  options: RelayLoadOptions,
+  budget: RemeasureBudget
+): Promise<{ readonly step: StepFigures; readonly end: string | undefined }> => {
+  const log = options.log ?? (() => {})
+  let step = await rig.measure(calls, options)
+  log(describeStep(rig.name, step))
+  if (step.otherCpuPercent > BUSY_MACHINE_PERCENT && budget.used < MAX_REMEASURES) {
+    budget.used++
+    // Someone else's work took the cores: once more, and the second reading stands.
+    log(`${rig.name} ${calls} calls: the rest of the machine used ${step.otherCpuPercent} % of a core; measuring again`)
+    step = { ...(await rig.measure(calls, options)), remeasuredAfterOtherCpuPercent: step.otherCpuPercent }
+    log(describeStep(rig.name, step))
+  }
+  return { step, end: rampEnd(step) }
+}
+
+export const summarize = (name: SystemFigures["system"], idleRss: number | undefined, steps: ReadonlyArray<StepFigures>, stoppedEarly: string | undefined): SystemFigures => {
   const passing = steps.filter((s) => s.pass).map((s) => s.calls)
   return {
     system: name,
@@ -346,7 +479,7 @@ export const runRelayLoad = async (
   const results: Partial<Record<"gateway" | "baseline", SystemFigures | { readonly error: string }>> = {}
   const steps = new Map<"gateway" | "baseline", Array<StepFigures>>()
   const stopped = new Map<"gateway" | "baseline", string>()
-  let remeasures = 0
+  const budget: RemeasureBudget = { used: 0 }
   try {
     for (const name of options.systems) {
       try {
@@ -371,17 +504,8 @@ export const runRelayLoad = async (
       for (const [name, rig] of rigs) {
         if (stopped.has(name)) continue
         try {
-          let step = await rig.measure(calls, options)
-          log(describeStep(name, step))
-          if (step.otherCpuPercent > BUSY_MACHINE_PERCENT && remeasures < MAX_REMEASURES) {
-            remeasures++
-            // Someone else's work took the cores: once more, and the second reading stands.
-            log(`${name} ${calls} calls: the rest of the machine used ${step.otherCpuPercent} % of a core; measuring again`)
-            step = { ...(await rig.measure(calls, options)), remeasuredAfterOtherCpuPercent: step.otherCpuPercent }
-            log(describeStep(name, step))
-          }
+          const { step, end } = await takeStep(rig, calls, options, budget)
           steps.get(name)!.push(step)
-          const end = rampEnd(step)
           if (end !== undefined && options.fullRamp !== true) stopped.set(name, end)
         } catch (error) {
           stopped.set(name, `${calls} calls: ${(error as Error).message.split("\n")[0]}`)
