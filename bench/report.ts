@@ -1,10 +1,12 @@
 /**
  * The benchmark's results as one JSON document and as Markdown (the same text is printed to
  * stdout): machine, relay tables for callgate and the bare relay, the comparison against the
- * issue's targets, and the webhook, breaker and fallback figures.
+ * issue's targets, the fleet's scaling efficiency, and the webhook, breaker and fallback figures.
  */
 import type { BreakerBenchFigures } from "./breaker.js"
 import type { FallbackBenchFigures } from "./fallback.js"
+import type { FleetBenchFigures, FleetMeasurement } from "./fleet.js"
+import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
@@ -42,6 +44,7 @@ export interface BenchResults {
   readonly baseline?: SystemFigures | PartError
   readonly gateway?: SystemFigures | PartError
   readonly comparison?: Comparison
+  readonly fleet?: FleetBenchFigures | PartError
   readonly webhooks?: WebhookBenchFigures | PartError
   readonly breaker?: BreakerBenchFigures | PartError
   readonly fallback?: FallbackBenchFigures | PartError
@@ -195,6 +198,31 @@ const comparisonSection = (c: Comparison | undefined) => {
   ].join("\n")
 }
 
+const fleetRow = (m: FleetMeasurement) => {
+  const sustained = isError(m.ramp) ? `did not run: ${m.ramp.error.split("\n")[0]}` : String(m.ramp.sustainedCalls ?? "none")
+  return [`${m.instances} (core${m.instanceCores.length > 1 ? "s" : ""} ${m.instanceCores.join(", ")})`, sustained, `${m.limiter.kind}: ${m.limiter.reason}`]
+}
+
+const fleetSection = (f: FleetBenchFigures | PartError | undefined) => {
+  if (f === undefined) return ""
+  if (isError(f)) return `### Fleet scaling\n\nDid not run: ${f.error.split("\n")[0]}\n`
+  const ramps = [f.one, f.two].flatMap((m) => (isError(m.ramp) ? [] : [relaySection(`Fleet of ${m.instances}, step by step`, m.ramp)]))
+  return [
+    `### Fleet scaling (goal: efficiency >= ${EFFICIENCY_GOAL} wherever the load generator is not the limit)`,
+    "",
+    `Instances on one Redis behind nginx (deploy/nginx/callgate.conf, ${f.layout.nginxWorkers} worker${f.layout.nginxWorkers === 1 ? "" : "s"}), each pinned to its own core; ` +
+      `agents dial in and calls are placed through nginx. ${f.layout.note.charAt(0).toUpperCase()}${f.layout.note.slice(1)}.`,
+    "",
+    table(["instances", "calls sustained", "limit (read at the first failing step)"], [fleetRow(f.one), fleetRow(f.two)]),
+    "",
+    `Scaling efficiency c2 / (2 x c1) = ${f.c2 ?? "none"} / (2 x ${f.c1 ?? "none"}) = **${f.efficiency ?? "n/a"}**; verdict: ${f.verdict.met === false ? `**${f.verdict.text}**` : f.verdict.text}.`,
+    "",
+    "Step tables: CPU % is the instances' sum; the per-process CPU (each instance, nginx, Redis) is in latest.json (`processes` of each step).",
+    "",
+    ...ramps
+  ].join("\n")
+}
+
 const webhookSection = (w: WebhookBenchFigures | PartError | undefined) => {
   if (w === undefined) return ""
   if (isError(w)) return `### Webhooks\n\nDid not run: ${w.error.split("\n")[0]}\n`
@@ -288,7 +316,7 @@ export const renderMarkdown = (r: BenchResults): string =>
     `Machine: ${r.machine.cores} cores (${r.machine.cpuModel}), ${r.machine.memoryGb} GB, Node ${r.machine.node} on ${r.machine.platform}. ` +
       `Load average at start/end: ${r.machine.loadAverage.atStart} / ${r.machine.loadAverage.atEnd}. Run took ${r.durationSeconds} s` +
       ` (steps ${r.settings.steps.join(", ")}; ${r.settings.stepSeconds} s measured per step${r.settings.quick ? "; quick run" : ""}).` +
-      ` The systems ran ${r.settings.runtime === "node" ? "as compiled JavaScript on plain node (as npm start)" : "from the sources through tsx (as npm run dev)"}; built from the ${r.settings.source}.`,
+      ` The systems ran ${r.settings.runtime === "node" ? "as compiled JavaScript on plain node (as npm start)" : "from the sources through tsx (as npm run dev)"}; built from the ${r.settings.source}.\n`,
     "",
     r.baseline || r.gateway
       ? "Relay: delay is one way, from the frame's send stamp to its receipt, over the frames sent in the measured window; " +
@@ -298,6 +326,7 @@ export const renderMarkdown = (r: BenchResults): string =>
     relaySection("Bare relay (baseline)", r.baseline),
     relaySection("callgate", r.gateway),
     comparisonSection(r.comparison),
+    fleetSection(r.fleet),
     webhookSection(r.webhooks),
     breakerSection(r.breaker),
     fallbackSection(r.fallback)

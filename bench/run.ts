@@ -1,10 +1,11 @@
 /**
- * `npm run bench`: callgate measured against a bare relay in one run, plus the webhook, breaker
- * and fallback figures, written to bench/results/ (latest.md, latest.json and a timestamped copy)
+ * `npm run bench`: callgate measured against a bare relay in one run, plus the fleet's scaling
+ * efficiency and the webhook, breaker and fallback figures, written to bench/results/ (latest.md, latest.json and a timestamped copy)
  * and printed. Every part runs in processes of its own; all of them stop by themselves.
  *
- *   npm run bench                          # the default run (about 12 minutes on 2 cores)
- *   npm run bench -- --quick               # a 1-2 minute smoke run
+ *   npm run bench                          # the default run (about 20 minutes on 2 cores)
+ *   npm run bench -- --quick               # a 3 minute smoke run
+ *   npm run bench -- --only fleet          # the fleet's scaling efficiency alone
  *   npm run bench -- --steps 100,200,400 --step-seconds 30 --only gateway,baseline --profile
  *
  * See docs/benchmarks.md for what each figure means.
@@ -13,12 +14,13 @@ import { cpus, loadavg, totalmem } from "node:os"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { forkWorker, repoRoot } from "./benchProcess.js"
+import { runFleetBench } from "./fleet.js"
 import { buildForBench } from "./build.js"
 import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "webhooks", "breaker", "fallback"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback"] as const
 
 /**
  * The default ramp: steps of 25 calls from 25 to 200, around where both systems' knee lies on a
@@ -26,12 +28,23 @@ const PARTS = ["baseline", "gateway", "webhooks", "breaker", "fallback"] as cons
  * at its first clearly failing step.
  */
 const DEFAULT_STEPS = [25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 400]
+/**
+ * The fleet part's one-instance grid (one pinned core: its knee lies between 100 and 250 on the
+ * bench machine), and the two-instance grid as multiples of twice what one instance sustained,
+ * fine around the goal of 0.9.
+ */
+const FLEET_STEPS = [50, 75, 100, 125, 150, 175, 200, 225, 250, 300]
+const FLEET_FACTORS = [0.6, 0.8, 0.85, 0.9, 0.95, 1, 1.1]
+const QUICK_FLEET_STEPS = [10, 40]
+const QUICK_FLEET_FACTORS = [0.9, 1]
 type Part = (typeof PARTS)[number]
 
 const USAGE = `Usage: npm run bench -- [options]
 
-  --quick               smoke run, about 1-2 minutes (small steps, short windows, small parts)
+  --quick               smoke run, about 3 minutes (small steps, short windows, small parts)
   --steps LIST          concurrent-call steps for both relays (default 25 to 200 by 25, then 250,300,400)
+  --fleet-steps LIST    the fleet part's one-instance steps (default ${FLEET_STEPS.join(",")}; quick ${QUICK_FLEET_STEPS.join(",")});
+                        two instances take steps around twice what one sustained
   --step-seconds S      measured steady state per step (default 15)
   --only LIST           parts to run, of ${PARTS.join(", ")} (default all)
   --full-ramp           take every step even after one clearly failed (for CPU per call-second
@@ -46,6 +59,7 @@ const USAGE = `Usage: npm run bench -- [options]
 interface Settings {
   readonly quick: boolean
   readonly steps: ReadonlyArray<number>
+  readonly fleetSteps: ReadonlyArray<number>
   readonly stepSeconds: number
   readonly parts: ReadonlyArray<Part>
   readonly profile: boolean
@@ -66,7 +80,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
     else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
     else flags.set(name, "true")
   }
-  const known = new Set(["quick", "steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "out", "help"])
+  const known = new Set(["quick", "steps", "fleet-steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "out", "help"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
   if (flags.has("help")) {
     process.stdout.write(`${USAGE}\n`)
@@ -80,6 +94,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
       return n
     })
   const steps = flags.has("steps") ? numbers(flags.get("steps")!, "steps") : quick ? [10, 40] : DEFAULT_STEPS
+  const fleetSteps = flags.has("fleet-steps") ? numbers(flags.get("fleet-steps")!, "fleet-steps") : quick ? QUICK_FLEET_STEPS : FLEET_STEPS
   const stepSeconds = flags.has("step-seconds") ? Number(flags.get("step-seconds")) : quick ? 5 : 15
   if (!(stepSeconds >= 1)) throw new Error(`--step-seconds takes a number of seconds >= 1`)
   if (flags.has("tsx") && flags.has("ref")) throw new Error("--ref builds a commit; --tsx runs the working tree's sources: pick one")
@@ -92,7 +107,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
           return part as Part
         })
     : [...PARTS]
-  return { quick, steps: [...steps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+  return { quick, steps: [...steps].sort((a, b) => a - b), fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 
 const machine = (atStart: number): Machine => ({
@@ -151,7 +166,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fallback"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -177,6 +192,19 @@ const main = async () => {
   }
   if (results.baseline && results.gateway && !isError(results.baseline) && !isError(results.gateway)) {
     results.comparison = compare(results.baseline as SystemFigures, results.gateway as SystemFigures)
+  }
+  if (has("fleet")) {
+    results.fleet = await attempt("fleet (1 instance, then 2, behind nginx)", () =>
+      runFleetBench({
+        oneInstanceSteps: settings.fleetSteps,
+        fleetFactors: q ? QUICK_FLEET_FACTORS : FLEET_FACTORS,
+        stepSeconds: settings.stepSeconds,
+        settleSeconds: q ? 1.5 : 3,
+        fullRamp: settings.fullRamp,
+        build,
+        log
+      })
+    )
   }
   if (has("webhooks")) {
     results.webhooks = await attempt("webhooks", () =>
