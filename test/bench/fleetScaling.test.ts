@@ -60,7 +60,9 @@ describe("fleet scaling efficiency", () => {
 describe("the limiter of a measurement", () => {
   it("is the load generator when a simulator is near a full core, or its timers run late", () => {
     expect(classifyLimiter(reading({ generatorCpuPercent: [80, 40] })).kind).toBe("load generator")
-    expect(classifyLimiter(reading({ generatorLatenessMs: 35 })).kind).toBe("load generator")
+    const late = classifyLimiter(reading({ generatorLatenessMs: 35 }))
+    expect(late.kind).toBe("load generator")
+    expect(late.reason).toContain("35 ms late")
   })
 
   it("is the instances when the busiest instance used its core and the generator had room", () => {
