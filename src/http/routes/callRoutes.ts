@@ -1,5 +1,6 @@
 import { Effect, Either, Runtime, Schema } from "effect"
 import type { FastifyInstance } from "fastify"
+import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { OutboundCalls, TWILIO_STATUS_PATH } from "../../calls/OutboundCalls.js"
 import { CallParams, PlaceCallBody } from "../../calls/OutboundCallWire.js"
 import { AppConfig } from "../../config/AppConfig.js"
@@ -60,15 +61,21 @@ const StatusForm = Schema.Struct({ CallSid: Schema.String, CallStatus: Schema.St
 /**
  * `POST /telephony/twilio/status?sessionId=..`: Twilio's status callbacks for the calls callgate
  * placed (X-Twilio-Signature checked when TWILIO_AUTH_TOKEN is set). Answers 204; 401 for a bad
- * signature, 400 for a request that is not a status callback.
+ * signature, 400 for a request that is not a status callback. Unauthenticated like the other
+ * carrier webhooks, so it has their small body limit and their throttle of failed signatures
+ * (docs/security.md, "HTTP limits", "Authentication throttling").
  */
-export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<OutboundCalls | AppConfig | PublicUrl>) => {
+export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Runtime.Runtime<OutboundCalls | AppConfig | PublicUrl | AuthThrottle>) => {
   const run = Runtime.runPromise(runtime)
   const config = Runtime.runSync(runtime)(AppConfig)
   const publicUrl = Runtime.runSync(runtime)(PublicUrl)
-  app.post(TWILIO_STATUS_PATH, async (request, reply) => {
+  const throttle = Runtime.runSync(runtime)(AuthThrottle)
+  app.post(TWILIO_STATUS_PATH, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
+    const wait = throttle.retryAfter(request.ip)
+    if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
     const params = formParams(request.body)
     if (!verifyTwilioWebhook({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
+      throttle.failed(request.ip)
       await run(Effect.logWarning("twilio status callback refused: bad X-Twilio-Signature"))
       return reply.code(401).send()
     }
