@@ -61,6 +61,11 @@ export const defaults = {
   CARRIER_WEBHOOK_BODY_LIMIT_BYTES: 16384,
   /** Failed authentications (any route or socket) each client address may make per minute before 429. */
   AUTH_FAILURES_PER_MINUTE: 30,
+  /**
+   * Proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For names the client: the
+   * per-address limits then key on the real client. Empty: the TCP peer is the client.
+   */
+  TRUSTED_PROXIES: "",
   /** Agent WebSockets are pinged this often; one that missed the previous pong is cut. */
   AGENT_PING_INTERVAL: "15s",
   /** WebRTC VAD aggressiveness, 0 (least) to 3 (most eager to call audio non-speech); 3 suits noisy phone lines. */

@@ -1,3 +1,4 @@
+import { isIP } from "node:net"
 import { Config, ConfigError, Duration, Effect, Either, Option, Redacted } from "effect"
 import { defaults } from "../../config/defaults.js"
 
@@ -68,6 +69,29 @@ const integerIn = (name: keyof typeof defaults, min: number, max: number, meanin
     Config.withDefault(defaults[name] as number),
     check(name, `must be an integer from ${min}${meaningOfMin === undefined ? "" : ` (${meaningOfMin})`} to ${max}`, (n: number) => n >= min && n <= max)
   )
+
+/** An IP address, or a CIDR block (address/prefix length). */
+const isAddressOrCidr = (entry: string) => {
+  const [address, bits, extra] = entry.split("/")
+  const family = isIP(address ?? "")
+  if (family === 0 || extra !== undefined) return false
+  if (bits === undefined) return true
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128)
+}
+
+/** TRUSTED_PROXIES: a comma-separated list of addresses and CIDRs; empty (the default) trusts no proxy. */
+const trustedProxies = Config.string("TRUSTED_PROXIES").pipe(
+  Config.withDefault(defaults.TRUSTED_PROXIES),
+  Config.mapOrFail((text) => {
+    const entries = text.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0)
+    const bad = entries.find((entry) => !isAddressOrCidr(entry))
+    return bad === undefined
+      ? Either.right(entries as ReadonlyArray<string>)
+      : Either.left(
+          ConfigError.InvalidData(["TRUSTED_PROXIES"], `expected comma-separated IP addresses or CIDRs such as 172.28.0.10 or 10.0.0.0/8, got "${bad}"`)
+        )
+  })
+)
 
 const optionalSecret = (name: string) => Config.option(Config.redacted(name))
 
@@ -164,6 +188,8 @@ const settings = Config.all({
   httpKeepAliveTimeout: duration("HTTP_KEEP_ALIVE_TIMEOUT"),
   carrierWebhookBodyLimitBytes: integerIn("CARRIER_WEBHOOK_BODY_LIMIT_BYTES", 1024, 1_048_576),
   authFailuresPerMinute: integerIn("AUTH_FAILURES_PER_MINUTE", 0, 1_000_000, "no limit"),
+  /** Proxies whose X-Forwarded-For is believed (docs/security.md, "Behind a proxy"); empty: none. */
+  trustedProxies,
   rateLimitPerMinute: integerIn("RATE_LIMIT_PER_MINUTE", 0, 1_000_000, "no limit"),
   vadMode: integerIn("VAD_MODE", 0, 3),
   vadMinSpeechMs: integerIn("VAD_MIN_SPEECH_MS", 20, 2000),

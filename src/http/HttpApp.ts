@@ -125,6 +125,10 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
     requestTimeout: Duration.toMillis(config.httpRequestTimeout),
     keepAliveTimeout: Duration.toMillis(config.httpKeepAliveTimeout),
     http: { connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headersTimeoutMs / 4))) },
+    // The client address (request.ip) that the per-address limits key on: behind a trusted proxy,
+    // the nearest untrusted address in X-Forwarded-For; else the TCP peer (docs/security.md,
+    // "Behind a proxy"). A client cannot choose its address by sending the header itself.
+    trustProxy: config.trustedProxies.length > 0 ? [...config.trustedProxies] : false,
     return503OnClosing: true,
     forceCloseConnections: "idle",
     routerOptions: { ignoreTrailingSlash: true }

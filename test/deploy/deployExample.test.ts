@@ -35,4 +35,13 @@ describe("deploy/", () => {
       expect(nginx).toMatch(new RegExp(`^\\s+${id} ${id};$`, "m"))
     }
   })
+
+  it("the instances trust nginx's fixed address for X-Forwarded-For, and nginx sends it", () => {
+    const compose = read("deploy/docker-compose.yml")
+    const nginxAddress = /ipv4_address: (\S+)/.exec(compose)?.[1]
+    expect(nginxAddress).toMatch(/^\d+\.\d+\.\d+\.\d+$/)
+    expect([...compose.matchAll(/^\s+TRUSTED_PROXIES: (\S+)$/gm)].map((m) => m[1])).toEqual([nginxAddress, nginxAddress, nginxAddress])
+    const nginx = read("deploy/nginx/callgate.conf")
+    expect(nginx.match(/proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;/g)?.length).toBe(2)
+  })
 })
