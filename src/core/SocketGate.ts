@@ -9,6 +9,37 @@
 export type GateLimit = "rate" | "idle" | "handshake" | "backlog"
 
 /**
+ * Messages of one socket handled in one event-loop turn (docs/security.md, "Per-socket limits"):
+ * the rest of a burst waits for later turns, so one flooding socket cannot hold a turn while other
+ * calls' frames wait. Real traffic is one frame per 20 ms per socket, far below it.
+ */
+export const MESSAGES_PER_TURN = 16
+
+/**
+ * Numbers the event loop's turns for the per-turn budget: `touch` answers the current turn and
+ * asks the scheduler (setImmediate, from the adapter) to advance it once at the end of the turn.
+ * One for all sockets; one scheduled call per turn in which messages arrived, none per message.
+ */
+export class TurnClock {
+  private turn = 0
+  private pending = false
+  private readonly advance = () => {
+    this.pending = false
+    this.turn++
+  }
+
+  constructor(private readonly schedule: (advance: () => void) => void) {}
+
+  touch(): number {
+    if (!this.pending) {
+      this.pending = true
+      this.schedule(this.advance)
+    }
+    return this.turn
+  }
+}
+
+/**
  * A tick this late means callgate's own event loop stalled (GC, a long task): the peer's frames
  * are queued unread, so the stalled time does not count towards its idle or handshake deadline.
  */

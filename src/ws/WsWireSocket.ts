@@ -1,5 +1,5 @@
 import type { RawData, WebSocket } from "ws"
-import type { SocketGate } from "../core/SocketGate.js"
+import { MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
 
 const OPEN = 1
@@ -9,6 +9,13 @@ const idle: WireListener = { onText: () => {}, onClose: () => {} }
 /** A peer that does not answer our close frame within this long is cut (ws itself waits 30 s). */
 const CLOSE_GRACE_MS = 1000
 
+/** The event loop's turns, shared by every socket of the process (the per-turn message budget). */
+const turns = new TurnClock((advance) => void setImmediate(advance))
+
+/** A binary message waiting its turn (refused when its turn comes, in order). */
+const BINARY = Symbol("binary")
+type Deferred = string | typeof BINARY
+
 /**
  * Adapts a `ws` WebSocket (server side from @fastify/websocket, or a dial-out client) to
  * WireSocket. Its listeners are attached here, synchronously, so a carrier's first frames are
@@ -16,6 +23,12 @@ const CLOSE_GRACE_MS = 1000
  * is disturbed. A `gate` (ws/SocketGuards.ts) enforces the per-socket limits: a socket over its
  * message rate, idle or unauthenticated too long is closed with 1008, one whose peer stopped
  * reading is cut; its listener hears either as a fault.
+ *
+ * Fairness (docs/security.md, "Per-socket limits"): at most MESSAGES_PER_TURN messages of this
+ * socket are handled per event-loop turn. The rest of a burst is kept in order, the socket stops
+ * reading, and a setImmediate hands the listener the next MESSAGES_PER_TURN per turn, so other
+ * sockets' frames are read in between; at real cadence no message ever waits (no allocation, no
+ * timer per frame: one shared turn counter).
  */
 export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?: SocketGate): WireSocket => {
   let listener = initial
@@ -47,21 +60,69 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
     gate.onExpire = (limit, reason) => {
       fault ??= reason
       if (limit === "backlog") return ws.terminate()
-      // Read nothing more from a socket cut by a limit (a flood's queued frames are never parsed).
-      if (limit === "rate") ws.pause()
+      // Read nothing more from a socket cut by a limit (a flood's queued frames are never parsed,
+      // nor are those waiting for their turn).
+      if (limit === "rate") {
+        cutForRate = true
+        deferred = undefined
+        ws.pause()
+      }
       closeFirmly(CloseCode.policyViolation, reason)
     }
+  }
+
+  const handle = (message: Deferred) => {
+    if (message === BINARY) return fail(CloseCode.unsupportedData, "binary messages are not accepted: send JSON text frames")
+    try {
+      listener.onText(message)
+    } catch (error) {
+      fail(CloseCode.internalError, `internal error while handling a message: ${(error as Error)?.message ?? "unknown"}`)
+    }
+  }
+
+  // The per-turn budget: messages handled in turn `turnSeen`, and those waiting for a later turn.
+  let turnSeen = -1
+  let handledInTurn = 0
+  let deferred: Array<Deferred> | undefined
+  let cutForRate = false
+
+  const drain = () => {
+    const queue = deferred
+    if (queue === undefined) return
+    const batch = queue.splice(0, MESSAGES_PER_TURN)
+    for (const message of batch) {
+      if (closed || cutForRate) break
+      handle(message)
+    }
+    if (queue.length > 0 && !closed && !cutForRate) return void setImmediate(drain)
+    deferred = undefined
+    if (!closed && !cutForRate) ws.resume()
+  }
+
+  /** The socket is closing: what waited is handled now, in order, before the listener hears the close. */
+  const flush = () => {
+    const queue = deferred
+    deferred = undefined
+    if (queue === undefined || cutForRate) return
+    for (const message of queue) handle(message)
   }
 
   ws.on("message", (data: RawData, isBinary: boolean) => {
     if (closed) return
     if (gate !== undefined && !gate.admit()) return
-    if (isBinary) return fail(CloseCode.unsupportedData, "binary messages are not accepted: send JSON text frames")
-    try {
-      listener.onText(data.toString())
-    } catch (error) {
-      fail(CloseCode.internalError, `internal error while handling a message: ${(error as Error)?.message ?? "unknown"}`)
+    if (deferred !== undefined) return void deferred.push(isBinary ? BINARY : data.toString())
+    const turn = turns.touch()
+    if (turn !== turnSeen) {
+      turnSeen = turn
+      handledInTurn = 0
     }
+    if (++handledInTurn > MESSAGES_PER_TURN) {
+      // Over this turn's budget: read nothing more until the backlog is handled, turn by turn.
+      deferred = [isBinary ? BINARY : data.toString()]
+      ws.pause()
+      return void setImmediate(drain)
+    }
+    handle(isBinary ? BINARY : data.toString())
   })
   ws.on("pong", () => {
     awaitingPong = false
@@ -74,6 +135,7 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
   ws.on("close", (code: number, reason: Buffer) => {
     gate?.close()
     try {
+      flush()
       finish(code, reason.toString())
     } catch {
       // A listener's failure while closing must not reach the event emitter.
