@@ -38,7 +38,13 @@ export const TwilioErrors = {
     new TwilioRestError({ status: 400, code: 21218, message: `Invalid Status: '${status}' is not one of completed, canceled` }),
   invalidTwiml: (reason: string) => new TwilioRestError({ status: 400, code: 12100, message: `Document parse failure: ${reason}` }),
   retrievalFailed: (reason: string) => new TwilioRestError({ status: 400, code: 11200, message: `HTTP retrieval failure: ${reason}` }),
-  carrierFailed: (reason: string) => new TwilioRestError({ status: 502, code: 20500, message: `The carrier refused the update: ${reason}` })
+  carrierFailed: (reason: string) => new TwilioRestError({ status: 502, code: 20500, message: `The carrier refused the update: ${reason}` }),
+  badRequest: (reason: string) => new TwilioRestError({ status: 400, code: 20400, message: `Bad request: ${reason}` }),
+  tooLarge: (limit: number) => new TwilioRestError({ status: 413, code: 20413, message: `Request entity too large: at most ${limit} bytes` }),
+  unsupportedMediaType: () =>
+    new TwilioRestError({ status: 415, code: 20415, message: "Unsupported Media Type: send application/x-www-form-urlencoded, UTF-8" }),
+  tooManyRequests: () => new TwilioRestError({ status: 429, code: 20429, message: "Too Many Requests" }),
+  internal: () => new TwilioRestError({ status: 500, code: 20500, message: "Internal Server Error" })
 } as const
 
 /** Twilio's call statuses, from a stored session. */

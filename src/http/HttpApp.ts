@@ -30,7 +30,8 @@ import { SessionRegistry } from "../session/SessionRegistry.js"
 import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "./routes/streamRoutes.js"
 import type { CallControl } from "../calls/CallControl.js"
-import { registerTwilioCallRoutes } from "./routes/twilioCallRoutes.js"
+import { isTwilioApiUrl, registerTwilioCallRoutes, sendTwilioError } from "./routes/twilioCallRoutes.js"
+import { TwilioErrors } from "../calls/TwilioCallWire.js"
 import type { OutboundCalls } from "../calls/OutboundCalls.js"
 import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.js"
 import type { SocketGuards } from "../ws/SocketGuards.js"
@@ -131,7 +132,14 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
     trustProxy: config.trustedProxies.length > 0 ? [...config.trustedProxies] : false,
     return503OnClosing: true,
     forceCloseConnections: "idle",
-    routerOptions: { ignoreTrailingSlash: true }
+    routerOptions: { ignoreTrailingSlash: true },
+    // A URL the router cannot decode (a malformed percent-encoding) is the client's error, answered
+    // in the shape of the API it aimed at, never fastify's own body.
+    frameworkErrors: (error, request, reply) => {
+      if (isTwilioApiUrl(request.url)) return sendTwilioError(reply, TwilioErrors.badRequest("the URL is not valid"))
+      const status = (error as FastifyError).statusCode ?? 400
+      return sendError(reply, status < 500 ? ApiError.of("VALIDATION_FAILED", "The URL is not valid: it has a malformed percent-encoding.") : ApiError.of("INTERNAL"))
+    }
   })
 
   app.server.headersTimeout = headersTimeoutMs
