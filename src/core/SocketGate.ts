@@ -17,18 +17,29 @@ export const MESSAGES_PER_TURN = 16
 
 /**
  * Numbers the event loop's turns for the per-turn budget: `touch` answers the current turn and
- * asks the scheduler (setImmediate, from the adapter) to advance it once at the end of the turn.
- * One for all sockets; one scheduled call per turn in which messages arrived, none per message.
+ * asks the scheduler (setImmediate, from the adapter) to advance it once, at the end of the turn;
+ * `later` runs a task at the start of the next turn, right after the advance, so what a socket
+ * handles then counts against that turn's budget. One for all sockets; one scheduled call per
+ * turn in which messages arrived, none per message.
  */
 export class TurnClock {
   private turn = 0
   private pending = false
+  private waiting: Array<() => void> = []
   private readonly advance = () => {
     this.pending = false
     this.turn++
+    const tasks = this.waiting
+    if (tasks.length === 0) return
+    this.waiting = []
+    for (const task of tasks) task()
   }
 
   constructor(private readonly schedule: (advance: () => void) => void) {}
+
+  get current(): number {
+    return this.turn
+  }
 
   touch(): number {
     if (!this.pending) {
@@ -36,6 +47,11 @@ export class TurnClock {
       this.schedule(this.advance)
     }
     return this.turn
+  }
+
+  later(task: () => void): void {
+    this.waiting.push(task)
+    this.touch()
   }
 }
 

@@ -26,8 +26,8 @@ type Deferred = string | typeof BINARY
  *
  * Fairness (docs/security.md, "Per-socket limits"): at most MESSAGES_PER_TURN messages of this
  * socket are handled per event-loop turn. The rest of a burst is kept in order, the socket stops
- * reading, and a setImmediate hands the listener the next MESSAGES_PER_TURN per turn, so other
- * sockets' frames are read in between; at real cadence no message ever waits (no allocation, no
+ * reading, and each following turn hands the listener the next MESSAGES_PER_TURN (TurnClock.later),
+ * so other sockets' frames are read in between; at real cadence no message ever waits (no allocation, no
  * timer per frame: one shared turn counter).
  */
 export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?: SocketGate): WireSocket => {
@@ -86,16 +86,20 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
   let deferred: Array<Deferred> | undefined
   let cutForRate = false
 
+  /** At the start of a turn: the next MESSAGES_PER_TURN waiting messages, counted against this turn. */
   const drain = () => {
     const queue = deferred
     if (queue === undefined) return
     const batch = queue.splice(0, MESSAGES_PER_TURN)
+    turnSeen = turns.current
+    handledInTurn = batch.length
     for (const message of batch) {
       if (closed || cutForRate) break
       handle(message)
     }
-    if (queue.length > 0 && !closed && !cutForRate) return void setImmediate(drain)
+    if (queue.length > 0 && !closed && !cutForRate) return turns.later(drain)
     deferred = undefined
+    // Messages read on resuming count against what is left of this turn's budget.
     if (!closed && !cutForRate) ws.resume()
   }
 
@@ -120,7 +124,7 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
       // Over this turn's budget: read nothing more until the backlog is handled, turn by turn.
       deferred = [isBinary ? BINARY : data.toString()]
       ws.pause()
-      return void setImmediate(drain)
+      return turns.later(drain)
     }
     handle(isBinary ? BINARY : data.toString())
   })

@@ -108,6 +108,12 @@ describe("bodies and authentication throttling", () => {
     expect((await from(address, environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(429)
   })
 
+  it("a URL with a malformed percent-encoding is 400 in the documented envelope, never fastify's own body", async () => {
+    const answer = await t.app.inject({ method: "GET", url: "/v1/agents/%zz/environments", headers: { authorization: `Bearer ${ADMIN_KEY}` } })
+    expect(answer.statusCode).toBe(400)
+    expect(answer.json().error).toMatchObject({ code: "VALIDATION_FAILED", details: [] })
+  })
+
   it("the carrier webhooks have a small body limit", async () => {
     const body = `CallSid=CA1&From=%2B14155550100&Pad=${"x".repeat(5000)}`
     const answer = await t.app.inject({ method: "POST", url: "/telephony/twilio/voice", payload: body, headers: { "content-type": "application/x-www-form-urlencoded" } })
