@@ -26,9 +26,9 @@ type Deferred = string | typeof BINARY
  *
  * Fairness (docs/security.md, "Per-socket limits"): at most MESSAGES_PER_TURN messages of this
  * socket are handled per event-loop turn. The rest of a burst is kept in order, the socket stops
- * reading, and each following turn hands the listener the next MESSAGES_PER_TURN (TurnClock.later),
- * so other sockets' frames are read in between; at real cadence no message ever waits (no allocation, no
- * timer per frame: one shared turn counter).
+ * reading, and each following turn hands the listener the next MESSAGES_PER_TURN
+ * (TurnClock.later), so other sockets' frames are read in between. At real cadence no message
+ * ever waits; per frame it costs a comparison with one shared turn number (no allocation, no timer).
  */
 export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?: SocketGate): WireSocket => {
   let listener = initial
@@ -55,6 +55,12 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
     if (ws.readyState !== 3) setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref()
   }
 
+  // The per-turn budget: messages handled in turn `turnSeen`, and those waiting for a later turn.
+  let turnSeen = -1
+  let handledInTurn = 0
+  let deferred: Array<Deferred> | undefined
+  let cutForRate = false
+
   const backlogCapped = gate?.settings.maxBacklogBytes !== undefined
   if (gate !== undefined) {
     gate.onExpire = (limit, reason) => {
@@ -79,12 +85,6 @@ export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?:
       fail(CloseCode.internalError, `internal error while handling a message: ${(error as Error)?.message ?? "unknown"}`)
     }
   }
-
-  // The per-turn budget: messages handled in turn `turnSeen`, and those waiting for a later turn.
-  let turnSeen = -1
-  let handledInTurn = 0
-  let deferred: Array<Deferred> | undefined
-  let cutForRate = false
 
   /** At the start of a turn: the next MESSAGES_PER_TURN waiting messages, counted against this turn. */
   const drain = () => {
