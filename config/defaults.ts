@@ -87,5 +87,10 @@ export const defaults = {
    * Session ends (record write + session.ended) kept in memory while the store is unreachable; at this many, the
    * entry refuses new calls with 503 until the store answers again.
    */
-  SESSION_END_BACKLOG_LIMIT: 10000
+  SESSION_END_BACKLOG_LIMIT: 10000,
+  /**
+   * An instance that has not refreshed its registry entry for this long is gone: no call is placed on it and the
+   * survivors rescue its calls (docs/reliability.md). At least 5s (instances refresh every 2s).
+   */
+  INSTANCE_TTL: "10s"
 } as const

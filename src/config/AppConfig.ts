@@ -211,7 +211,11 @@ const settings = Config.all({
       )
     )
   ),
-  sessionEndBacklogLimit: integerIn("SESSION_END_BACKLOG_LIMIT", 1, 10_000_000)
+  sessionEndBacklogLimit: integerIn("SESSION_END_BACKLOG_LIMIT", 1, 10_000_000),
+  /** How long an instance may go without refreshing its registry entry before the fleet counts it gone (docs/scaling.md). */
+  instanceTtl: duration("INSTANCE_TTL").pipe(
+    check("INSTANCE_TTL", "must be at least 5s (instances refresh their entry every 2s)", (d: Duration.Duration) => Duration.toMillis(d) >= 5000)
+  )
 })
 
 export type Settings = Config.Config.Success<typeof settings> & {

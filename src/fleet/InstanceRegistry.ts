@@ -5,7 +5,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { SessionRegistry } from "../session/SessionRegistry.js"
-import { GONE_AFTER_MS, REFRESH_INTERVAL } from "./FleetTiming.js"
+import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
 
 
@@ -31,6 +31,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const sessions = yield* SessionRegistry
     const startedAt = new Date().toISOString()
     const self = identity.instanceId
+    const ttlMs = goneAfterMs(config)
 
     /** Environments whose idle agents changed since they were last published. */
     const dirty = new Map<string, EnvironmentRef>()
@@ -74,8 +75,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
 
     const refresh = Effect.gen(function* () {
       yield* publish(true)
-      yield* store.report(report(), GONE_AFTER_MS)
-      known = yield* store.list(GONE_AFTER_MS)
+      yield* store.report(report(), ttlMs)
+      known = yield* store.list(ttlMs)
     }).pipe(Effect.catchAll((error) => Effect.logWarning("could not refresh this instance in the fleet registry", { error: error.message })))
 
     const stopListening = pool.onChange((agentId, environmentId) => {
@@ -104,7 +105,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     )
 
     /** The live instances, read from the store now. */
-    const instances = store.list(GONE_AFTER_MS).pipe(Effect.tap((live) => Effect.sync(() => (known = live))))
+    const instances = store.list(ttlMs).pipe(Effect.tap((live) => Effect.sync(() => (known = live))))
 
     return {
       instanceId: self,

@@ -1,12 +1,13 @@
 import { Effect, Layer, Schedule } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { OrphanReconciler } from "../session/OrphanReconciler.js"
-import { GONE_AFTER_MS, REFRESH_INTERVAL } from "./FleetTiming.js"
+import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { InstanceStore } from "./InstanceStore.js"
 
 /**
  * The fleet rescues a dead instance's calls (docs/reliability.md, "Instance loss"): every instance,
- * on each registry refresh, asks which instances stopped refreshing without withdrawing (they died:
+ * on each registry refresh, asks which instances stopped refreshing for INSTANCE_TTL without withdrawing (they died:
  * an orderly shutdown withdraws) and reconciles each one's sessions. Claims are one compare-and-set
  * per session, so however many survivors race, each orphan is rescued through the carrier's REST
  * API and ended `failed` / `instance_lost` exactly once. An instance reconciled here is tried again
@@ -19,9 +20,10 @@ export const LostInstancesLive = Layer.scopedDiscard(
     const reconciler = yield* OrphanReconciler
     const { instanceId: self } = yield* InstanceIdentity
     const reconciled = new Set<string>()
+    const ttlMs = goneAfterMs(yield* AppConfig)
 
     const sweep = Effect.gen(function* () {
-      const silent = new Set(yield* store.silent(GONE_AFTER_MS))
+      const silent = new Set(yield* store.silent(ttlMs))
       // One that is no longer silent came back (or was pruned): if it dies again, it is rescued again.
       for (const id of reconciled) if (!silent.has(id)) reconciled.delete(id)
       for (const id of silent) {

@@ -1,7 +1,8 @@
 import { Effect, Option } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { SessionRegistry } from "../session/SessionRegistry.js"
-import { GONE_AFTER_MS, RESERVATION_HOLD_MS } from "./FleetTiming.js"
+import { goneAfterMs, RESERVATION_HOLD_MS } from "./FleetTiming.js"
 import { InstanceRegistry } from "./InstanceRegistry.js"
 import { type InstanceEntry, InstanceStore } from "./InstanceStore.js"
 
@@ -38,6 +39,7 @@ export type Placed =
 export class Placement extends Effect.Service<Placement>()("callgate/Placement", {
   effect: Effect.gen(function* () {
     const publicUrl = yield* PublicUrl
+    const ttlMs = goneAfterMs(yield* AppConfig)
     const store = yield* InstanceStore
     const registry = yield* InstanceRegistry
     const sessions = yield* SessionRegistry
@@ -66,7 +68,7 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
         yield* registry.flush(agentId, environmentId)
         const draining = sessions.isDraining()
         // A draining instance prefers no one: its own agents were sent elsewhere.
-        const reserved = yield* store.reserve(agentId, environmentId, draining ? "" : self, RESERVATION_HOLD_MS, GONE_AFTER_MS)
+        const reserved = yield* store.reserve(agentId, environmentId, draining ? "" : self, RESERVATION_HOLD_MS, ttlMs)
         if (Option.isNone(reserved)) {
           if (!draining) return here({ _tag: "NoneIdle" })
           return Option.match(leastLoaded(yield* otherInstances), {

@@ -46,6 +46,7 @@ describe("AppConfig", () => {
     expect(config.httpBodyLimitBytes).toBe(65_536)
     expect(config.rateLimitPerMinute).toBe(defaults.RATE_LIMIT_PER_MINUTE)
     expect(Duration.toMillis(config.shutdownDrainTimeout)).toBe(30_000)
+    expect(Duration.toMillis(config.instanceTtl)).toBe(10_000)
   })
 
   it("reads every setting it is given", async () => {
@@ -103,7 +104,9 @@ describe("AppConfig", () => {
       ["SHUTDOWN_DRAIN_TIMEOUT", { SHUTDOWN_DRAIN_TIMEOUT: "soon" }, "duration"],
       ["INSTANCE_ID", { INSTANCE_ID: "{one}" }, "letters, digits or _ - ."],
       ["INSTANCE_ID", { INSTANCE_ID: "a".repeat(65) }, "1 to 64"],
-      ["SESSION_END_BACKLOG_LIMIT", { SESSION_END_BACKLOG_LIMIT: "0" }, "from 1 to 10000000"]
+      ["SESSION_END_BACKLOG_LIMIT", { SESSION_END_BACKLOG_LIMIT: "0" }, "from 1 to 10000000"],
+      ["INSTANCE_TTL", { INSTANCE_TTL: "4s" }, "at least 5s"],
+      ["INSTANCE_TTL", { INSTANCE_TTL: "soon" }, "expected a duration"]
     ]
     it.each(cases)("%s: %j", async (variable, env, problem) => {
       const line = await failureLine({ ADMIN_API_KEY: ADMIN, ...env })
