@@ -22,13 +22,14 @@ export interface ReturningCall {
   readonly direction: "inbound" | "outbound"
 }
 
-/** `ended`: the session ended properly, the call only needs hanging up. `rescued`: the fallback acted through the given carrier. */
+/** `ended`: the session ended properly, the call only needs hanging up. `rescued`: the fallback acted through the given carrier (or REST). */
 export type AfterStreamOutcome = "ended" | "rescued"
 
 /**
  * A call whose `<Connect><Stream>` ended comes back to callgate through the entry answer's
- * `<Redirect>` (docs/reliability.md, "Instance loss"), on any instance. A session that ended
- * properly needs nothing more than a hang-up. One still active after a short grace (its own
+ * `<Redirect>` (docs/reliability.md, "Instance loss"), on any instance; a Telnyx Call Control
+ * call's `streaming.stopped` (or `streaming.failed`) event comes here the same way. A session
+ * that ended properly needs nothing more than a hang-up. One still active after a short grace (its own
  * instance ends a session as soon as its stream closes) was abandoned: it is claimed exactly once,
  * like an orphan, and the environment's error fallback answers the call through `carrier` (the
  * answer to the carrier's request); its session ends failed / instance_lost.
@@ -58,7 +59,11 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
         }
       })
 
-    const answer = (call: ReturningCall, carrier: CarrierShape): Effect.Effect<AfterStreamOutcome> =>
+    /**
+     * `carrier`: what the fallback acts through; the carriers' REST APIs when not given (a Telnyx
+     * Call Control call, which has no document to answer: its `streaming.stopped` event comes here).
+     */
+    const answer = (call: ReturningCall, carrier?: CarrierShape): Effect.Effect<AfterStreamOutcome> =>
       Effect.gen(function* () {
         // Ended here and on its way to the store.
         if (journal.isPending(call.sessionId)) return "ended" as const
@@ -92,11 +97,8 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
           ...(call.call.accountSid !== undefined ? { accountSid: call.call.accountSid } : {})
         }
         yield* Effect.logWarning("a call came back for a session with no record: rescuing it", { callId: call.call.callId })
-        const outcome = yield* fallback.rescueWith(
-          sessionInfoOf(record),
-          new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE }),
-          carrier
-        )
+        const error = new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE })
+        const outcome = yield* carrier === undefined ? fallback.rescue(sessionInfoOf(record), error) : fallback.rescueWith(sessionInfoOf(record), error, carrier)
         yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null }, fillFallback: true })
         return "rescued" as const
       }).pipe(

@@ -9,6 +9,21 @@ export interface StreamTarget {
   readonly url: string
   /** The session token, also sent as the stream's auth token. */
   readonly token: string
+  /**
+   * The call's session id, set as the call's `client_state` (base64, as Telnyx requires): every
+   * later webhook of the call carries it, so `streaming.stopped` names its session (docs/reliability.md).
+   */
+  readonly sessionId: string
+}
+
+/** A session id as Call Control's `client_state` (base64 text). */
+export const clientStateOf = (sessionId: string) => Buffer.from(sessionId, "utf8").toString("base64")
+
+/** The session id back out of a webhook's `client_state`; undefined when it carries none or something else. */
+export const sessionIdOfClientState = (clientState: string | null | undefined): string | undefined => {
+  if (typeof clientState !== "string" || clientState.length === 0 || clientState.length > 128) return undefined
+  const text = Buffer.from(clientState, "base64").toString("utf8")
+  return /^ses_[A-Za-z0-9_-]{1,60}$/.test(text) ? text : undefined
 }
 
 /**
@@ -31,6 +46,7 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
             stream_bidirectional_codec: "PCMU",
             // Sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
             ...({ stream_auth_token: stream.token } as object),
+            client_state: clientStateOf(stream.sessionId),
             command_id
           },
           { signal }
@@ -48,6 +64,7 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
             stream_bidirectional_mode: "rtp",
             stream_bidirectional_codec: "PCMU",
             stream_auth_token: stream.token,
+            client_state: clientStateOf(stream.sessionId),
             command_id
           },
           { signal }

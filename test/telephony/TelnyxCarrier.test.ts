@@ -83,8 +83,8 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
       expect(telnyx.requests).toHaveLength(1)
     })
 
-    it("answerWithStream answers with a bidirectional RTP (PCMU) stream and its auth token", async () => {
-      const stream = { url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig", token: "tok.sig" }
+    it("answerWithStream answers with a bidirectional RTP (PCMU) stream, its auth token and the session id as client_state", async () => {
+      const stream = { url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig", token: "tok.sig", sessionId: "ses_abc123" }
       await runtime.runPromise(Effect.flatMap(TelnyxCallCommands, (commands) => commands.answerWithStream("v3:cc-7", stream)))
       expect(telnyx.commands("v3:cc-7", "answer").map((r) => r.json)).toEqual([
         {
@@ -93,6 +93,7 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
           stream_bidirectional_mode: "rtp",
           stream_bidirectional_codec: "PCMU",
           stream_auth_token: "tok.sig",
+          client_state: Buffer.from("ses_abc123").toString("base64"),
           command_id: anyCommandId
         }
       ])

@@ -50,7 +50,7 @@ export const afterStreamEntry = (
     const publicUrl = (yield* PublicUrl).current()
     const params = formParams(request.body)
     if (kind === "twilio") {
-      if (!verifyTwilioWebhook({ publicUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
+      if (!verifyTwilioWebhook({ publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
         yield* Effect.logWarning("returning call refused: bad X-Twilio-Signature")
         return hangupOnly(401)
       }

@@ -1,4 +1,4 @@
-import { Effect, Exit, ParseResult, Schema } from "effect"
+import { Effect, Exit, Option, ParseResult, Schema } from "effect"
 import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
 import { newSessionId } from "../../core/SessionInfo.js"
@@ -141,9 +141,16 @@ export const connectStream = (
   return xml(200, response.toString())
 }
 
-/** The `<Redirect>` URL for a call admitted as `sessionId`: any instance answers it. */
-export const afterStreamUrl = (publicUrl: string, path: string, query: { agentId: string; environmentId: string; sessionId: string }) =>
-  `${publicUrl}${path}?${new URLSearchParams(query).toString()}`
+/**
+ * The `<Redirect>` URL for a call admitted as `sessionId`: any instance answers it, so it names the
+ * fleet's address (FLEET_URL) when there is one, never this instance's own PUBLIC_URL, which is
+ * dead when this instance is (docs/reliability.md, "Instance loss").
+ */
+export const afterStreamUrl = (
+  base: { readonly publicUrl: string; readonly fleetUrl: Option.Option<string> },
+  path: string,
+  query: { agentId: string; environmentId: string; sessionId: string }
+) => `${Option.getOrElse(base.fleetUrl, () => base.publicUrl)}${path}?${new URLSearchParams(query).toString()}`
 
 /** Markup for a call that came back: `markup` when the fallback gave one, else a hang-up. */
 export const markupAnswer = (markup: string | undefined): EntryResponse => (markup === undefined ? hangupOnly(200) : xml(200, markup))

@@ -46,7 +46,7 @@ export const CallControlWebhook = Schema.Struct({
 }).annotations({ identifier: "CallControlWebhook" })
 export type CallControlWebhook = typeof CallControlWebhook.Type
 
-/** The payload fields callgate reads from call.initiated, call.answered and call.hangup. */
+/** The payload fields callgate reads from call.initiated, call.answered, call.hangup and streaming.stopped / failed. */
 export const CallControlCallPayload = Schema.Struct({
   call_control_id: CallIdText,
   connection_id: Schema.optional(Schema.NullOr(CarrierText)),
@@ -54,7 +54,9 @@ export const CallControlCallPayload = Schema.Struct({
   to: Schema.optional(Schema.NullOr(CarrierText)),
   /** incoming or outgoing */
   direction: Schema.optional(Schema.NullOr(CarrierText)),
-  hangup_cause: Schema.optional(Schema.NullOr(CarrierText))
+  hangup_cause: Schema.optional(Schema.NullOr(CarrierText)),
+  /** What callgate set on the call (its session id, base64), on every webhook after the stream's start. */
+  client_state: Schema.optional(Schema.NullOr(CarrierText))
 }).annotations({ identifier: "CallControlCallPayload" })
 export type CallControlCallPayload = typeof CallControlCallPayload.Type
 

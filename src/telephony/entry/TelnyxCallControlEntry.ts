@@ -1,7 +1,8 @@
 import { Effect, Either } from "effect"
+import { AfterStream } from "../../session/AfterStream.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { TelnyxCallCommands } from "../TelnyxCallCommands.js"
+import { sessionIdOfClientState, TelnyxCallCommands } from "../TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry } from "./CallAdmission.js"
@@ -29,6 +30,10 @@ const error = (status: number, code: string, message: string) => json(status, { 
  *   environment gets `reject`.
  * - call.answered (outgoing): the same stream through `streaming_start`.
  * - call.hangup: CarrierCallEvents.CallHungUp, so the session ends.
+ * - streaming.stopped / streaming.failed: the stream ended; its `client_state` (the session id,
+ *   set on the stream's start) names the session, which AfterStream looks at: ended properly,
+ *   nothing more; still active after the owner's grace (its instance died), claimed once and the
+ *   caller rescued through the REST API (docs/reliability.md, "Instance loss").
  * - call.speak.ended / call.playback.ended: moves a running TwiML translation along.
  * - anything else: acknowledged and ignored.
  *
@@ -48,7 +53,7 @@ export const telnyxCallControlEntry = (
     const webhook = yield* Effect.either(decodeEntry(CallControlWebhook, request.body))
     if (Either.isLeft(webhook)) return error(400, "VALIDATION_FAILED", `Not a Call Control event: ${webhook.left}.`)
     const event = webhook.right.data.event_type
-    const handled = ["call.initiated", "call.answered", "call.hangup", "call.speak.ended", "call.playback.ended"]
+    const handled = ["call.initiated", "call.answered", "call.hangup", "call.speak.ended", "call.playback.ended", "streaming.stopped", "streaming.failed"]
     if (!handled.includes(event)) return received
     const decoded = yield* Effect.either(decodeEntry(CallControlCallPayload, webhook.right.data.payload))
     if (Either.isLeft(decoded)) return error(400, "VALIDATION_FAILED", `The ${event} payload is not valid: ${decoded.left}.`)
@@ -69,6 +74,31 @@ export const telnyxCallControlEntry = (
       case "call.playback.ended":
         yield* runner.callProgress(callId, "playback.ended")
         return received
+      case "streaming.stopped":
+      case "streaming.failed": {
+        const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
+        const sessionId = sessionIdOfClientState(payload.client_state)
+        // A stream callgate did not start (no client_state of ours) is not callgate's to act on.
+        if (Either.isLeft(query) || sessionId === undefined) return received
+        const afterStream = yield* AfterStream
+        const returning = afterStream
+          .answer({
+            agentId: query.right.agentId,
+            environmentId: query.right.environmentId,
+            sessionId,
+            call: { kind: "telnyx-call-control", callId, accountSid: payload.connection_id ?? undefined },
+            // Stream events name no parties; a session with no record at all was an inbound call.
+            from: payload.from ?? null,
+            to: payload.to ?? null,
+            direction: "inbound"
+          })
+          .pipe(
+            Effect.tap((outcome) => (outcome === "rescued" ? Effect.logWarning("rescued a Call Control call whose stream stopped", { event, callId }) : Effect.void))
+          )
+        // Acknowledged at once; the look (up to the owner's grace) and any rescue run in the background.
+        yield* Effect.forkDaemon(returning)
+        return received
+      }
     }
 
     // call.initiated (incoming) or call.answered (outgoing): a call that needs its stream.
@@ -90,7 +120,8 @@ export const telnyxCallControlEntry = (
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
     const stream = {
       url: admission._tag === "Admitted" ? `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}` : "",
-      token: admission._tag === "Admitted" ? admission.token : ""
+      token: admission._tag === "Admitted" ? admission.token : "",
+      sessionId: admission._tag === "Admitted" ? admission.sessionId : ""
     }
     const telnyx = yield* TelnyxCarrier
     const commands = yield* TelnyxCallCommands

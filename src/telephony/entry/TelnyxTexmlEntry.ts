@@ -1,4 +1,5 @@
 import { Effect, Either } from "effect"
+import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
@@ -20,6 +21,7 @@ export const telnyxTexmlEntry = (
 ) =>
   Effect.gen(function* () {
     const publicUrl = yield* PublicUrl
+    const { fleetUrl } = yield* AppConfig
     const verification = yield* verify(request.rawBody, request.headers)
     if (!verification.valid) {
       yield* Effect.logWarning("telnyx TeXML request refused", { reason: verification.reason })
@@ -53,6 +55,6 @@ export const telnyxTexmlEntry = (
         bidirectionalCodec: "PCMU"
       },
       [],
-      afterStreamUrl(publicUrl.current(), EntryPaths.telnyxAfterStream, { agentId, environmentId, sessionId: admission.sessionId })
+      afterStreamUrl({ publicUrl: publicUrl.current(), fleetUrl }, EntryPaths.telnyxAfterStream, { agentId, environmentId, sessionId: admission.sessionId })
     )
   }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxTexml))

@@ -56,5 +56,5 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       ["from", call.From],
       ["to", call.To],
       ["direction", direction]
-    ], afterStreamUrl(publicUrl, EntryPaths.twilioAfterStream, { agentId, environmentId, sessionId: admission.sessionId }))
+    ], afterStreamUrl({ publicUrl, fleetUrl: config.fleetUrl }, EntryPaths.twilioAfterStream, { agentId, environmentId, sessionId: admission.sessionId }))
   }).pipe(Effect.annotateLogs("route", EntryPaths.twilioVoice))

@@ -105,6 +105,55 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
     })
   })
 
+  it("Call Control streaming.stopped: nothing for a session that ended or a foreign client_state; one left active is claimed once and rescued through REST", async () => {
+    const callControl = `/telephony/telnyx/call-control?agentId=${t.agentId}&environmentId=${t.environmentId}`
+    const stopped = (callId: string, clientState: string) => {
+      const body = telnyx.callControlEvent("streaming.stopped", {
+        call_control_id: callId,
+        connection_id: "1684641123236054244",
+        client_state: clientState,
+        stream_url: "wss://callgate.test/telephony/telnyx/stream?token=x"
+      })
+      return t.app.inject({ method: "POST", url: callControl, payload: body, headers: { "content-type": "application/json", ...telnyx.signWebhook(body) } })
+    }
+    const clientState = (sessionId: string) => Buffer.from(sessionId).toString("base64")
+    const ended = sampleSession(t.agentId, {
+      environmentId: t.environmentId,
+      provider: "telnyx",
+      callKind: "telnyx-call-control",
+      callId: "v3:cc-ended",
+      status: "completed",
+      endReason: "caller_hangup",
+      endedAt: new Date().toISOString()
+    })
+    const left = sampleSession(t.agentId, { environmentId: t.environmentId, provider: "telnyx", callKind: "telnyx-call-control", callId: "v3:cc-left" })
+    await run(Effect.flatMap(Sessions, (s) => Effect.zipRight(s.record(ended), s.record(left))))
+
+    expect((await stopped(ended.callId, clientState(ended.id))).json()).toEqual({ received: true })
+    expect((await stopped("v3:cc-foreign", Buffer.from("someone else's state").toString("base64"))).json()).toEqual({ received: true })
+    // Telnyx may send it twice (a retry, streaming.failed): acknowledged at once each time, rescued once.
+    const twice = await Promise.all([stopped(left.callId, clientState(left.id)), stopped(left.callId, clientState(left.id))])
+    expect(twice.map((res) => res.statusCode)).toEqual([200, 200])
+    await telnyx.waitFor(() => telnyx.commands(left.callId, "hangup").length > 0)
+    // The rescue is recorded on the session once the carrier answered it.
+    let record = await stored(t.agentId, left.id)
+    for (let tries = 0; record.fallback === null && tries < 200; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      record = await stored(t.agentId, left.id)
+    }
+    expect(record).toMatchObject({
+      status: "failed",
+      endReason: "instance_lost",
+      fallback: { trigger: "instance_lost", type: "disabled", outcome: "hung_up" }
+    })
+    // The environment's fallback (disabled: a hang-up) went through the REST API, once; the
+    // session that had ended and the foreign call got nothing (their events came first).
+    expect(telnyx.commands(left.callId).map((r) => r.path)).toEqual([`/v2/calls/${left.callId}/actions/hangup`])
+    expect(telnyx.commands(ended.callId)).toEqual([])
+    expect(telnyx.commands("v3:cc-foreign")).toEqual([])
+    expect(await stored(t.agentId, ended.id)).toEqual(ended)
+  })
+
   it("no record at all (the instance died before writing the start): the fallback answers and a terminal record is written", async () => {
     const sessionId = uniqueId("ses")
     const res = await twilioPost(path("twilio", sessionId), form("CAnorecord"))

@@ -103,7 +103,7 @@ describe("Telnyx entry endpoints", () => {
     const post = (body: string, headers: Record<string, string> = telnyx.signWebhook(body), url = path()) =>
       t.app.inject({ method: "POST", url, payload: body, headers: { "content-type": "application/json", ...headers } })
 
-    it("call.initiated: 200 at once, then the call is answered with a bidirectional RTP stream carrying the session token", async () => {
+    it("call.initiated: 200 at once, then the call is answered with a bidirectional RTP stream carrying the session token and the session id as client_state", async () => {
       const res = await post(telnyx.callControlEvent("call.initiated", callPayload("v3:cc-in-1")))
       expect(res.statusCode).toBe(200)
       expect(res.json()).toEqual({ received: true })
@@ -112,12 +112,16 @@ describe("Telnyx entry endpoints", () => {
       expect(answer.headers.authorization).toBe(`Bearer ${telnyx.apiKey}`)
       const json = answer.json as Record<string, string>
       const token = json.stream_auth_token!
+      const sessionId = (await t.claimsOf(token))?.entrySessionId
+      expect(sessionId).toMatch(/^ses_/)
       expect(json).toEqual({
         stream_url: `wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}`,
         stream_track: "inbound_track",
         stream_bidirectional_mode: "rtp",
         stream_bidirectional_codec: "PCMU",
         stream_auth_token: token,
+        // Every later webhook of the call names its session (streaming.stopped: docs/reliability.md).
+        client_state: Buffer.from(sessionId!).toString("base64"),
         command_id: expect.stringMatching(/^[0-9a-f-]{36}$/)
       })
       expect(await t.claimsOf(token)).toMatchObject({
