@@ -1,5 +1,5 @@
 import { createHmac, randomBytes, randomUUID } from "node:crypto"
-import { SimError, redactUrl } from "./SimCall.js"
+import { type SimCall, SimError, redactUrl } from "./SimCall.js"
 import { parseStreamMarkup, type StreamInstruction } from "./StreamMarkup.js"
 
 /** What the gateway's call entry endpoint answered. */
@@ -75,4 +75,68 @@ export const postEntryWebhook = async (
     throw new SimError(`voice webhook ${redactUrl(url)} answered HTTP ${response.status}: ${markup.slice(0, 300)}`, "webhook", response.status, markup)
   }
   return { status: response.status, markup, stream: parseStreamMarkup(markup) }
+}
+
+/** What the gateway answered when the simulator, as the carrier, followed the entry answer's `<Redirect>`. */
+export interface RedirectAnswer {
+  /** The URL the redirect named (what the request is signed over). */
+  readonly url: string
+  readonly status: number
+  readonly markup: string
+  /** `Date.now()` when the answer arrived. */
+  readonly answeredAt: number
+}
+
+/** Moves an http(s) URL onto the gateway's origin, keeping its path and query (see onGatewayOrigin). */
+export const onGatewayHttpOrigin = (url: string, gatewayUrl: string) => {
+  const moved = new URL(url)
+  const gateway = new URL(gatewayUrl)
+  moved.protocol = gateway.protocol
+  moved.host = gateway.host
+  return moved.toString()
+}
+
+/**
+ * Does what a carrier does after a `<Connect><Stream>` that the gateway ended (closed by the
+ * gateway, or its socket died): goes on to the document's next verb, the `<Redirect>`, and posts
+ * the call's form there, signed by `headers(url, body)`. Set as `call.redirected` (undefined when
+ * the simulator hung up, or the answer had no `<Redirect>`). The simulator cannot see a REST
+ * update that replaced the call's document meanwhile, so it follows the redirect whenever the
+ * gateway ended the stream; callgate answers such a call with a plain hang-up.
+ */
+export const followRedirectAfterStream = (
+  call: SimCall,
+  options: {
+    readonly params: Readonly<Record<string, string>>
+    readonly headers: (url: string, body: string, params: Readonly<Record<string, string>>) => Record<string, string>
+    /** Post to the same path and query on this base URL (a public URL the simulator cannot reach). */
+    readonly via?: string
+  }
+): void => {
+  const redirect = call.entry?.stream.redirect
+  if (redirect === undefined) return
+  call.redirected = call.closed.then(async (closed): Promise<RedirectAnswer | undefined> => {
+    if (closed.by === "simulator") return undefined
+    const params = { ...options.params, CallStatus: "in-progress" }
+    const body = new URLSearchParams(params).toString()
+    const target = options.via === undefined ? redirect.url : onGatewayHttpOrigin(redirect.url, options.via)
+    const headers = options.headers(redirect.url, body, params)
+    try {
+      const response =
+        redirect.method === "GET"
+          ? await fetch(`${target}${target.includes("?") ? "&" : "?"}${body}`, { headers, redirect: "manual", signal: AbortSignal.timeout(15_000) })
+          : await fetch(target, {
+              method: "POST",
+              headers: { "content-type": "application/x-www-form-urlencoded", ...headers },
+              body,
+              redirect: "manual",
+              signal: AbortSignal.timeout(15_000)
+            })
+      return { url: redirect.url, status: response.status, markup: await response.text(), answeredAt: Date.now() }
+    } catch (error) {
+      throw new SimError(`<Redirect> ${redactUrl(redirect.url)} unreachable: ${(error as Error).message}`, "webhook")
+    }
+  })
+  // Never an unhandled rejection for callers that do not look.
+  call.redirected.catch(() => {})
 }

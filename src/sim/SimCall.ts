@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events"
 import { performance } from "node:perf_hooks"
-import type { EntryAnswer } from "./CallEntry.js"
+import type { EntryAnswer, RedirectAnswer } from "./CallEntry.js"
 import type { CarrierDialect } from "./CarrierDialect.js"
 import { nowUs, writeStamp } from "./FrameStamp.js"
 import { FramePacer } from "./FramePacer.js"
@@ -123,6 +123,11 @@ export class SimCall extends EventEmitter<SimCallEvents> {
   readonly closed: Promise<CloseInfo>
   /** For calls placed through an entry webhook: what the gateway answered (see CallEntry). */
   entry: EntryAnswer | undefined
+  /**
+   * With `followRedirect`: resolves, once the stream has ended, with what the gateway answered to the
+   * `<Redirect>` the carrier followed (undefined when the simulator hung up). See CallEntry.
+   */
+  redirected: Promise<RedirectAnswer | undefined> | undefined
 
   private readonly ws: SimSocket
   private readonly pacer: FramePacer

@@ -9,6 +9,11 @@ export interface StreamInstruction {
   readonly attributes: Readonly<Record<string, string>>
   /** The `<Parameter name value>` children, which come back in the start frame's custom parameters. */
   readonly parameters: Readonly<Record<string, string>>
+  /**
+   * The `<Redirect>` after `<Connect>`, if the answer has one: where the carrier goes once the
+   * stream ends (unless the call's document was replaced through the REST API meanwhile).
+   */
+  readonly redirect?: { readonly url: string; readonly method: "GET" | "POST" }
 }
 
 const parser = new XMLParser({
@@ -16,7 +21,7 @@ const parser = new XMLParser({
   attributeNamePrefix: "",
   parseAttributeValue: false,
   parseTagValue: false,
-  isArray: (name) => name === "Parameter" || name === "Stream" || name === "Connect"
+  isArray: (name) => name === "Parameter" || name === "Stream" || name === "Connect" || name === "Redirect"
 })
 
 /**
@@ -43,5 +48,8 @@ export const parseStreamMarkup = (xml: string): StreamInstruction => {
   for (const parameter of (stream.Parameter as Array<any> | undefined) ?? []) {
     if (typeof parameter?.name === "string") parameters[parameter.name] = String(parameter.value ?? "")
   }
-  return { url: attributes.url, attributes, parameters }
+  const redirect = (response.Redirect as Array<any> | undefined)?.[0]
+  const redirectUrl = typeof redirect === "string" ? redirect : typeof redirect?.["#text"] === "string" ? (redirect["#text"] as string) : undefined
+  const method = typeof redirect === "object" && String(redirect?.method ?? "").toUpperCase() === "GET" ? "GET" : "POST"
+  return { url: attributes.url, attributes, parameters, ...(redirectUrl ? { redirect: { url: redirectUrl.trim(), method } } : {}) }
 }

@@ -1,5 +1,5 @@
 import { type KeyObject, sign } from "node:crypto"
-import { entryUrl, onGatewayOrigin, postEntryWebhook, telnyxCallControlId, uuid } from "./CallEntry.js"
+import { entryUrl, followRedirectAfterStream, onGatewayOrigin, postEntryWebhook, telnyxCallControlId, uuid } from "./CallEntry.js"
 import { telnyxDialect } from "./CarrierDialect.js"
 import { SimCall, type SimCallOptions } from "./SimCall.js"
 
@@ -67,6 +67,8 @@ export interface TelnyxTexmlCallOptions extends SimCallOptions {
   readonly streamVia?: "texml" | "gateway"
   readonly encoding?: "PCMU" | "audio/x-mulaw"
   readonly webhookParams?: Readonly<Record<string, string>>
+  /** Like Telnyx, go on to the TeXML's `<Redirect>` when the gateway ends the stream (see placeTwilioCall); signed like the webhook. */
+  readonly followRedirect?: boolean
 }
 
 /**
@@ -109,6 +111,16 @@ export const placeTelnyxTexmlCall = async (options: TelnyxTexmlCallOptions): Pro
   })
   const call = new SimCall(connectUrl, dialect, options)
   call.entry = { ...answer, connectUrl }
+  if (options.followRedirect === true) {
+    followRedirectAfterStream(call, {
+      params,
+      headers: (_url, redirectBody) => ({
+        ...(options.signingKey ? telnyxSignatureHeaders(options.signingKey, redirectBody) : {}),
+        ...options.webhookHeaders?.(redirectBody)
+      }),
+      ...(options.streamVia === "gateway" ? { via: options.gatewayUrl } : {})
+    })
+  }
   await call.open()
   return call
 }

@@ -1,4 +1,4 @@
-import { entryUrl, onGatewayOrigin, postEntryWebhook, twilioSid, twilioSignature } from "./CallEntry.js"
+import { entryUrl, followRedirectAfterStream, onGatewayOrigin, postEntryWebhook, twilioSid, twilioSignature } from "./CallEntry.js"
 import { twilioDialect } from "./CarrierDialect.js"
 import { SimCall, type SimCallOptions } from "./SimCall.js"
 
@@ -53,6 +53,12 @@ export interface TwilioCallOptions extends SimCallOptions {
   readonly streamVia?: "twiml" | "gateway"
   /** More webhook parameters (e.g. CallerName), or overrides of the defaults. */
   readonly webhookParams?: Readonly<Record<string, string>>
+  /**
+   * Like Twilio, go on to the TwiML's `<Redirect>` when the gateway ends the stream (closes it or
+   * dies): `call.redirected` has the answer. The request goes where the redirect names (moved onto
+   * `gatewayUrl`'s origin with `streamVia: "gateway"`), signed over the URL it names.
+   */
+  readonly followRedirect?: boolean
 }
 
 /**
@@ -86,6 +92,14 @@ export const placeTwilioCall = async (options: TwilioCallOptions): Promise<SimCa
     options.authToken !== undefined ? { "X-Twilio-Signature": twilioSignature(options.authToken, answer.stream.url) } : {}
   const call = new SimCall(connectUrl, dialect, { ...options, headers: { ...signature, ...options.headers } })
   call.entry = { ...answer, connectUrl }
+  if (options.followRedirect === true) {
+    followRedirectAfterStream(call, {
+      params,
+      headers: (url, _body, form): Record<string, string> =>
+        options.authToken !== undefined ? { "X-Twilio-Signature": twilioSignature(options.authToken, url, form) } : {},
+      ...(options.streamVia === "gateway" ? { via: options.gatewayUrl } : {})
+    })
+  }
   await call.open()
   return call
 }

@@ -35,6 +35,8 @@ Options:
   --public-url URL       the gateway's PUBLIC_URL, for signatures (default: --gateway)
   --stream-via WHERE     twiml: connect to the stream URL the answer gives (default);
                          gateway: the same path and query on the --gateway host
+  --follow-redirect      when the gateway ends the stream (or dies), go on to the answer's
+                         <Redirect> as the carrier does, and print what it answers
   --key KEY              an API key for the agent (admin or scoped; default the CALLGATE_API_KEY
                          environment variable): reads the call's session afterwards (its id,
                          status, turns as the gateway measured them, the rescue and why)
@@ -75,6 +77,7 @@ const parse = () => {
         "auth-token": { type: "string" },
         "public-url": { type: "string" },
         "stream-via": { type: "string", default: "twiml" },
+        "follow-redirect": { type: "boolean", default: false },
         key: { type: "string" },
         expect: { type: "string", default: "answered" },
         "wait-for-agent": { type: "boolean", default: false },
@@ -153,6 +156,7 @@ const main = async () => {
       agentId: args.agent,
       environmentId: args.environment,
       callSid,
+      followRedirect: args["follow-redirect"],
       ...(args.from ? { from: args.from } : {}),
       ...(args.to ? { to: args.to } : {})
     }
@@ -219,6 +223,23 @@ const main = async () => {
   const closed = await call.hangup()
   clearTimeout(cap)
   log(`stream closed by the ${closed.by}: code ${closed.code}${closed.reason ? ` (${closed.reason})` : ""}`)
+  let redirectRescue: string | undefined
+  if (call.redirected !== undefined) {
+    try {
+      const answer = await call.redirected
+      if (answer !== undefined) {
+        const verbs = [...answer.markup.matchAll(/<(Dial|Say|Play|Hangup|Redirect|Connect|Reject|Enqueue|Gather|Pause)\b[^>]*>([^<]*)/g)]
+          .map((match) => (match[2] ? `<${match[1]}>${match[2]}` : `<${match[1]}>`))
+          .join(" ")
+        log(`the carrier followed the <Redirect> ${redactUrl(answer.url)}: HTTP ${answer.status}, ${verbs || answer.markup.slice(0, 200)}`)
+        if (answer.status === 200 && verbs !== "<Hangup>") redirectRescue = verbs
+      }
+    } catch (error) {
+      log((error as Error).message)
+    }
+  } else if (args["follow-redirect"] && closed.by === "gateway") {
+    log("the answer had no <Redirect> to follow")
+  }
   const s = call.stats
   log(
     `summary: sent ${s.framesSent} media frames (${s.voicedFramesSent} voiced), ${s.dtmfSent} DTMF; received ${s.agentMessages} media frames ` +
@@ -251,6 +272,7 @@ const main = async () => {
     log(`rescued: ${f.trigger} (${f.errorMessage}); error fallback ${f.type}: ${f.outcome}${f.detail ? ` (${f.detail})` : ""}`)
     return finish("rescued", `${f.trigger}, ${f.outcome}`)
   }
+  if (session === undefined && redirectRescue !== undefined) return finish("rescued", `the <Redirect> answered ${redirectRescue}`)
   if (session === undefined && closed.by === "gateway" && latencies.length < turns) {
     // Without the session: the gateway ended the call before the caller was done.
     return finish("failed", `the gateway ended the call after ${latencies.length} of ${turns} turns answered; pass --key to learn why`)

@@ -4,7 +4,7 @@
  * `callgate-sim` (cli.ts), the tests, the demo and the benchmark all build on these exports.
  */
 export { comfortNoise, loadAudio, readUlawFile, readWavFile, seededRandom, silence, speechLike, type SpeechLikeOptions } from "./AudioSource.js"
-export { entryUrl, onGatewayOrigin, twilioSignature, type EntryAnswer } from "./CallEntry.js"
+export { entryUrl, onGatewayOrigin, twilioSignature, type EntryAnswer, type RedirectAnswer } from "./CallEntry.js"
 export { telnyxDialect, twilioDialect, type CarrierDialect } from "./CarrierDialect.js"
 export { nowUs, readStamp, readStampInto, STAMP_BYTES, writeStamp, type FrameStamp } from "./FrameStamp.js"
 export { FramePacer } from "./FramePacer.js"
