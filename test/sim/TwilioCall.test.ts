@@ -6,7 +6,7 @@ import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
 import { SimError, type SimCall } from "../../src/sim/SimCall.js"
 import { runScript } from "../../src/sim/Script.js"
 import { connectTwilioStream, placeTwilioCall } from "../../src/sim/TwilioCall.js"
-import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
+import { defaultAnswer, type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
 const appointment = readUlawFile("test/fixtures/audio/caller-appointment.ulaw")
 const greeting = readUlawFile("test/fixtures/audio/agent-greeting.ulaw")
@@ -64,6 +64,39 @@ describe("simulated Twilio call", () => {
     })
     expect(call.streamId).toMatch(/^MZ[0-9a-f]{32}$/)
     expect(call.entry?.stream.parameters.token).toBe("tok.en&1")
+  })
+
+  it("followRedirect: goes on to the <Redirect> when the gateway ends the stream, signed as Twilio signs it; not when the caller hangs up", async () => {
+    await gateway.close()
+    const redirectAnswer = `<?xml version="1.0" encoding="UTF-8"?><Response><Dial>+14155550123</Dial></Response>`
+    gateway = await startFakeGateway({
+      answer: (hook, origin) => {
+        if (hook.path === "/telephony/twilio/after-stream") return { status: 200, body: redirectAnswer }
+        const first = defaultAnswer(hook, origin)
+        const redirect = `${origin}/telephony/twilio/after-stream?agentId=agent_1&amp;sessionId=ses_1`
+        return { ...first, body: first.body.replace("</Response>", `<Redirect method="POST">${redirect}</Redirect></Response>`) }
+      }
+    })
+    const authToken = "sim-redirect-token"
+    const ended = await place({ authToken, followRedirect: true, callSid: "CA00000000000000000000000000000001" })
+    const redirectUrl = `${gateway.url}/telephony/twilio/after-stream?agentId=agent_1&sessionId=ses_1`
+    expect(ended.entry?.stream.redirect).toEqual({ url: redirectUrl, method: "POST" })
+    // The gateway goes away mid-stream (its socket dies): the carrier follows the redirect.
+    const stream = await gateway.stream(0)
+    await stream.nth("media")
+    stream.socket.terminate()
+    const answer = await ended.redirected
+    expect(answer).toMatchObject({ url: redirectUrl, status: 200, markup: redirectAnswer })
+    const hook = gateway.webhooks.find((h) => h.path === "/telephony/twilio/after-stream")!
+    expect(hook.form).toMatchObject({ CallSid: "CA00000000000000000000000000000001", CallStatus: "in-progress", Direction: "inbound" })
+    expect(twilio.validateRequest(authToken, String(hook.headers["x-twilio-signature"]), redirectUrl, hook.form)).toBe(true)
+
+    // A caller who hangs up is gone: nothing follows.
+    const hungUp = await place({ authToken, followRedirect: true })
+    await (await gateway.stream(1)).nth("media")
+    await hungUp.hangup()
+    expect(await hungUp.redirected).toBeUndefined()
+    expect(gateway.webhooks.filter((h) => h.path === "/telephony/twilio/after-stream")).toHaveLength(1)
   })
 
   it("streams continuous media: numbered frames of 160 bytes, silence between the audio played", async () => {
