@@ -53,13 +53,18 @@ export interface Rig {
   readonly placeCalls: (count: number) => Promise<Array<LiveCall>>
   /** Caller frames the agent received, by call index: the stamps' sequence numbers. */
   readonly received: Map<number, Array<number>>
+  /** Agent frames the caller received, by call index: the stamps' sequence numbers (the agent streams stamped silence). */
+  readonly receivedByCaller: Map<number, Array<number>>
   /** session.ended payloads the receiver got, in order. */
   readonly endedEvents: () => Array<{ sessionId: string; status: string; endReason?: string; callId: string }>
   readonly sessions: () => Promise<Array<{ id: string; status: string; endReason: string | null; callId: string; instanceId?: string }>>
   readonly close: () => Promise<void>
 }
 
-/** Frames missing between the first and last the agent got, and after the last the caller sent. */
+/**
+ * Frames missing between the first and last the receiver got, and after the last up to `sent`
+ * (for agent frames, whose sender's count the test does not see: the last received).
+ */
 export const framesLost = (received: ReadonlyArray<number> | undefined, sent: number): number => {
   if (received === undefined || received.length === 0) return sent
   const seen = new Set(received)
@@ -99,6 +104,7 @@ export const startRig = async (redisUrl: string, env: Record<string, string> = {
   }
   const agents: Array<SilentAgent> = []
   const received = new Map<number, Array<number>>()
+  const receivedByCaller = new Map<number, Array<number>>()
   const rig: Rig = {
     twilio,
     receiver,
@@ -110,13 +116,17 @@ export const startRig = async (redisUrl: string, env: Record<string, string> = {
       return rig.gateway
     },
     received,
+    receivedByCaller,
     placeCalls: async (count) => {
       const agent = await startSilentAgent({
         gatewayUrl: baseUrl,
         agentId: rig.agentId,
         environmentId: rig.environmentId,
         apiKey: ADMIN_KEY,
-        capacity: count
+        capacity: count,
+        // Stamped silence towards every caller, so a lost agent frame shows as a gap too.
+        stream: "silence",
+        stampFrames: true
       })
       agents.push(agent)
       agent.on("callerMedia", (audio) => {
@@ -138,10 +148,17 @@ export const startRig = async (redisUrl: string, env: Record<string, string> = {
           authToken: twilio.authToken,
           stampCallId: index + 1
         })
+        const seqs: Array<number> = []
+        receivedByCaller.set(index + 1, seqs)
+        call.on("agentMedia", ({ payload }) => {
+          const stamp = readStamp(payload)
+          if (stamp !== undefined) seqs.push(stamp.seq)
+        })
         calls.push({ index: index + 1, callSid, call })
       }
-      // Every call is connected: the agent hears each one's frames.
+      // Every call is connected: the agent hears each one's frames, and each caller the agent's.
       await until(() => received.size, (n) => n === count, "caller frames at the agent on every call")
+      await until(() => calls.filter(({ index }) => receivedByCaller.get(index)!.length > 0).length, (n) => n === count, "agent frames at every caller")
       return calls
     },
     endedEvents: () =>
@@ -178,20 +195,25 @@ export const startFleetInstance = async (options: {
   readonly redisUrl: string
   readonly publicUrl: string
   readonly twilio: FakeTwilio
+  /** The instance id as given (behind nginx it names the instance's /i/{id}/ route); default `name` made unique. */
+  readonly instanceId?: string
+  /** More variables (FLEET_URL, PORT, the fake Telnyx's, INSTANCE_TTL), or overrides. */
+  readonly env?: Record<string, string>
 }): Promise<GatewayProcess> => {
   const gateway = await spawnGateway({
     ADMIN_API_KEY: ADMIN_KEY,
     REDIS_URL: options.redisUrl,
     SECRETS_KEY: TEST_SECRETS_KEY,
     REDIS_KEY_PREFIX: options.prefix,
-    INSTANCE_ID: uniqueId(options.name),
+    INSTANCE_ID: options.instanceId ?? uniqueId(options.name),
     DATA_DIR: mkdtempSync(join(tmpdir(), "callgate-fleet-")),
     PUBLIC_URL: options.publicUrl,
     ...options.twilio.env,
     RATE_LIMIT_PER_MINUTE: "0",
     WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
     WEBHOOK_CA_FILE: CA_FILE,
-    LOG_LEVEL: "info"
+    LOG_LEVEL: "info",
+    ...options.env
   })
   await waitForHealthy(gateway, "/readyz", 90_000)
   return gateway

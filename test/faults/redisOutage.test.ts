@@ -5,9 +5,10 @@ import { type RestartableRedis, startRestartableRedis } from "../support/redisSe
 import { framesLost, LONG, type LiveCall, type Rig, sleep, startRig, until } from "./faultRig.js"
 
 /**
- * Redis goes away with live calls, half of which end while it is away. Audio keeps flowing; the
- * ends the store cannot take are kept in memory and retried until it answers; once it is back every
- * session is terminal and every session.ended delivered. Stopped (SIGTERM) while Redis is away, the
+ * Redis goes away with live calls, half of which end while it is away. Audio keeps flowing both
+ * ways (caller and agent frames are stamped: a lost one is a gap); the ends the store cannot take
+ * are kept in memory and retried until it answers; once it is back every session is terminal and
+ * every session.ended delivered. Stopped (SIGTERM) while Redis is away, the
  * instance spools the kept ends to DATA_DIR and replays them at the next start.
  *
  * CI runs a 15 s outage; `npm run test:faults -- --long` adds 2 and 10 minutes.
@@ -42,7 +43,7 @@ describe("Redis outages with live calls", () => {
   })
 
   it.each(outages)(
-    "a %s outage, 20 live calls, 10 ending while Redis is away: 0 frames lost, 20/20 terminal, 20/20 session.ended",
+    "a %s outage, 20 live calls, 10 ending while Redis is away: 0 frames lost both ways, 20/20 terminal, 20/20 session.ended",
     async (_label, outageMs) => {
       redis = await startRestartableRedis({ password: PASSWORD })
       rig = await startRig(redis.url)
@@ -52,6 +53,7 @@ describe("Redis outages with live calls", () => {
       const early = calls.slice(0, 10)
       const late = calls.slice(10)
 
+      const agentFramesAtDown = new Map(late.map(({ index }) => [index, live.receivedByCaller.get(index)!.length]))
       await redis.down()
       const downAt = Date.now()
       await hangUp(early)
@@ -62,8 +64,10 @@ describe("Redis outages with live calls", () => {
       expect(said[0]).toContain(`redis://127.0.0.1:${redis.port}`)
       expect(live.gateway.stdout()).not.toContain(PASSWORD)
       await sleep(Math.max(0, outageMs - (Date.now() - downAt)))
-      // The late calls are still live, and nothing was sent for the early ones while Redis was away.
+      // The late calls are still live, the agent's audio still reaches them, and nothing was sent
+      // for the early ones while Redis was away.
       for (const { call } of late) expect(call.isOpen).toBe(true)
+      for (const { index } of late) expect(live.receivedByCaller.get(index)!.length).toBeGreaterThan(agentFramesAtDown.get(index)!)
       expect(live.endedEvents()).toHaveLength(0)
       await redis.up()
 
@@ -75,8 +79,12 @@ describe("Redis outages with live calls", () => {
       expect(new Set(events.map((e) => e.sessionId))).toEqual(new Set(sessions.map((s) => s.id)))
       expect(live.endedEvents()).toHaveLength(20)
 
-      // Not one caller frame lost on any call, across the outage.
+      // Not one frame lost on any call, either way, across the outage.
       for (const { index, call } of calls) expect(framesLost(live.received.get(index), call.stats.framesSent)).toBe(0)
+      for (const { index } of calls) {
+        const seqs = live.receivedByCaller.get(index)!
+        expect({ call: index, agentFramesLost: framesLost(seqs, Math.max(...seqs)) }).toEqual({ call: index, agentFramesLost: 0 })
+      }
       expect(live.gateway.stdout()).toContain("answers again")
     },
     LONG ? 900_000 : 240_000

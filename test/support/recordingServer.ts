@@ -13,6 +13,8 @@ export interface RecordedRequest {
   readonly form: Record<string, string> | undefined
   /** Set for JSON bodies. */
   readonly json: unknown
+  /** `Date.now()` when the whole request had arrived. */
+  readonly receivedAt: number
 }
 
 export interface Answer {
@@ -79,7 +81,8 @@ export const startRecordingServer = async (respond: (request: RecordedRequest) =
         query: Object.fromEntries(url.searchParams),
         headers: request.headers,
         rawBody,
-        ...parseBody(request.headers["content-type"], rawBody)
+        ...parseBody(request.headers["content-type"], rawBody),
+        receivedAt: Date.now()
       }
       requests.push(recorded)
       const override = overrides.shift()
