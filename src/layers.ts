@@ -28,7 +28,9 @@ import { OrphanReconciler } from "./session/OrphanReconciler.js"
 import { SessionEndJournal } from "./session/SessionEndJournal.js"
 import { StartupReconciliationLive } from "./session/StartupReconciliation.js"
 import { SessionLifecycle } from "./session/SessionLifecycle.js"
-import { SessionDrainLive, SessionRegistry } from "./session/SessionRegistry.js"
+import { SessionDrain, SessionDrainLive } from "./session/SessionDrain.js"
+import { SessionRegistry } from "./session/SessionRegistry.js"
+import { SessionRunner } from "./session/SessionRunner.js"
 import { Sessions } from "./session/Sessions.js"
 import { SessionTurnObserversLive } from "./session/SessionTurnObservers.js"
 import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
@@ -142,10 +144,10 @@ export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegis
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
  */
 export const CallsLive = CarrierStreams.Default.pipe(
-  Layer.provideMerge(FleetLive),
+  Layer.provideMerge(Layer.mergeAll(FleetLive, SessionDrain.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
-  Layer.provideMerge(OrphanReconciler.Default),
-  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default, CarrierCallEvents.Default)),
+  Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
+  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default))

@@ -1,28 +1,18 @@
-import { randomBytes } from "node:crypto"
-import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberId, FiberMap, Layer, Option, Queue } from "effect"
+import { Deferred, Effect, Either, Exit, FiberId, Option, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
-import { AgentConnector } from "../agent/AgentConnector.js"
-import { AgentPool } from "../agent/AgentPool.js"
-import { AppConfig } from "../config/AppConfig.js"
 import { Metrics } from "../observability/Metrics.js"
 import { providerOf } from "../core/Carrier.js"
-import { CarrierCallEvents } from "./CarrierCallEvents.js"
-import type { TurnObserver } from "../turns/TurnObserver.js"
 import type { StreamOpening } from "../core/CallLegs.js"
-import { CallSession, SessionEnding } from "./CallSession.js"
-import type { FrameProblem } from "../wire/FrameDecoding.js"
-import { HardError } from "../core/HardError.js"
 import { newSessionId, type SessionInfo } from "../core/SessionInfo.js"
-import { SessionLifecycle } from "./SessionLifecycle.js"
-import type { Session } from "./SessionSchema.js"
 import { CloseCode } from "../core/WireSocket.js"
+import type { FrameProblem } from "../wire/FrameDecoding.js"
+import { CallSession, SessionEnding } from "./CallSession.js"
+import { CarrierCallEvents } from "./CarrierCallEvents.js"
+import { SessionRunner } from "./SessionRunner.js"
+import type { Session } from "./SessionSchema.js"
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
 export { newSessionId } from "../core/SessionInfo.js"
-const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
-
-/** How long cut sessions get to run their rescue and record their end during shutdown. */
-const CUT_GRACE = Duration.seconds(15)
 
 /** An outbound call callgate placed, waiting for its media stream (the carrier answered it). */
 export interface OutboundExpectation {
@@ -47,16 +37,14 @@ export interface LiveSession {
 }
 
 /**
- * Every live session of this instance: opened synchronously by a carrier stream at `start`, run
- * as a scoped fiber (FiberMap keyed by session id), reachable by carrier call id (a Telnyx
- * call.hangup ends it).
+ * Every live session of this instance: opened synchronously by a carrier stream at `start` (its
+ * fiber is run by SessionRunner), reachable by session id (the call-control API) and by carrier
+ * call id (a Telnyx call.hangup ends it), and the outbound calls still waiting for their stream.
+ * Once the drain at shutdown (SessionDrain) stopped it, it opens no new session.
  */
 export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate/SessionRegistry", {
   scoped: Effect.gen(function* () {
-    const config = yield* AppConfig
-    const lifecycle = yield* SessionLifecycle
-    const connector = yield* AgentConnector
-    const pool = yield* AgentPool
+    const runner = yield* SessionRunner
     const metrics = yield* Metrics
     const callEvents = yield* CarrierCallEvents
 
@@ -82,82 +70,14 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       registers: [metrics.registry]
     })
 
-    const fibers = yield* FiberMap.make<string, void, never>()
-    const run = yield* FiberMap.runtime(fibers)<never>()
-
-    const unregister = (relay: CallSession) => {
+    /** The session's fiber ended: it leaves the registry, and whoever awaits its settling hears how. */
+    const unregister = (relay: CallSession, record: Option.Option<Session>) => {
       bySession.delete(relay.info.sessionId)
       const settled = settledBy.get(relay.info.sessionId)
       settledBy.delete(relay.info.sessionId)
-      if (settled !== undefined) Deferred.unsafeDone(settled, Exit.succeed(Option.none()))
+      if (settled !== undefined) Deferred.unsafeDone(settled, Exit.succeed(record))
       if (byCall.get(relay.info.call.callId) === relay) byCall.delete(relay.info.call.callId)
     }
-
-    /** Finds the agent and connects it, unless the session ends first. */
-    const connectAgent = (relay: CallSession, streamSid: string) =>
-      Effect.gen(function* () {
-        const target = yield* lifecycle.agentTarget(relay.info)
-        const agent = yield* connector.acquire(target)
-        const { info } = relay
-        relay.attachAgent(agent, {
-          sessionId: info.sessionId,
-          agentId: info.agentId,
-          environmentId: info.environmentId,
-          from: info.from ?? "",
-          to: info.to ?? "",
-          direction: info.direction,
-          provider: info.provider,
-          streamSid,
-          metadata: info.metadata
-        })
-      }).pipe(
-        Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),
-        // A bug must not leave the caller waiting for an agent until the maximum duration.
-        Effect.catchAllDefect((defect) =>
-          Effect.zipRight(
-            Effect.logError("connecting the agent failed", Cause.die(defect)),
-            Effect.sync(() =>
-              relay.end(SessionEnding.Failed({ error: new HardError({ kind: "internal", message: "callgate failed to connect the agent." }) }))
-            )
-          )
-        )
-      )
-
-    const runSession = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>) =>
-      Effect.gen(function* () {
-        // The caller is on the line: the agent is sought first, the record is written beside it.
-        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
-        const recording = yield* Effect.fork(lifecycle.begin(relay.info))
-        const observed = yield* lifecycle.observerFor(relay.info, {
-          fail: (error) => {
-            const standing = relay.end(SessionEnding.Failed({ error }))
-            return standing._tag === "Failed" && standing.error === error
-          }
-        })
-        relay.observeWith(observed.observer)
-        const ending = yield* Deferred.await(ended).pipe(
-          Effect.timeoutOption(config.sessionMaxDuration),
-          Effect.map(Option.getOrElse(() => relay.end(SessionEnding.Timeout())))
-        )
-        yield* Fiber.interrupt(connecting)
-        // The end is recorded over the start, so the start must be written first.
-        yield* Fiber.join(recording)
-        const record = yield* lifecycle.finish(relay, ending, observed).pipe(Effect.uninterruptible)
-        const settled = settledBy.get(relay.info.sessionId)
-        if (settled !== undefined) yield* Deferred.succeed(settled, Option.some(record))
-      }).pipe(
-        // The session's scope: its turn observer's watchdog and store writes end with the session.
-        Effect.scoped,
-        // Cut without a chance to finish (the shutdown grace ran out): at least close both sockets.
-        Effect.onInterrupt(() =>
-          Effect.sync(() => {
-            relay.end(SessionEnding.Failed({ error: new HardError({ kind: "shutdown", message: "callgate shut down during the call." }) }))
-            relay.release(CloseCode.goingAway, "callgate is shutting down")
-            relay.carrier.close(CloseCode.goingAway, "callgate is shutting down")
-          })
-        ),
-        Effect.annotateLogs({ sessionId: relay.info.sessionId, agentId: relay.info.agentId, environmentId: relay.info.environmentId })
-      )
 
     /** Opens a session for a stream whose credentials were checked; synchronous, so no frame is missed. */
     const open = (opening: StreamOpening): Either.Either<void, FrameProblem> => {
@@ -203,7 +123,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       bySession.set(info.sessionId, relay)
       settledBy.set(info.sessionId, Deferred.unsafeMake<Option.Option<Session>>(FiberId.none))
       byCall.set(info.call.callId, relay)
-      run(info.sessionId, runSession(relay, ended).pipe(Effect.ensuring(Effect.sync(() => unregister(relay)))))
+      runner.start(relay, ended, (record) => unregister(relay, record))
       if (outbound !== undefined) {
         try {
           outbound.opened(Option.getOrThrow(live(info.sessionId)))
@@ -248,32 +168,20 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       })
     }
 
-    /**
-     * Graceful shutdown: no new calls or dial-in agents, live calls run on for up to
-     * SHUTDOWN_DRAIN_TIMEOUT, then the rest are cut (hard error `shutdown`, so the rescue runs)
-     * and get a short grace to record their end.
-     */
-    const drain = Effect.gen(function* () {
+    /** No new sessions from now on (the drain at shutdown): streams are refused with "try again later". */
+    const stopOpening = Effect.sync(() => {
       draining = true
-      yield* pool.stopAccepting
-      if (liveCount() === 0) return
-      yield* Effect.logInfo("draining live calls", { live: liveCount(), timeout: Duration.format(config.shutdownDrainTimeout) })
-      // Drain runs as a finalizer, where everything is uninterruptible: the waits are made
-      // interruptible again so their timeouts can end them.
-      const drained = yield* FiberMap.awaitEmpty(fibers).pipe(Effect.interruptible, Effect.timeoutOption(config.shutdownDrainTimeout))
-      if (Option.isSome(drained)) return
-      yield* Effect.logWarning("drain timeout reached: cutting live calls", { live: liveCount() })
-      for (const relay of bySession.values()) {
-        relay.end(
-          SessionEnding.Failed({ error: new HardError({ kind: "shutdown", message: "callgate shut down during the call." }) })
-        )
-      }
-      yield* FiberMap.awaitEmpty(fibers).pipe(Effect.interruptible, Effect.timeoutOption(CUT_GRACE))
     })
+
+    /** Ends every live session with `ending` (each one's first ending stands). */
+    const endAll = (ending: SessionEnding): void => {
+      for (const relay of bySession.values()) relay.end(ending)
+    }
 
     return {
       open,
-      drain,
+      stopOpening,
+      endAll,
       isDraining: (): boolean => draining,
       liveCount,
       live,
@@ -283,11 +191,3 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     } as const
   })
 }) {}
-
-/**
- * Drains live calls when the app stops. Merged beside the HTTP server layer (main.ts), so it is
- * released before the HTTP app closes its sockets.
- */
-export const SessionDrainLive = Layer.scopedDiscard(
-  Effect.flatMap(SessionRegistry, (registry) => Effect.addFinalizer(() => registry.drain))
-)

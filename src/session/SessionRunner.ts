@@ -1,0 +1,118 @@
+import { randomBytes } from "node:crypto"
+import { Cause, Deferred, Effect, Exit, Fiber, FiberMap, Option } from "effect"
+import { AgentConnector } from "../agent/AgentConnector.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { HardError } from "../core/HardError.js"
+import { CloseCode } from "../core/WireSocket.js"
+import { type CallSession, SessionEnding } from "./CallSession.js"
+import { SessionLifecycle } from "./SessionLifecycle.js"
+import type { Session } from "./SessionSchema.js"
+
+const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
+
+/** The hard error of a session cut because callgate is shutting down. */
+export const shutdownError = () => new HardError({ kind: "shutdown", message: "callgate shut down during the call." })
+
+/**
+ * Runs each live session as its own fiber (docs/design.md, "The path of a rescue", step 4): the
+ * agent is sought and the record written while the call relays; once the session's ending stands
+ * (or SESSION_MAX_DURATION passes) the fiber acts on it through `SessionLifecycle.finish`. The
+ * fibers sit in one FiberMap keyed by session id, in this service's scope, so the drain at shutdown
+ * (SessionDrain) can wait for them and whatever is left is interrupted when the app stops.
+ */
+export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/SessionRunner", {
+  scoped: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const lifecycle = yield* SessionLifecycle
+    const connector = yield* AgentConnector
+
+    const fibers = yield* FiberMap.make<string, void, never>()
+    const fork = yield* FiberMap.runtime(fibers)<never>()
+
+    /** Finds the agent and connects it, unless the session ends first. */
+    const connectAgent = (relay: CallSession, streamSid: string) =>
+      Effect.gen(function* () {
+        const target = yield* lifecycle.agentTarget(relay.info)
+        const agent = yield* connector.acquire(target)
+        const { info } = relay
+        relay.attachAgent(agent, {
+          sessionId: info.sessionId,
+          agentId: info.agentId,
+          environmentId: info.environmentId,
+          from: info.from ?? "",
+          to: info.to ?? "",
+          direction: info.direction,
+          provider: info.provider,
+          streamSid,
+          metadata: info.metadata
+        })
+      }).pipe(
+        Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),
+        // A bug must not leave the caller waiting for an agent until the maximum duration.
+        Effect.catchAllDefect((defect) =>
+          Effect.zipRight(
+            Effect.logError("connecting the agent failed", Cause.die(defect)),
+            Effect.sync(() =>
+              relay.end(SessionEnding.Failed({ error: new HardError({ kind: "internal", message: "callgate failed to connect the agent." }) }))
+            )
+          )
+        )
+      )
+
+    /** The session's fiber: its closed record once its ending was acted on. */
+    const runSession = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>): Effect.Effect<Session> =>
+      Effect.gen(function* () {
+        // The caller is on the line: the agent is sought first, the record is written beside it.
+        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
+        const recording = yield* Effect.fork(lifecycle.begin(relay.info))
+        const observed = yield* lifecycle.observerFor(relay.info, {
+          fail: (error) => {
+            const standing = relay.end(SessionEnding.Failed({ error }))
+            return standing._tag === "Failed" && standing.error === error
+          }
+        })
+        relay.observeWith(observed.observer)
+        const ending = yield* Deferred.await(ended).pipe(
+          Effect.timeoutOption(config.sessionMaxDuration),
+          Effect.map(Option.getOrElse(() => relay.end(SessionEnding.Timeout())))
+        )
+        yield* Fiber.interrupt(connecting)
+        // The end is recorded over the start, so the start must be written first.
+        yield* Fiber.join(recording)
+        return yield* lifecycle.finish(relay, ending, observed).pipe(Effect.uninterruptible)
+      }).pipe(
+        // The session's scope: its turn observer's watchdog and store writes end with the session.
+        Effect.scoped,
+        // Cut without a chance to finish (the shutdown grace ran out): at least close both sockets.
+        Effect.onInterrupt(() =>
+          Effect.sync(() => {
+            relay.end(SessionEnding.Failed({ error: shutdownError() }))
+            relay.release(CloseCode.goingAway, "callgate is shutting down")
+            relay.carrier.close(CloseCode.goingAway, "callgate is shutting down")
+          })
+        ),
+        Effect.annotateLogs({ sessionId: relay.info.sessionId, agentId: relay.info.agentId, environmentId: relay.info.environmentId })
+      )
+
+    /**
+     * Starts the session's fiber; synchronous, so the caller's frames are never held up. `done` is
+     * called once when the fiber ends: with the closed record, or none when the session was cut
+     * at shutdown before it could finish.
+     */
+    const start = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>, done: (record: Option.Option<Session>) => void): void => {
+      fork(
+        relay.info.sessionId,
+        runSession(relay, ended).pipe(
+          Effect.onExit((exit) => Effect.sync(() => done(Exit.isSuccess(exit) ? Option.some(exit.value) : Option.none()))),
+          Effect.asVoid
+        )
+      )
+    }
+
+    return {
+      start,
+      /** Waits until no session's fiber runs. */
+      awaitIdle: FiberMap.awaitEmpty(fibers)
+    } as const
+  })
+}) {}
