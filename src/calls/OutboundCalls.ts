@@ -2,6 +2,7 @@ import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import type { CallKind, CallRef, Provider } from "../core/Carrier.js"
+import { environmentKey } from "../core/EnvironmentKey.js"
 import { Environments } from "../environments/Environments.js"
 import { SessionEnding } from "../session/CallSession.js"
 import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
@@ -66,13 +67,12 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const placed = new Map<string, Placed>()
     const byCallId = new Map<string, string>()
     const inUse = new Map<string, number>()
-    const slotKey = (agentId: string, environmentId: string) => `${agentId}\u0000${environmentId}`
 
     /** The call is over for this service: its slot is free and it is forgotten. */
     const release = (call: Placed) => {
       if (!placed.delete(call.sessionId)) return
       if (call.call !== undefined) byCallId.delete(call.call.callId)
-      const key = slotKey(call.agentId, call.environmentId)
+      const key = environmentKey(call.agentId, call.environmentId)
       const count = (inUse.get(key) ?? 1) - 1
       if (count <= 0) inUse.delete(key)
       else inUse.set(key, count)
@@ -160,7 +160,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
 
       // The slot is taken before anything is awaited, so concurrent requests cannot both pass.
       const limit = env.maxConcurrentOutboundCalls
-      const key = slotKey(agentId, environmentId)
+      const key = environmentKey(agentId, environmentId)
       if ((inUse.get(key) ?? 0) >= limit) return yield* Effect.fail(new TooManyOutboundCalls({ environmentId, limit }))
       inUse.set(key, (inUse.get(key) ?? 0) + 1)
 
