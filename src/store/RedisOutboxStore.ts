@@ -1,5 +1,4 @@
 import { Effect, Layer, Option, Schema } from "effect"
-import type { RedisClient as Redis } from "./RedisConnection.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
 import { StoreError } from "../core/StoreError.js"
@@ -207,23 +206,13 @@ return 1
 /** The log keeps this many deliveries per environment (settled ones also expire after retention). */
 const LOG_CAP = 10_000
 
-type Scripts = Record<"insert" | "claim" | "renew" | "release" | "finish" | "cancel" | "requeue", (...args: Array<string | number>) => Promise<unknown>>
-
-const defineScripts = (client: Redis): Scripts => {
-  const define = (_name: string, numberOfKeys: number, lua: string) => {
-    const script = redisScript(lua)
-    return (...args: Array<string | number>) => script(client, args.slice(0, numberOfKeys).map(String), args.slice(numberOfKeys))
-  }
-  return {
-    insert: define("insert", 6, INSERT),
-    claim: define("claim", 2, CLAIM),
-    renew: define("renew", 2, RENEW),
-    release: define("release", 3, RELEASE),
-    finish: define("finish", 5, FINISH),
-    cancel: define("cancel", 4, CANCEL),
-    requeue: define("requeue", 5, REQUEUE)
-  }
-}
+const insertScript = redisScript(INSERT)
+const claimScript = redisScript(CLAIM)
+const renewScript = redisScript(RENEW)
+const releaseScript = redisScript(RELEASE)
+const finishScript = redisScript(FINISH)
+const cancelScript = redisScript(CANCEL)
+const requeueScript = redisScript(REQUEUE)
 
 const decodeOrFail = <A>(operation: string, decode: () => A) =>
   Effect.try({ try: decode, catch: (cause) => new StoreError({ operation, cause }) })
@@ -232,7 +221,6 @@ const decodeOrFail = <A>(operation: string, decode: () => A) =>
 export const makeRedisOutboxStore = (queue = "outbox") =>
   Effect.gen(function* () {
     const { client, keys } = yield* RedisConnection
-    const scripts = defineScripts(client)
     const due = keys.outboxQueue(queue, "due")
     const leases = keys.outboxQueue(queue, "leases")
     const pendingSince = keys.outboxQueue(queue, "pending-since")
@@ -257,21 +245,10 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
     return OutboxStore.of({
       insert: (d) =>
         redisCall("outbox.insert", () =>
-          scripts.insert(
-            due,
-            pendingSince,
-            seq,
-            record(d.id),
-            envKey(d.agentId, d.environmentId, "deliveries"),
-            envKey(d.agentId, d.environmentId, "pending"),
-            d.id,
-            d.nextAttemptAt ?? d.createdAt,
-            d.createdAt,
-            LOG_CAP,
-            hostOf(d.url),
-            "meta",
-            meta(d),
-            ...fields(d)
+          insertScript(
+            client,
+            [due, pendingSince, seq, record(d.id), envKey(d.agentId, d.environmentId, "deliveries"), envKey(d.agentId, d.environmentId, "pending")],
+            [d.id, d.nextAttemptAt ?? d.createdAt, d.createdAt, LOG_CAP, hostOf(d.url), "meta", meta(d), ...fields(d)]
           )
         ).pipe(Effect.asVoid),
 
@@ -299,7 +276,7 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
 
       claim: (now, leaseMs, limit, capacity) =>
         redisCall("outbox.claim", () =>
-          scripts.claim(due, leases, now, leaseMs, limit, prefix, capacity.perHost, ...[...capacity.held].flat())
+          claimScript(client, [due, leases], [now, leaseMs, limit, prefix, capacity.perHost, ...[...capacity.held].flat()])
         ).pipe(
           Effect.flatMap((reply) =>
             decodeOrFail("outbox.claim", () => {
@@ -311,27 +288,19 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
         ),
 
       renew: (id, lease, until) =>
-        redisCall("outbox.renew", () => scripts.renew(leases, record(id), id, lease, until)).pipe(Effect.map((n) => n === 1)),
+        redisCall("outbox.renew", () => renewScript(client, [leases, record(id)], [id, lease, until])).pipe(Effect.map((n) => n === 1)),
 
       release: (id, lease, dueAt) =>
-        redisCall("outbox.release", () => scripts.release(leases, record(id), due, id, lease, dueAt)).pipe(
+        redisCall("outbox.release", () => releaseScript(client, [leases, record(id), due], [id, lease, dueAt])).pipe(
           Effect.map((n) => n === 1)
         ),
 
       finish: (id, lease, next) =>
         redisCall("outbox.finish", () =>
-          scripts.finish(
-            leases,
-            due,
-            pendingSince,
-            record(id),
-            envKey(next.agentId, next.environmentId, "pending"),
-            id,
-            lease,
-            SETTLED_RETENTION_MS,
-            next.state,
-            next.nextAttemptAt ?? next.updatedAt,
-            ...fields(next)
+          finishScript(
+            client,
+            [leases, due, pendingSince, record(id), envKey(next.agentId, next.environmentId, "pending")],
+            [id, lease, SETTLED_RETENTION_MS, next.state, next.nextAttemptAt ?? next.updatedAt, ...fields(next)]
           )
         ).pipe(
           Effect.map((reply) => {
@@ -344,7 +313,7 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
 
       cancelPending: (agentId, environmentId, reason, now) =>
         redisCall("outbox.cancel", () =>
-          scripts.cancel(due, leases, pendingSince, envKey(agentId, environmentId, "pending"), reason, now, prefix, SETTLED_RETENTION_MS)
+          cancelScript(client, [due, leases, pendingSince, envKey(agentId, environmentId, "pending")], [reason, now, prefix, SETTLED_RETENTION_MS])
         ).pipe(Effect.map((ids) => ids as Array<string>)),
 
       requeue: (agentId, environmentId, id, update) =>
@@ -353,16 +322,10 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
           if (Option.isNone(current)) return { _tag: "NotFound" } as const
           const next = update(current.value)
           const code = yield* redisCall("outbox.requeue", () =>
-            scripts.requeue(
-              due,
-              leases,
-              pendingSince,
-              record(id),
-              envKey(agentId, environmentId, "pending"),
-              id,
-              next.nextAttemptAt ?? next.updatedAt,
-              next.updatedAt,
-              ...fields(next)
+            requeueScript(
+              client,
+              [due, leases, pendingSince, record(id), envKey(agentId, environmentId, "pending")],
+              [id, next.nextAttemptAt ?? next.updatedAt, next.updatedAt, ...fields(next)]
             )
           )
           if (code === 0) return { _tag: "NotFound" } as const
