@@ -107,7 +107,10 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
 
   private sendNextFrame() {
     const item = this.queue[0]
-    if (item === undefined || !this.isOpen) return this.stopAudio()
+    // Nothing queued when this frame fell due: the pacer stops. Audio queued before then (the next
+    // loop of a stream, the next reply) goes on at the same cadence, never a frame early.
+    if (item === undefined) return this.pacer.stop()
+    if (!this.isOpen) return this.stopAudio()
     let frame = item.audio.subarray(item.offset, item.offset + FRAME_BYTES)
     item.offset += FRAME_BYTES
     if (this.options.stampCallId !== undefined) {
@@ -120,7 +123,6 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
     if (item.offset >= item.audio.length) {
       this.queue.shift()
       item.done(true)
-      if (this.queue.length === 0) this.pacer.stop()
     }
   }
 

@@ -1,4 +1,5 @@
-import { afterEach, describe, expect, it } from "vitest"
+import { performance } from "node:perf_hooks"
+import { afterEach, describe, expect, it, vi } from "vitest"
 import { WebSocket } from "ws"
 import { type AnsweringAgentOptions, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
 import { startSilentAgent } from "../../examples/agents/silent-agent.js"
@@ -37,8 +38,8 @@ const callgateSide = (stream: FakeStream, sessionId = "ses_1") => {
   }
 }
 
-/** Polls `check` until it holds, or fails after `timeoutMs`. */
-const until = async (check: () => boolean, what: string, timeoutMs = 5000) => {
+/** Polls `check` until it holds, or fails after `timeoutMs` (a limit for a busy machine, never an assertion). */
+const until = async (check: () => boolean, what: string, timeoutMs = 30_000) => {
   const deadline = Date.now() + timeoutMs
   while (!check()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
@@ -47,6 +48,35 @@ const until = async (check: () => boolean, what: string, timeoutMs = 5000) => {
 }
 
 const agentMedia = (stream: FakeStream) => stream.events("media").map((m) => Buffer.from(m.media.payload, "base64"))
+
+/**
+ * The agents' frame clock in the test's hand: `performance.now`, which their FramePacer
+ * (src/sim/FramePacer.ts) reads to decide which frames are due, stands still until `advance`
+ * moves it. A frame therefore reaches the fake gateway only once the test moved the clock to
+ * its due time, whatever the machine's load; `at` stamps each media frame with the clock's value
+ * when it arrived.
+ */
+const manualFrameClock = (stream: FakeStream, cleanup: Array<() => Promise<void>>) => {
+  let now = 1_000_000
+  const spy = vi.spyOn(performance, "now").mockImplementation(() => now)
+  cleanup.push(async () => void spy.mockRestore())
+  const at: Array<number> = []
+  stream.socket.on("message", (data) => {
+    if (JSON.parse(data.toString()).event === "media") at.push(now)
+  })
+  return {
+    at,
+    now: () => now,
+    /** Moves the clock one frame (20 ms) at a time until `frames` media frames have arrived. */
+    stepUntil: async (frames: number) => {
+      while (at.length < frames) {
+        const before = at.length
+        now += 20
+        await until(() => at.length > before, `media frame ${before + 1}`)
+      }
+    }
+  }
+}
 
 describe("example agents", () => {
   let gateway: FakeGateway
@@ -211,13 +241,17 @@ describe("example agents", () => {
   it("streams its reply at 20 ms per frame, stamped when asked", async () => {
     await answering({ stampFrames: true })
     const stream = gateway.streams[0]!
+    const clock = manualFrameClock(stream, cleanup)
     const callgate = callgateSide(stream)
     callgate.start()
     callgate.say(Buffer.concat([callerTurn, silence(1000)]))
     const first = await stream.nth("media")
-    const firstAt = performance.now()
+    const startedAt = clock.now()
+    await clock.stepUntil(6)
     await stream.nth("mark")
-    expect(performance.now() - firstAt).toBeGreaterThanOrEqual(5 * 20 - 2)
+    // One frame per 20 ms of the frame clock: frame n arrived only once the clock reached n * 20 ms
+    // (a burst would have sent them all at the first tick).
+    expect(clock.at.map((at) => at - startedAt)).toEqual([0, 20, 40, 60, 80, 100])
     const stamps = agentMedia(stream).map((frame) => readStamp(frame))
     expect(stamps.map((stamp) => stamp?.seq)).toEqual([1, 2, 3, 4, 5, 6])
     expect(new Set(stamps.map((stamp) => stamp?.callId)).size).toBe(1)
@@ -270,19 +304,18 @@ describe("silent agent", () => {
     cleanup.push(() => agent.close())
     await agent.ready()
     const socket = gateway.streams[0]!
-    const receivedAt: Array<number> = []
-    socket.socket.on("message", () => void receivedAt.push(performance.now()))
+    const clock = manualFrameClock(socket, cleanup)
     let heard = 0
     agent.on("callerMedia", () => void heard++)
     const callgate = callgateSide(socket)
-    // The agent's clock cannot start before the call does: frame n is due n frames' time after this.
-    const startedAt = performance.now()
+    // The agent's frame clock cannot start before the call does: frame n is due n * 20 ms after this.
+    const startedAt = clock.now()
     callgate.start()
     const caller = framesOf(Buffer.concat([callerTurn, silence(1000)]))
     callgate.say(Buffer.concat([callerTurn, silence(1000)]))
     // The agent has heard the whole turn and the second of silence after it.
     await until(() => heard === caller.length, "the agent to hear the caller")
-    return { agent, socket, callgate, receivedAt, startedAt }
+    return { agent, socket, callgate, clock, startedAt }
   }
 
   it("takes the call and never answers", async () => {
@@ -297,12 +330,11 @@ describe("silent agent", () => {
 
   it("can stream comfort noise or silence, which is never voiced", async () => {
     for (const kind of ["noise", "silence"] as const) {
-      const { socket, receivedAt, startedAt } = await setup(kind)
-      // It keeps streaming past its one-second loop, at the pace of the audio: the 51st frame comes
-      // no sooner than 50 frames' time after the call started (a burst would be sooner; a busy
-      // machine only makes it later).
-      await until(() => agentMedia(socket).length > 50, `more than one loop of ${kind}`)
-      expect(receivedAt[50]! - startedAt).toBeGreaterThanOrEqual(50 * 20 - 20)
+      const { socket, clock, startedAt } = await setup(kind)
+      // It keeps streaming past its one-second loop (50 frames), at the pace of the audio: frame n
+      // arrives once the frame clock reached n * 20 ms, across the loop's seam too.
+      await clock.stepUntil(60)
+      expect(clock.at.slice(0, 60).map((at) => at - startedAt)).toEqual(Array.from({ length: 60 }, (_, n) => n * 20))
       const frames = agentMedia(socket)
       expect(frames.some((frame) => isVoicedFrame(frame))).toBe(false)
       expect(socket.events("mark")).toHaveLength(0)
