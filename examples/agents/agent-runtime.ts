@@ -25,6 +25,8 @@ export interface AgentCallEvents {
   /** A mark this agent sent has been played to the caller (or cleared). */
   mark: [string]
   stop: []
+  /** The first frame of audio given to `sendAudio` was written to the socket (`atUs`: nowUs clock). */
+  audioSent: [number]
   /** The socket is closed; the call is over for this agent. */
   closed: [{ readonly code: number; readonly reason: string }]
   /** A frame this agent could not read. */
@@ -111,6 +113,7 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
     // loop of a stream, the next reply) goes on at the same cadence, never a frame early.
     if (item === undefined) return this.pacer.stop()
     if (!this.isOpen) return this.stopAudio()
+    const first = item.offset === 0
     let frame = item.audio.subarray(item.offset, item.offset + FRAME_BYTES)
     item.offset += FRAME_BYTES
     if (this.options.stampCallId !== undefined) {
@@ -120,6 +123,7 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
     }
     const sid = this.started ? JSON.stringify(this.started.streamSid) : '""'
     this.socket.send(`{"event":"media","streamSid":${sid},"media":{"payload":"${frame.toString("base64")}"}}`)
+    if (first) this.emit("audioSent", nowUs())
     if (item.offset >= item.audio.length) {
       this.queue.shift()
       item.done(true)

@@ -53,6 +53,8 @@ export interface AgentTurnEvent {
 export interface AnsweringAgentEvents {
   call: [CallStart]
   turn: [AgentTurnEvent]
+  /** The first frame of the reply to `turn` went out (`atUs`: FrameStamp's nowUs clock). */
+  audioSent: [AgentTurnEvent & { readonly atUs: number }]
   reply: [AgentTurnEvent & { readonly frames: number; readonly mark: string }]
   stalled: [AgentTurnEvent]
   action: [{ readonly call: CallStart; readonly kind: "hangup" | "transfer" | "error" }]
@@ -140,6 +142,8 @@ export class AnsweringAgent extends AgentHost<AnsweringAgentEvents> {
       await new Promise((done) => setTimeout(done, o.responseLatencyMs ?? 200))
       if (!call.isOpen) return
       const n = ++answered
+      const started = info
+      call.once("audioSent", (atUs) => this.emit("audioSent", { call: started, turn, atUs }))
       const sent = call.sendAudio(this.reply)
       this.stats.replies++
       if (!(await sent)) return
