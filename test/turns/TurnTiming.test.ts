@@ -1,19 +1,26 @@
 import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, TestClock } from "effect"
 import type { BreakerSettings } from "../../src/breaker/Breaker.js"
 import type { NoResponseTrip } from "../../src/breaker/ResponseWatchdog.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { TurnTiming } from "../../src/turns/TurnTiming.js"
 import { VoiceActivity } from "../../src/turns/VoiceActivity.js"
-import { breakerLayer, newEnvironment } from "../breaker/breakerTestLayer.js"
+import { breakerLayer, newEnvironment, settle, withTestFibers } from "../breaker/breakerTestLayer.js"
 
-/** One call's turn timing end to end: real VAD on real audio, the watchdog on the real clock. */
+/**
+ * One call's turn timing end to end: real VAD on real audio, the watchdog on the TestClock (frames
+ * carry their own times; the watchdog counts from a turn's end on the Effect Clock). `advance` moves
+ * the clock, then waits until the watchdogs have run up to their next wait, so what did not happen
+ * by then will not happen.
+ */
 
 const audio = (name: string) => new Uint8Array(readFileSync(fileURLToPath(new URL(`../fixtures/audio/${name}.ulaw`, import.meta.url))))
 const FRAME = 160
 const quiet = new Uint8Array(FRAME).fill(0xff)
+
+const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
 
 const layer = () => {
   const breaker = breakerLayer()
@@ -44,7 +51,7 @@ const play = (observer: { callerAudio: (f: Uint8Array, at: number) => void; agen
 }
 
 describe("TurnTiming", () => {
-  it.scopedLive("a silent agent after a caller turn trips the breaker and rescues the call", () =>
+  it.scoped("a silent agent after a caller turn trips the breaker and rescues the call", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
       const env = newEnvironment()
@@ -58,11 +65,11 @@ describe("TurnTiming", () => {
       })
       play(call.observer, { caller: audio("caller-appointment"), silenceMs: 800 })
       expect(call.turns()).toHaveLength(1)
-      yield* Effect.sleep("1200 millis")
+      yield* advance(1200)
       expect(rescues).toEqual([{ reason: "threshold", count: 1, threshold: 1, trippedBy: "call-1", timeoutSeconds: 1 }])
-    }).pipe(Effect.provide(layer())), 15_000)
+    }).pipe(withTestFibers, Effect.provide(layer())))
 
-  it.scopedLive("an agent's voiced answer is recorded on the call's turns and in the latency histogram", () =>
+  it.scoped("an agent's voiced answer is recorded on the call's turns and in the latency histogram", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
       const { registry } = yield* Metrics
@@ -90,11 +97,12 @@ describe("TurnTiming", () => {
       expect(text).toContain(
         `callgate_agent_response_latency_seconds_count{agent="${env.agentId}",environment="${env.environmentId}"} 1`
       )
-      yield* Effect.sleep("300 millis")
+      // Past the 5 s timeout: the answer stopped the timer.
+      yield* advance(6000)
       expect(rescues).toEqual([])
-    }).pipe(Effect.provide(layer())), 15_000)
+    }).pipe(withTestFibers, Effect.provide(layer())))
 
-  it.scopedLive("DTMF is caller input: a digit followed by agent silence counts", () =>
+  it.scoped("DTMF is caller input: a digit followed by agent silence counts", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
       const rescues: Array<NoResponseTrip> = []
@@ -106,11 +114,11 @@ describe("TurnTiming", () => {
       })
       call.observer.callerDtmf("4", performance.now())
       expect(call.turns().map((turn) => turn.input)).toEqual(["dtmf"])
-      yield* Effect.sleep("1200 millis")
+      yield* advance(1200)
       expect(rescues).toHaveLength(1)
-    }).pipe(Effect.provide(layer())), 15_000)
+    }).pipe(withTestFibers, Effect.provide(layer())))
 
-  it.scopedLive("closing the call's scope stops timing and frees the detectors", () =>
+  it.scoped("closing the call's scope stops timing and frees the detectors", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
       const rescues: Array<NoResponseTrip> = []
@@ -125,15 +133,15 @@ describe("TurnTiming", () => {
           (call) => Effect.sync(() => call.observer.callerDtmf("1", performance.now()))
         )
       )
-      yield* Effect.sleep("1200 millis")
+      yield* advance(1200)
       expect(rescues).toEqual([])
       // Frames after the end are ignored, not a crash.
       call.observer.callerAudio(audio("caller-appointment").subarray(8000, 8160), performance.now())
       call.observer.close()
       expect(call.turns()).toHaveLength(1)
-    }).pipe(Effect.provide(layer())), 15_000)
+    }).pipe(withTestFibers, Effect.provide(layer())))
 
-  it.scopedLive("observer.close() stops the call's timing at once, before its scope closes", () =>
+  it.scoped("observer.close() stops the call's timing at once, before its scope closes", () =>
     Effect.gen(function* () {
       const timing = yield* TurnTiming
       const rescues: Array<NoResponseTrip> = []
@@ -149,8 +157,8 @@ describe("TurnTiming", () => {
       open.observer.callerDtmf("1", performance.now())
       closed.observer.close()
       closed.observer.close()
-      yield* Effect.sleep("1200 millis")
+      yield* advance(1200)
       expect(rescues.map((r) => r.trippedBy)).toEqual(["open"])
       open.observer.close()
-    }).pipe(Effect.provide(layer())), 15_000)
+    }).pipe(withTestFibers, Effect.provide(layer())))
 })
