@@ -145,7 +145,7 @@ describe("dial-in agent connections: pings", () => {
     // The live one keeps answering pings and stays: the pool pings it three more times after the
     // prune, so its answers were checked at least twice by the rule that cut the dead one.
     const pingsAtPrune = alivePings
-    await until(() => alivePings >= pingsAtPrune + 3, "three more pings of the live socket", 10_000)
+    await until(() => alivePings >= pingsAtPrune + 3, "three more pings of the live socket", 30_000)
     expect(alive.closed).toBeUndefined()
     expect(gateway.idleAgents(agentId, env.id)).toBe(1)
     alive.close()

@@ -124,7 +124,7 @@ describe("dial-out agents (environment agentUrl)", () => {
     const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: sid }), callSid: sid })
     const started = Date.now()
     call.start()
-    await until(() => gateway.outbox.events.some((e) => e.callId === sid), "session.ended", 5000)
+    await until(() => gateway.outbox.events.some((e) => e.callId === sid), "session.ended", 30_000)
     expect(Date.now() - started).toBeGreaterThanOrEqual(400)
     expect(gateway.outbox.events.find((e) => e.callId === sid)).toMatchObject({ status: "failed", endReason: "agent_dial_failed" })
     await silent.close()

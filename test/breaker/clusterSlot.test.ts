@@ -97,7 +97,7 @@ describe("Redis Cluster slots", () => {
   })
 })
 
-const until = async (check: () => boolean, timeoutMs = 5000) => {
+const until = async (check: () => boolean, timeoutMs = 30_000) => {
   const deadline = Date.now() + timeoutMs
   while (!check()) {
     if (Date.now() > deadline) throw new Error("timed out waiting for MONITOR")

@@ -18,7 +18,7 @@ import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/tes
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-const eventually = async <A>(read: () => Promise<A> | A, check: (value: A) => boolean, what: string, timeoutMs = 5000): Promise<A> => {
+const eventually = async <A>(read: () => Promise<A> | A, check: (value: A) => boolean, what: string, timeoutMs = 30_000): Promise<A> => {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const value = await read()
@@ -117,7 +117,7 @@ describe("the no-response breaker across two callgate processes on one Redis", (
 
     // First process: the deadline passes, one occurrence in the shared window, below the threshold.
     const first = await stalledCall(one)
-    await eventually(occurrences, (n) => n === 1, "the first process's occurrence in Redis", 6000)
+    await eventually(occurrences, (n) => n === 1, "the first process's occurrence in Redis", 30_000)
     expect(fake.requests).toEqual([])
     expect(first.call.isOpen).toBe(true)
 

@@ -197,7 +197,7 @@ describe.each<StoreKind>(["memory", "redis"])("outbound calls, %s store", (store
       expect(endedEventsOf(placed.id)).toHaveLength(1)
 
       // Delivered to the environment's webhook, signed with its secret.
-      await until(() => deliveredFor(placed.id) !== undefined, "the signed session.ended delivery", 10_000)
+      await until(() => deliveredFor(placed.id) !== undefined, "the signed session.ended delivery", 30_000)
       const delivery = deliveredFor(placed.id)!
       expect(
         verifySignature({

@@ -170,7 +170,7 @@ export const carrierRequestsFor = (gateway: Gateway, callId: string): ReadonlyAr
 export const endedEventsFor = (gateway: Gateway, callId: string) => gateway.outbox.events.filter((e) => e.callId === callId)
 
 export const waitForEnded = async (gateway: Gateway, callId: string) => {
-  await until(() => endedEventsFor(gateway, callId).length > 0, `session.ended for ${callId}`, 10_000)
+  await until(() => endedEventsFor(gateway, callId).length > 0, `session.ended for ${callId}`, 30_000)
   return endedEventsFor(gateway, callId)[0]!
 }
 

@@ -55,7 +55,7 @@ describe("liveness: sockets that never authenticate, go silent or stop reading",
     const lastClosedAfterMs = Date.now() - started
     expect(closes.every((c) => c.code === 1008)).toBe(true)
     expect(new Set(closes.map((c) => c.reason.replace(/\d+/g, "N")))).toEqual(new Set(["not authenticated within N ms"]))
-    await until(() => openFds() <= baseline, `file descriptors back to ${baseline} (now ${openFds()})`, 10_000)
+    await until(() => openFds() <= baseline, `file descriptors back to ${baseline} (now ${openFds()})`, 30_000)
     console.log(`500 unauthenticated sockets: last one closed ${lastClosedAfterMs} ms after the first opened (HANDSHAKE_TIMEOUT 1s); fds ${baseline} -> ${openFds()}`)
   })
 
@@ -77,7 +77,7 @@ describe("liveness: sockets that never authenticate, go silent or stop reading",
     for (const frame of frames) call.media(frame)
     await agent.waitForEvent("media", frames.length)
     // From here the carrier sends nothing and keeps its socket open.
-    await until(() => gateway.outbox.events.some((e) => e.callId === sid), "session.ended", 10_000)
+    await until(() => gateway.outbox.events.some((e) => e.callId === sid), "session.ended", 30_000)
     const ended = gateway.outbox.events.find((e) => e.callId === sid)!
     expect(ended).toMatchObject({ status: "failed", endReason: "carrier_stream_error" })
     const session: any = await storedSession(gateway, agentId, ended.sessionId)
@@ -109,7 +109,7 @@ describe("liveness: sockets that never authenticate, go silent or stop reading",
       sent++
       if (sent % 20 === 0) await new Promise((resolve) => setImmediate(resolve))
     }
-    await until(() => gateway.outbox.events.some((e) => e.callId === sid), "session.ended", 10_000)
+    await until(() => gateway.outbox.events.some((e) => e.callId === sid), "session.ended", 30_000)
     clearInterval(keepAlive)
     const ended = gateway.outbox.events.find((e) => e.callId === sid)!
     expect(ended).toMatchObject({ status: "failed", endReason: "carrier_stream_error" })

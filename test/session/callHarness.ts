@@ -26,7 +26,7 @@ import { ADMIN_KEY, type StoreKind, uniqueId, withTestConfig } from "../support/
  * independently of callgate's own encoders.
  */
 
-export const until = async (check: () => boolean, what: string, timeoutMs = 5000) => {
+export const until = async (check: () => boolean, what: string, timeoutMs = 30_000) => {
   const deadline = Date.now() + timeoutMs
   while (!check()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
@@ -83,16 +83,16 @@ export class Peer {
     return this.received.filter((m) => m.event === event)
   }
 
-  async waitFor(check: (received: Array<any>) => boolean, what: string, timeoutMs = 5000) {
+  async waitFor(check: (received: Array<any>) => boolean, what: string, timeoutMs = 30_000) {
     await until(() => check(this.received), what, timeoutMs)
   }
 
-  async waitForEvent(event: string, count = 1, timeoutMs = 5000) {
+  async waitForEvent(event: string, count = 1, timeoutMs = 30_000) {
     await this.waitFor((r) => r.filter((m) => m.event === event).length >= count, `${count} ${event}`, timeoutMs)
     return this.events(event)
   }
 
-  async waitClosed(timeoutMs = 5000): Promise<Closed> {
+  async waitClosed(timeoutMs = 30_000): Promise<Closed> {
     return Promise.race([
       this.done,
       new Promise<Closed>((_, reject) => setTimeout(() => reject(new Error("socket did not close")), timeoutMs))
@@ -295,7 +295,7 @@ const recordingOutbox = async (runtime: ManagedRuntime.ManagedRuntime<Deliveries
   const outbox: RecordingOutbox = {
     events,
     forSession: async (sessionId) => {
-      await until(() => events.some((e) => e.sessionId === sessionId), `session.ended for ${sessionId}`, 10_000)
+      await until(() => events.some((e) => e.sessionId === sessionId), `session.ended for ${sessionId}`, 30_000)
       return events.find((e) => e.sessionId === sessionId)!
     }
   }

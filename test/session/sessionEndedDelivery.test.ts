@@ -42,7 +42,7 @@ describe("session.ended reaches the environment's webhook, signed (redis store)"
   }
 
   const delivered = async (sessionId: string) => {
-    await until(() => receiver.requests.some((r) => r.body.toString().includes(sessionId)), `delivery of ${sessionId}`, 10_000)
+    await until(() => receiver.requests.some((r) => r.body.toString().includes(sessionId)), `delivery of ${sessionId}`, 30_000)
     return receiver.requests.find((r) => r.body.toString().includes(sessionId))!
   }
 

@@ -36,7 +36,7 @@ describe("session life cycle: hard errors, turn observation, maximum duration", 
     // The carrier holds its answer: callgate must keep the stream open until the fallback's request is answered.
     gateway.twilio.failNext({ delayMs: 2000 })
     agent.send({ event: "error", error: { message: "model unavailable" } })
-    await until(() => gateway.twilio.callUpdates(callSid).length === 1, "the fallback's carrier request", 10_000)
+    await until(() => gateway.twilio.callUpdates(callSid).length === 1, "the fallback's carrier request", 30_000)
     expect(call.peer.closed).toBeUndefined()
     // Disabled fallback (the default): the call is hung up, exactly once.
     expect(gateway.twilio.callUpdates(callSid).map((r) => r.form)).toEqual([{ Status: "completed" }])

@@ -44,7 +44,7 @@ export class FakeStream {
   }
 
   /** Resolves once `predicate` holds (checked on every frame and on close). */
-  until<T>(predicate: () => T | undefined | false, timeoutMs = 5000, what = "condition"): Promise<T> {
+  until<T>(predicate: () => T | undefined | false, timeoutMs = 30_000, what = "condition"): Promise<T> {
     return new Promise((resolve, reject) => {
       const check = () => {
         const value = predicate()
@@ -64,7 +64,7 @@ export class FakeStream {
   }
 
   /** Resolves with the n-th (1-based) frame of `event`. */
-  nth(event: string, n = 1, timeoutMs = 5000) {
+  nth(event: string, n = 1, timeoutMs = 30_000) {
     return this.until(() => this.events(event)[n - 1], timeoutMs, `${event} #${n}`)
   }
 

@@ -109,7 +109,7 @@ export const startRecordingServer = async (respond: (request: RecordedRequest) =
     override: (override, times = 1) => {
       for (let i = 0; i < times; i++) overrides.push(override)
     },
-    waitFor: async (predicate, timeoutMs = 5_000) => {
+    waitFor: async (predicate, timeoutMs = 30_000) => {
       const deadline = Date.now() + timeoutMs
       while (!predicate(requests)) {
         if (Date.now() > deadline) throw new Error(`timed out waiting for requests; got ${requests.length}: ${requests.map((r) => `${r.method} ${r.path}`).join(", ")}`)

@@ -13,7 +13,7 @@ const callControl = (callId: string): CallRef => ({ kind: "telnyx-call-control",
 const texml = (callId: string, accountSid: string | null = ACCOUNT): CallRef => ({ kind: "telnyx-texml", callId, accountSid: accountSid ?? undefined })
 const anyCommandId = expect.stringMatching(/^[0-9a-f-]{36}$/)
 /** Polls `check` until it holds, or fails after `timeoutMs`. */
-const until = async (check: () => Promise<boolean>, what: string, timeoutMs = 5000) => {
+const until = async (check: () => Promise<boolean>, what: string, timeoutMs = 30_000) => {
   const deadline = Date.now() + timeoutMs
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
