@@ -118,7 +118,7 @@ describe("Breaker on Redis", () => {
       expect((yield* breaker.recordTimeout(sessionOf(env, "s5"), settings)).count).toBe(1)
       expect(yield* zcard(restarted.url, env)).toBe(1)
       expect(breakerLogs("WARN")).toHaveLength(1)
-    }), 30_000)
+    }))
 
   it.scopedLive("starts without Redis, counts locally, and joins the shared window and trip channel once Redis is up", () =>
     Effect.gen(function* () {
@@ -154,7 +154,7 @@ describe("Breaker on Redis", () => {
         Effect.retry({ times: 10 })
       )
       expect(delivered).toEqual(trip)
-    }), 30_000)
+    }))
 
   it.scopedLive("falls back when Redis is slow rather than waiting for it", () =>
     Effect.gen(function* () {
@@ -176,7 +176,7 @@ describe("Breaker on Redis", () => {
       expect(calls).toEqual({ started: 1, answered: 0, failed: 0, givenUp: 1 })
       expect(yield* breaker.isDegraded).toBe(true)
       expect(yield* waitUntil(Effect.map(breaker.isDegraded, (d) => !d), 30_000)).toBe(true)
-    }), 30_000)
+    }))
 
   it.scopedLive("two instances on one Redis share one threshold, and the trip rescues the stalled calls on both, not one still within its deadline", () =>
     Effect.gen(function* () {
@@ -216,5 +216,5 @@ describe("Breaker on Redis", () => {
       expect(rescues.find((r) => r.sessionId === "b2")).toMatchObject({ reason: "threshold", trippedBy: "b2" })
       expect(rescues.map((r) => r.sessionId).indexOf("b2")).toBe(3)
       expect(b2.rescued).toBe(true)
-    }), 30_000)
+    }))
 })

@@ -51,7 +51,7 @@ describe("outbound calls whose carrier goes quiet", () => {
       method: "DELETE",
       headers: { authorization: `Bearer ${ADMIN_KEY}` }
     })
-  }, 90_000)
+  })
 
   it("answered but its stream never came: carrier_failed", async () => {
     const env = await createEnvironment(gateway)
@@ -69,7 +69,7 @@ describe("outbound calls whose carrier goes quiet", () => {
     expect(res.status).toBe(204)
     const ended = await endedFor(placed.id)
     expect(ended).toMatchObject({ status: "failed", endReason: "carrier_failed" })
-  }, 90_000)
+  })
 })
 
 describe("a carrier that cannot place calls", () => {

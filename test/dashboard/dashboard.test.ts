@@ -353,7 +353,7 @@ describe("the dashboard, in chromium", () => {
     await page.getByText("The error fallback did not run.").waitFor()
     await page.getByTestId("deliveries").getByText("delivered").waitFor()
     await shot(page, "session")
-  }, 60_000)
+  })
 
   it("renders an environment named like markup as text and runs no script", async () => {
     await page.goto(`${gateway.baseUrl}/dashboard#/agents/${agentId}`)

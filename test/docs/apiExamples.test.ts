@@ -73,7 +73,7 @@ describe("docs/api.md", () => {
       gateway = await spawnGateway({ ADMIN_API_KEY: "dev-admin-key-change-me", ...twilio.env })
       await waitForHealthy(gateway)
       workDir = mkdtempSync(join(tmpdir(), "callgate-docs-"))
-    }, 60_000)
+    })
     afterAll(async () => {
       await gateway?.stop()
       await twilio?.close()

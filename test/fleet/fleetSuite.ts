@@ -113,7 +113,7 @@ export const fleetPlacementSuite = (name: string, redisUrl: () => string, extraE
       await Promise.all(calls.splice(0).map((call) => call.hangup().catch(() => {})))
       await Promise.all(agents.splice(0).map((agent) => agent.close()))
       await fleet?.stop()
-    }, 60_000)
+    })
 
     it(`${TOTAL} calls through nginx for ${CAPACITY.join("/")} idle agents: every one answered, every caller frame relayed; one more is rescued, exactly that one`, { timeout: 600_000 }, async () => {
       const base = fleet.nginx.baseUrl

@@ -66,7 +66,7 @@ describe("placement across two instances on one Redis", () => {
     return { host: new URL(answer.stream.url).host, placedOn, agentSocket }
   }
 
-  it("a dial-in call goes to this instance's idle agent first, otherwise to the instance that has one, each agent reserved once", { timeout: 60_000 }, async () => {
+  it("a dial-in call goes to this instance's idle agent first, otherwise to the instance that has one, each agent reserved once", async () => {
     const [a, b] = await startPair()
     const agentId = uniqueId("agent")
     const { id: environmentId } = await a.createEnvironment(agentId)
@@ -86,7 +86,7 @@ describe("placement across two instances on one Redis", () => {
     expect(await place(b, agentId, environmentId)).toEqual({ host: "b.callgate.test", placedOn: "inst-b", agentSocket: undefined })
   })
 
-  it("a reservation whose stream never comes is released after 10 s", { timeout: 60_000 }, async () => {
+  it("a reservation whose stream never comes is released after 10 s", async () => {
     const [a, b] = await startPair()
     const agentId = uniqueId("agent")
     const { id: environmentId } = await a.createEnvironment(agentId)
@@ -109,7 +109,7 @@ describe("placement across two instances on one Redis", () => {
     }
   })
 
-  it("a dial-out call stays here; on a draining instance it goes to a live one, dial-in to where the agent is", { timeout: 60_000 }, async () => {
+  it("a dial-out call stays here; on a draining instance it goes to a live one, dial-in to where the agent is", async () => {
     const [a, b] = await startPair()
     const agentId = uniqueId("agent")
     const dialOut = await a.createEnvironment(agentId, { agentUrl: "wss://agent.example.com/calls" })

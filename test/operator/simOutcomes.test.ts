@@ -50,7 +50,7 @@ describe("callgate-sim outcomes against the real gateway", () => {
     gateway = await spawnGateway({ ADMIN_API_KEY: ADMIN })
     await waitForHealthy(gateway)
     environmentId = (await api(gateway, "POST", "/v1/agents/sim-agent/environments", { name: "sim" })).body.data.id
-  }, 60_000)
+  })
   afterAll(async () => {
     await gateway?.stop()
   })
@@ -64,7 +64,7 @@ describe("callgate-sim outcomes against the real gateway", () => {
     expect(asDefault.code).toBe(1)
     const expected = await sim([...common(), "--environment", "env_nope", "--expect", "refused"]).done
     expect(expected.code).toBe(0)
-  }, 60_000)
+  })
 
   it("rescued: no agent connected; prints the session id and why; exit 0 only with --expect rescued", async () => {
     const asDefault = await sim([...common(), "--environment", environmentId, "--key", ADMIN]).done
@@ -75,7 +75,7 @@ describe("callgate-sim outcomes against the real gateway", () => {
     const expected = await sim([...common(), "--environment", environmentId, "--key", ADMIN, "--expect", "rescued"]).done
     expect(expected.stdout).toContain("outcome: rescued")
     expect(expected.code).toBe(0)
-  }, 60_000)
+  })
 
   it("answered: --wait-for-agent waits for an agent that dials in later, then every turn is answered", async () => {
     const waiting = sim([...common(), "--environment", environmentId, "--key", ADMIN, "--wait-for-agent", "--turns", "2"])

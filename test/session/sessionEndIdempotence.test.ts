@@ -130,5 +130,5 @@ describe("ending a session twice", () => {
     expect(await run(Effect.flatMap(Sessions, (sessions) => sessions.get(agentId, session.id)))).toMatchObject({ status: "completed" })
     expect((await run(Effect.flatMap(Deliveries, (d) => d.list(agentId, environmentId, { limit: 100 })))).deliveries).toHaveLength(1)
     expect((await entry()).statusCode).toBe(200)
-  }, 90_000)
+  })
 })

@@ -60,7 +60,7 @@ describe("callgate-sim", () => {
     const stream = gateway.streams[0]!
     expect(gateway.webhooks[0]!.path).toBe(provider === "twilio" ? "/telephony/twilio/voice" : "/telephony/telnyx/texml")
     expect(stream.events("stop")).toHaveLength(1)
-  }, 20_000)
+  })
 
   it("reports a turn nobody answers, still hangs up normally, and exits 1 (the outcome is not answered)", async () => {
     gateway = await startFakeGateway()
@@ -70,7 +70,7 @@ describe("callgate-sim", () => {
     expect(result.stdout).toMatch(/stream closed by the simulator: code 1000/)
     expect(result.stdout).toContain("turn 1: sent 10 frames; no answer within 0.3s")
     expect(result.stdout).toContain("response latency n/a")
-  }, 20_000)
+  })
 
   it("exits 1 when the gateway refuses the call, 2 on bad usage", async () => {
     gateway = await startFakeGateway({ answer: () => ({ status: 404, body: "no such environment" }) })
@@ -87,5 +87,5 @@ describe("callgate-sim", () => {
     const badAudio = await runCli(["--agent", "a", "--environment", "e", "--audio", "tune.mp3"])
     expect(badAudio.code).toBe(2)
     expect(badAudio.stderr).toContain("cannot tell what audio")
-  }, 20_000)
+  })
 })

@@ -74,7 +74,7 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     expect(agent!.stats).toMatchObject({ calls: 1, turns: 2, replies: 2 })
     await until(() => gateway!.outbox.events.length === 1, "session.ended")
     expect(gateway!.outbox.events[0]).toMatchObject({ event: "session.ended", agentId, environmentId, status: "completed", provider })
-  }, 30_000)
+  })
 
   it("a Telnyx Call Control stream, opened straight to the stream URL with its auth token", async () => {
     const { agentId, environmentId } = await setup()
@@ -94,5 +94,5 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     await call.hangup()
     await until(() => gateway!.outbox.events.length === 1, "session.ended")
     expect(gateway!.outbox.events[0]).toMatchObject({ status: "completed", provider: "telnyx", callId: callControlId })
-  }, 30_000)
+  })
 })
