@@ -326,6 +326,7 @@ export interface Gateway {
   readonly idleAgents: (agentId: string, environmentId: string) => number
   /** Sessions live on this gateway. */
   readonly liveCount: () => number
+  readonly registry: SessionRegistry
   readonly close: () => Promise<void>
 }
 
@@ -374,6 +375,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
     hangUpCall: (callId) => run(Effect.flatMap(CarrierCallEvents, (events) => events.publish(CarrierCallEvent.CallHungUp({ callId })))).then(() => {}),
     idleAgents: (agentId, environmentId) => pool.idleCount(agentId, environmentId),
     liveCount: () => registry.liveCount(),
+    registry,
     close: async () => {
       await runtime.dispose()
       await Promise.all([twilio.close(), telnyx.close()])
