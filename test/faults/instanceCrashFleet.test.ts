@@ -74,7 +74,7 @@ describe("an instance of a fleet behind nginx is killed with 40 live calls", () 
     await telnyx?.close()
     await receiver?.close()
     twilio = telnyx = receiver = nginx = undefined
-  }, 60_000)
+  })
 
   it("SIGKILL one of two: each of its callers rescued exactly once, 0 frames lost on the survivor's calls, 40 terminal sessions, exactly 40 session.ended", async () => {
     const fakeTwilio = (twilio = await startFakeTwilio())
