@@ -47,6 +47,7 @@ import { LostInstancesLive } from "./fleet/LostInstances.js"
 import { Placement } from "./fleet/Placement.js"
 import { MemorySpentTokenStoreLive } from "./telephony/MemorySpentTokenStore.js"
 import { CarriersLive } from "./telephony/CarriersLive.js"
+import { EntryBackgroundWork } from "./telephony/entry/EntryBackgroundWork.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
 import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
 import { TelnyxCallCommands } from "./telephony/TelnyxCallCommands.js"
@@ -120,9 +121,12 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
   Layer.provideMerge(Layer.mergeAll(Environments.Default, ApiKeys.Default, AuthThrottle.Default))
 )
 
-/** Carrier REST through the SDKs (the `Carriers` port and the adapters behind it) and session tokens. */
+/**
+ * Carrier REST through the SDKs (the `Carriers` port and the adapters behind it), session tokens, and
+ * the background work carrier webhooks start (Call Control commands, after-stream rescues).
+ */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default)),
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
   Layer.provideMerge(TelnyxTwimlRunner.Default),
   Layer.provideMerge(TelnyxRest.Default)
 )

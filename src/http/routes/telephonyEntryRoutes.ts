@@ -1,3 +1,4 @@
+import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.js"
 import type { AfterStream } from "../../session/AfterStream.js"
 import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import type { Placement } from "../../fleet/Placement.js"
@@ -33,6 +34,7 @@ export type TelephonyEntryServices =
   | SessionRegistry
   | SessionEndJournal
   | AfterStream
+  | EntryBackgroundWork
   | Placement
   | AuthThrottle
 

@@ -6,6 +6,7 @@ import { sessionIdOfClientState, TelnyxCallCommands } from "../TelnyxCallCommand
 import { TelnyxCarrier } from "../TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry } from "./CallAdmission.js"
+import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import {
   CallControlCallPayload,
   CallControlWebhook,
@@ -96,7 +97,7 @@ export const telnyxCallControlEntry = (
             Effect.tap((outcome) => (outcome === "rescued" ? Effect.logWarning("rescued a Call Control call whose stream stopped", { event, callId }) : Effect.void))
           )
         // Acknowledged at once; the look (up to the owner's grace) and any rescue run in the background.
-        yield* Effect.forkDaemon(returning)
+        yield* (yield* EntryBackgroundWork).start(returning)
         return received
       }
     }
@@ -134,6 +135,6 @@ export const telnyxCallControlEntry = (
           ? commands.answerWithStream(callId, stream)
           : commands.startStream(callId, stream)
     // Failures are logged by the carrier adapter; nothing more can be done for this call here.
-    yield* Effect.forkDaemon(Effect.ignore(command))
+    yield* (yield* EntryBackgroundWork).start(Effect.ignore(command))
     return received
   }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxCallControl))
