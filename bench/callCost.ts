@@ -1,0 +1,278 @@
+/**
+ * Per-call work of callgate in one process, deterministically: N calls placed through the real
+ * carrier stream leg (Twilio dialect, media fast path), the session registry and relay, turn
+ * timing (both VADs, the tracker, the response watchdog and breaker) and a dial-in agent
+ * connection, fed M seconds of frames on virtual time (Effect TestClock for the fibers, a virtual
+ * `performance.now` for the relay's frame times). Sockets are replaced by fakes that only count
+ * what is sent: no kernel, no `ws`, no timers of the host, so the same run executes the same work
+ * whatever else the machine does, and instruction counts (valgrind's callgrind) compare builds
+ * exactly where wall-clock benchmarks on a shared machine cannot.
+ *
+ * Traffic as `npm run bench` plays it: the caller says the recorded sentences with 6.5-8 s pauses,
+ * every frame stamped in its first 32 bytes (so pauses are quiet, not digital silence); the agent
+ * sends stamped silence, and its reply 900 ms after each sentence ends (700 ms of end-of-turn
+ * silence plus 200 ms).
+ *
+ *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--driver-only]
+ *
+ * Instructions per call-second: run it twice under callgrind with two durations and divide the
+ * difference (start-up and warm-up cancel out):
+ *
+ *   valgrind --tool=callgrind --callgrind-out-file=/dev/null node <compiled>/bench/callCost.js --seconds 4
+ *   valgrind --tool=callgrind --callgrind-out-file=/dev/null node <compiled>/bench/callCost.js --seconds 14
+ *   (I refs of the second - I refs of the first) / (10 s x calls)
+ *
+ * `--driver-only` builds and discards the same frames without handing them to callgate: the
+ * driver's own share, to subtract. It also prints heap+external bytes per call (after a full
+ * collection when run with --expose-gc) and the fibers alive per call.
+ */
+import { readFileSync } from "node:fs"
+import { parseArgs } from "node:util"
+import { ConfigProvider, Effect, Layer, Supervisor, TestClock, TestContext } from "effect"
+import { AgentConnection } from "../src/agent/AgentConnection.js"
+import { AgentPool } from "../src/agent/AgentPool.js"
+import type { WireListener, WireSocket } from "../src/core/WireSocket.js"
+import { Environments } from "../src/environments/Environments.js"
+import { Metrics } from "../src/observability/Metrics.js"
+import { appServicesLayer } from "../src/layers.js"
+import { SessionRegistry } from "../src/session/SessionRegistry.js"
+import { SessionTokens } from "../src/telephony/SessionTokens.js"
+import { CarrierStreams } from "../src/telephony/streams/CarrierStreams.js"
+import { nowUs, writeStamp } from "../src/sim/FrameStamp.js"
+import { twilioInboundEncoder, twilioOutboundEncoder } from "../src/wire/TwilioFrames.js"
+
+const { values: args } = parseArgs({
+  options: {
+    calls: { type: "string", default: "20" },
+    seconds: { type: "string", default: "12" },
+    timeout: { type: "string", default: "0" },
+    "driver-only": { type: "boolean", default: false },
+    "count-fibers": { type: "boolean", default: false }
+  }
+})
+const CALLS = Number(args.calls)
+const SECONDS = Number(args.seconds)
+const TIMEOUT_SECONDS = Number(args.timeout)
+const DRIVER_ONLY = args["driver-only"] === true
+const COUNT_FIBERS = args["count-fibers"] === true
+/** The Effect clock moves (and woken fibers run) every this many frames: often enough for timers, cheap for the driver. */
+const TICKS_PER_ADVANCE = 25
+const FRAME_MS = 20
+const FRAME_BYTES = 160
+const SILENCE = 0xff
+const AGENT_ID = "agent_bench"
+
+const fixture = (name: string) => readFileSync(new URL(`../test/fixtures/audio/${name}.ulaw`, import.meta.url))
+const sentences = [fixture("caller-appointment"), fixture("caller-account"), fixture("caller-appointment-noisy")]
+const reply = fixture("agent-greeting")
+
+/** A deterministic stand-in for Math.random, so every run plays the same pauses. */
+let seed = 12345
+const random = (low: number, high: number) => {
+  seed = (seed * 1103515245 + 12345) % 2 ** 31
+  return low + (seed / 2 ** 31) * (high - low)
+}
+
+/** Virtual time for the relay's frame stamps (CallSession reads performance.now()). */
+let virtualMs = 1_000_000
+performance.now = () => virtualMs
+
+/** A socket that keeps nothing: counts messages and bytes, as the kernel would take them. */
+class FakeSocket implements WireSocket {
+  listener: WireListener | undefined
+  isOpen = true
+  bufferedAmount = 0
+  messages = 0
+  chars = 0
+  send(text: string): void {
+    if (!this.isOpen) return
+    this.messages++
+    this.chars += text.length
+  }
+  close(code: number, reason: string): void {
+    if (!this.isOpen) return
+    this.isOpen = false
+    this.listener?.onClose(code, reason, undefined)
+  }
+  listen(listener: WireListener): void {
+    this.listener = listener
+  }
+  heartbeat(): boolean {
+    return this.isOpen
+  }
+  deliver(text: string): void {
+    this.listener?.onText(text)
+  }
+}
+
+/** One call's script: caller sentences and pauses, the agent's reply after each sentence. */
+class ScriptedCall {
+  readonly carrier = new FakeSocket()
+  readonly agent = new FakeSocket()
+  readonly callSid: string
+  readonly streamSid: string
+  private readonly inbound: ReturnType<typeof twilioInboundEncoder>
+  private readonly outbound: ReturnType<typeof twilioOutboundEncoder>
+  private readonly frame = Buffer.alloc(FRAME_BYTES)
+  private seq = 0
+  private chunk = 0
+  private agentSeq = 0
+  /** Caller: the sentence playing (or undefined in a pause), its offset, the pause's end. */
+  private sentence: Buffer | undefined
+  private sentenceIndex: number
+  private offset = 0
+  private pauseFrames: number
+  /** Agent: frames until its reply starts (-1: none due), the reply's offset (-1: not replying). */
+  private replyIn = -1
+  private replyOffset = -1
+
+  constructor(readonly index: number) {
+    this.callSid = `CA${String(index).padStart(32, "0")}`
+    this.streamSid = `MZ${String(index).padStart(32, "0")}`
+    this.inbound = twilioInboundEncoder(this.streamSid)
+    this.outbound = twilioOutboundEncoder(this.streamSid)
+    this.sentenceIndex = index
+    this.pauseFrames = Math.round(random(0, 5000) / FRAME_MS)
+  }
+
+  private stamped(source: Buffer | undefined, offset: number, callId: number, seq: number): string {
+    if (source === undefined) this.frame.fill(SILENCE)
+    else source.copy(this.frame, 0, offset, offset + FRAME_BYTES)
+    writeStamp(this.frame, callId, seq, Math.round(virtualMs * 1000))
+    return this.frame.toString("base64")
+  }
+
+  /** The caller's next frame, as the socket delivers it (a flat string). */
+  callerFrame(): string {
+    if (this.sentence === undefined && --this.pauseFrames <= 0) {
+      this.sentence = sentences[this.sentenceIndex++ % sentences.length]
+      this.offset = 0
+    }
+    const playing = this.sentence
+    const payload = this.stamped(playing, this.offset, this.index, ++this.seq)
+    if (playing !== undefined) {
+      this.offset += FRAME_BYTES
+      if (this.offset + FRAME_BYTES > playing.length) {
+        this.sentence = undefined
+        this.pauseFrames = Math.round(random(6500, 8000) / FRAME_MS)
+        this.replyIn = 900 / FRAME_MS
+      }
+    }
+    this.chunk++
+    return Buffer.from(this.inbound.media(this.seq, this.chunk, this.chunk * FRAME_MS, payload)).toString()
+  }
+
+  agentFrame(): string {
+    if (this.replyIn >= 0 && --this.replyIn < 0) this.replyOffset = 0
+    const replying = this.replyOffset >= 0
+    const payload = this.stamped(replying ? reply : undefined, this.replyOffset, 1_000_000 + this.index, ++this.agentSeq)
+    if (replying) {
+      this.replyOffset += FRAME_BYTES
+      if (this.replyOffset + FRAME_BYTES > reply.length) this.replyOffset = -1
+    }
+    return Buffer.from(this.outbound.media(payload)).toString()
+  }
+}
+
+/** A macrotask: the fibers woken by the frames (and by the clock) run up to their next wait. */
+const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+/**
+ * Moves the Effect clock (only when something is timed: with the response timeout off no per-call
+ * timer is due, and the app's background tickers would only add the same work to every run) and
+ * lets the woken fibers run.
+ */
+const advance = (frames: number) =>
+  Effect.zipRight(TIMEOUT_SECONDS > 0 ? TestClock.adjust(FRAME_MS * frames) : Effect.void, Effect.zipRight(macrotask, macrotask))
+
+const supervisor = Effect.runSync(Supervisor.track)
+
+const program = Effect.gen(function* () {
+  const environments = yield* Environments
+  const tokens = yield* SessionTokens
+  const streams = yield* CarrierStreams
+  const pool = yield* AgentPool
+  const registry = yield* SessionRegistry
+  const metrics = yield* Metrics
+  const environment = yield* environments.create(AGENT_ID, { name: "bench" })
+  if (TIMEOUT_SECONDS > 0) yield* environments.update(AGENT_ID, environment.id, { errorFallbackTimeout: TIMEOUT_SECONDS })
+  const calls = Array.from({ length: CALLS }, (_, i) => new ScriptedCall(i + 1))
+  const fibersBefore = COUNT_FIBERS ? (yield* supervisor.value).length : 0
+  const memoryBefore = process.memoryUsage()
+  if (!DRIVER_ONLY) {
+    for (const call of calls) {
+      pool.offer(AGENT_ID, environment.id, new AgentConnection(call.agent))
+      const token = tokens.issue({ agentId: AGENT_ID, environmentId: environment.id, kind: "twilio", callId: call.callSid })
+      const leg = streams.acceptTwilio(call.carrier, { url: "/telephony/twilio/stream", headers: {}, address: "127.0.0.1" })
+      if (leg === undefined) return yield* Effect.dieMessage("the stream was refused")
+      const encoder = twilioInboundEncoder(call.streamSid)
+      call.carrier.deliver(encoder.connected())
+      call.carrier.deliver(
+        encoder.start(0, { accountSid: "AC" + "0".repeat(32), callSid: call.callSid, customParameters: { token } })
+      )
+    }
+    // Let every session open and connect its agent.
+    yield* advance(1)
+  }
+  let sent = 0
+  const ticks = Math.round((SECONDS * 1000) / FRAME_MS)
+  let steadyFromUs = 0
+  for (let tick = 0; tick < ticks; tick++) {
+    // After 2 s of warm-up: the window a --cpu-prof reading counts (bench/cpuProfile.ts).
+    if (tick === 100) steadyFromUs = nowUs()
+    virtualMs += FRAME_MS
+    for (const call of calls) {
+      const caller = call.callerFrame()
+      const agent = call.agentFrame()
+      sent += caller.length + agent.length
+      if (DRIVER_ONLY) continue
+      call.carrier.deliver(caller)
+      call.agent.deliver(agent)
+    }
+    if ((tick + 1) % TICKS_PER_ADVANCE === 0) yield* advance(TICKS_PER_ADVANCE)
+  }
+  const windowUs = [steadyFromUs, nowUs()]
+  const live = registry.liveCount()
+  const latency = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_latency_seconds")!.get())
+  const answeredTurns = latency.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_latency_seconds_count")?.value ?? 0
+  const fibers = COUNT_FIBERS ? (yield* supervisor.value).length - fibersBefore : Number.NaN
+  ;(globalThis as { gc?: () => void }).gc?.()
+  const memoryAfter = process.memoryUsage()
+  const heapExt = memoryAfter.heapUsed + memoryAfter.external - (memoryBefore.heapUsed + memoryBefore.external)
+  const toCarrier = calls.reduce((n, call) => n + call.carrier.messages, 0)
+  const toAgent = calls.reduce((n, call) => n + call.agent.messages, 0)
+  process.stdout.write(
+    JSON.stringify({
+      calls: CALLS,
+      seconds: SECONDS,
+      timeoutSeconds: TIMEOUT_SECONDS,
+      driverOnly: DRIVER_ONLY,
+      liveSessions: live,
+      answeredTurns,
+      messagesToCarrier: toCarrier,
+      messagesToAgent: toAgent,
+      charsIn: sent,
+      fibersPerCall: fibers / CALLS,
+      heapExtBytesPerCall: Math.round(heapExt / CALLS),
+      windowUs
+    }) + "\n"
+  )
+  for (const call of calls) call.carrier.deliver(`{"event":"stop","sequenceNumber":"9","stop":{"accountSid":"AC","callSid":"${call.callSid}"},"streamSid":"${call.streamSid}"}`)
+  yield* advance(1)
+})
+
+const config = ConfigProvider.fromMap(
+  new Map([
+    ["ADMIN_API_KEY", "bench-admin-key-0123456789"],
+    ["LOG_LEVEL", "none"],
+    ["RATE_LIMIT_PER_MINUTE", "0"]
+  ])
+)
+
+await Effect.runPromise(
+  Effect.scoped(program.pipe(Effect.provide(appServicesLayer))).pipe(
+    COUNT_FIBERS ? Effect.supervised(supervisor) : (effect) => effect,
+    Effect.provide(Layer.setConfigProvider(config)),
+    Effect.provide(TestContext.TestContext)
+  )
+)
+process.exit(0)
