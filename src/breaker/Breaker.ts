@@ -174,7 +174,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
           : Effect.succeed(known)
       })
       return guarded(
-        Effect.map(environments.get(agentId, environmentId), (env) => {
+        Effect.map(environments.stored(agentId, environmentId), (env) => {
           const settings = breakerSettingsOf(env)
           lastSettings.set(key, settings)
           return settings

@@ -187,6 +187,12 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       create,
       list: (agentId: string) => Effect.map(store.list(agentId), (envs) => envs.map((env) => toView(env))),
       get: (agentId: string, environmentId: string) => Effect.map(getStored(agentId, environmentId), (env) => toView(env)),
+      /**
+       * The stored configuration with its secrets still sealed: for code that reads plain settings
+       * every turn or call (the breaker, the agent's address), so no view is built and nothing is
+       * decrypted for it.
+       */
+      stored: getStored,
       update,
       remove,
       clone,

@@ -91,7 +91,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
       )
 
     const agentTarget = (info: SessionInfo): Effect.Effect<AgentTarget, HardError> =>
-      environments.get(info.agentId, info.environmentId).pipe(
+      environments.stored(info.agentId, info.environmentId).pipe(
         Effect.map((env) => ({
           agentId: info.agentId,
           environmentId: info.environmentId,
