@@ -1,4 +1,4 @@
-import { Effect, Queue, type Scope } from "effect"
+import { Effect, Fiber, Queue, type Scope } from "effect"
 import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
 import type { BreakerTrip } from "./BreakerStore.js"
 
@@ -190,15 +190,40 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
         state.firstDeadline = state.deadline
       }
       if (state.deadline === Infinity) return yield* Queue.take(wakeups)
-      const wait = state.deadline - clock.unsafeCurrentTimeMillis()
-      if (wait > 0) {
-        const expired = yield* Effect.race(Effect.as(Effect.sleep(wait), true), Effect.as(Queue.take(wakeups), false))
-        if (!expired) return
+      if (state.deadline > clock.unsafeCurrentTimeMillis()) {
+        // Wait for the deadline or an event, whichever comes first; then evaluate afresh.
+        yield* alarmAt(state.deadline)
+        return yield* Queue.take(wakeups)
       }
       yield* expire
     })
 
-    yield* Effect.repeat(step, { while: () => !state.rescued && !state.stopped }).pipe(
+    // The alarm: at most one sleeping child of the watchdog's fiber, which wakes the loop when
+    // its time comes. An alarm already due no later than the deadline is kept (the loop, woken
+    // early, sets the next one); a later one is replaced. No fiber is forked per event.
+    let alarm: Fiber.RuntimeFiber<void> | undefined
+    let alarmDueMs = Infinity
+    const alarmAt = (dueMs: number): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (alarm !== undefined && alarmDueMs <= dueMs) return Effect.void
+        const previous = alarm
+        alarmDueMs = dueMs
+        const ring = Effect.sleep(Math.max(0, dueMs - clock.unsafeCurrentTimeMillis())).pipe(
+          Effect.zipRight(
+            Effect.sync(() => {
+              alarm = undefined
+              alarmDueMs = Infinity
+              wake()
+            })
+          )
+        )
+        return (previous === undefined ? Effect.void : Fiber.interrupt(previous)).pipe(
+          Effect.zipRight(Effect.fork(ring)),
+          Effect.map((fiber) => void (alarm = fiber))
+        )
+      })
+
+    yield* Effect.whileLoop({ while: () => !state.rescued && !state.stopped, body: () => step, step: () => {} }).pipe(
       Effect.catchAllCause((cause) => Effect.logError("response watchdog stopped", { agentId, environmentId, sessionId }, cause)),
       Effect.forkScoped
     )
