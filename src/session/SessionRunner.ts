@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto"
-import { Cause, Deferred, Effect, Exit, Fiber, FiberMap, Option } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberMap, Option, Queue } from "effect"
 import { AgentConnector } from "../agent/AgentConnector.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { HardError } from "../core/HardError.js"
@@ -28,6 +28,27 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
 
     const fibers = yield* FiberMap.make<string, void, never>()
     const fork = yield* FiberMap.runtime(fibers)<never>()
+
+    /**
+     * SESSION_MAX_DURATION, for every session at once: when each running session started (Effect
+     * clock), in starting order, which with one duration for all is also the order they expire in.
+     * One fiber sleeps until the oldest is due and ends it with Timeout; sessions that end first
+     * leave the map, so a wake-up for one of them only sets the next.
+     */
+    const clock = yield* Effect.clock
+    const maxDurationMs = Duration.toMillis(config.sessionMaxDuration)
+    const startedAt = new Map<string, { readonly relay: CallSession; readonly atMs: number }>()
+    const timed = yield* Queue.sliding<true>(1)
+    const nextExpiry = Effect.suspend(() => {
+      const oldest = startedAt.values().next()
+      if (oldest.done === true) return Queue.take(timed)
+      const dueIn = oldest.value.atMs + maxDurationMs - clock.unsafeCurrentTimeMillis()
+      if (dueIn > 0) return Effect.sleep(dueIn)
+      startedAt.delete(oldest.value.relay.info.sessionId)
+      oldest.value.relay.end(SessionEnding.Timeout())
+      return Effect.void
+    })
+    yield* nextExpiry.pipe(Effect.forever, Effect.forkScoped)
 
     /** Finds the agent and connects it, unless the session ends first. */
     const connectAgent = (relay: CallSession, streamSid: string) =>
@@ -72,10 +93,8 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           }
         })
         relay.observeWith(observed.observer)
-        const ending = yield* Deferred.await(ended).pipe(
-          Effect.timeoutOption(config.sessionMaxDuration),
-          Effect.map(Option.getOrElse(() => relay.end(SessionEnding.Timeout())))
-        )
+        // SESSION_MAX_DURATION is this service's one timer (below), not a timer per session.
+        const ending = yield* Deferred.await(ended)
         yield* Fiber.interrupt(connecting)
         // The end is recorded over the start, so the start must be written first.
         yield* Fiber.join(recording)
@@ -100,10 +119,18 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
      * at shutdown before it could finish.
      */
     const start = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>, done: (record: Option.Option<Session>) => void): void => {
+      const { sessionId } = relay.info
+      startedAt.set(sessionId, { relay, atMs: clock.unsafeCurrentTimeMillis() })
+      if (startedAt.size === 1) Queue.unsafeOffer(timed, true)
       fork(
-        relay.info.sessionId,
+        sessionId,
         runSession(relay, ended).pipe(
-          Effect.onExit((exit) => Effect.sync(() => done(Exit.isSuccess(exit) ? Option.some(exit.value) : Option.none()))),
+          Effect.onExit((exit) =>
+            Effect.sync(() => {
+              startedAt.delete(sessionId)
+              done(Exit.isSuccess(exit) ? Option.some(exit.value) : Option.none())
+            })
+          ),
           Effect.asVoid
         )
       )
