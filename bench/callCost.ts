@@ -197,6 +197,7 @@ const program = Effect.gen(function* () {
   if (TIMEOUT_SECONDS > 0) yield* environments.update(AGENT_ID, environment.id, { errorFallbackTimeout: TIMEOUT_SECONDS })
   const calls = Array.from({ length: CALLS }, (_, i) => new ScriptedCall(i + 1))
   const fibersBefore = COUNT_FIBERS ? (yield* supervisor.value).length : 0
+  ;(globalThis as { gc?: () => void }).gc?.()
   const memoryBefore = process.memoryUsage()
   if (!DRIVER_ONLY) {
     for (const call of calls) {
