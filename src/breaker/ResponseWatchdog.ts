@@ -180,7 +180,7 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
           })
         }
       }
-      if (!state.awaiting) return yield* Queue.take(wakeups)
+      if (!state.awaiting) return yield* Effect.zipRight(cancelAlarm, Queue.take(wakeups))
       if (state.armedGeneration !== state.generation) {
         const generation = state.generation
         const fresh = yield* loadSettings
@@ -189,7 +189,7 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
         state.deadline = fresh.timeoutSeconds > 0 ? state.turnEndAt + fresh.timeoutSeconds * 1000 : Infinity
         state.firstDeadline = state.deadline
       }
-      if (state.deadline === Infinity) return yield* Queue.take(wakeups)
+      if (state.deadline === Infinity) return yield* Effect.zipRight(cancelAlarm, Queue.take(wakeups))
       if (state.deadline > clock.unsafeCurrentTimeMillis()) {
         // Wait for the deadline or an event, whichever comes first; then evaluate afresh.
         yield* alarmAt(state.deadline)
@@ -200,7 +200,7 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
 
     // The alarm: at most one sleeping child of the watchdog's fiber, which wakes the loop when
     // its time comes. An alarm already due no later than the deadline is kept (the loop, woken
-    // early, sets the next one); a later one is replaced. No fiber is forked per event.
+    // early, sets the next one); a later one is replaced; nothing left to time cancels it.
     let alarm: Fiber.RuntimeFiber<void> | undefined
     let alarmDueMs = Infinity
     const alarmAt = (dueMs: number): Effect.Effect<void> =>
@@ -222,6 +222,14 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
           Effect.map((fiber) => void (alarm = fiber))
         )
       })
+
+    const cancelAlarm: Effect.Effect<void> = Effect.suspend(() => {
+      const ringing = alarm
+      if (ringing === undefined) return Effect.void
+      alarm = undefined
+      alarmDueMs = Infinity
+      return Fiber.interrupt(ringing)
+    })
 
     yield* Effect.whileLoop({ while: () => !state.rescued && !state.stopped, body: () => step, step: () => {} }).pipe(
       Effect.catchAllCause((cause) => Effect.logError("response watchdog stopped", { agentId, environmentId, sessionId }, cause)),
