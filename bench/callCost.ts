@@ -13,13 +13,14 @@
  * sends stamped silence, and its reply 900 ms after each sentence ends (700 ms of end-of-turn
  * silence plus 200 ms).
  *
- *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--driver-only]
+ *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--driver-only] [--count-fibers]
  *
  * Instructions per call-second: run it twice under callgrind with two durations and divide the
- * difference (start-up and warm-up cancel out):
+ * difference (start-up and warm-up cancel out); `--single-threaded` keeps V8's compilers and
+ * collector on the main thread, so repeated counts agree (docs/benchmarks.md, "Per-call work, counted"):
  *
- *   valgrind --tool=callgrind --callgrind-out-file=/dev/null node <compiled>/bench/callCost.js --seconds 4
- *   valgrind --tool=callgrind --callgrind-out-file=/dev/null node <compiled>/bench/callCost.js --seconds 14
+ *   valgrind --tool=callgrind --callgrind-out-file=/dev/null node --single-threaded <compiled>/bench/callCost.js --calls 10 --seconds 2
+ *   valgrind --tool=callgrind --callgrind-out-file=/dev/null node --single-threaded <compiled>/bench/callCost.js --calls 10 --seconds 12
  *   (I refs of the second - I refs of the first) / (10 s x calls)
  *
  * `--driver-only` builds and discards the same frames without handing them to callgate: the
