@@ -163,14 +163,17 @@ export interface FleetVerdict {
 }
 
 /**
- * The efficiency against the goal, unless the load generator was the limit of either measurement
- * (or other work on the machine was, or the grid ended first).
+ * The efficiency against the goal, unless the load generator was the limit of either measurement,
+ * the instances shared their cores with it, other work on the machine was the limit, or the grid
+ * ended first.
  */
 export const fleetVerdict = (efficiency: number | null, limiters: ReadonlyArray<Limiter>, sharesCores: boolean): FleetVerdict => {
   const notJudged = (why: string): FleetVerdict => ({ judged: false, met: null, text: `not judged: ${why}` })
   if (limiters.some((l) => l.kind === "load generator")) {
     return notJudged(`the load generator was the limit${sharesCores ? " (it shares cores with the instances)" : ""}`)
   }
+  // Each instance on a core of its own is the figure's premise; without it the delays are the scheduler's.
+  if (sharesCores) return notJudged("the instances have no cores of their own (the load generator, nginx and Redis share them): a judged figure needs a core per instance and more for the generator")
   if (limiters.some((l) => l.kind === "machine")) return notJudged("other work on the machine took the cores")
   if (limiters.some((l) => l.kind === "step grid")) return notJudged("every step passed: the grid ended before a fleet's limit (larger steps)")
   if (efficiency === null) return notJudged("a fleet sustained no step")

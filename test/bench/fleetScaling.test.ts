@@ -119,9 +119,19 @@ describe("the fleet verdict", () => {
   })
 
   it("is not judged when other work took the cores, the grid ended before a limit, or nothing was sustained", () => {
-    expect(fleetVerdict(0.95, [limiter("instances"), limiter("machine")], true).text).toBe("not judged: other work on the machine took the cores")
+    expect(fleetVerdict(0.95, [limiter("instances"), limiter("machine")], false).text).toBe("not judged: other work on the machine took the cores")
     expect(fleetVerdict(1, [limiter("step grid"), limiter("instances")], false).judged).toBe(false)
     expect(fleetVerdict(null, [limiter("instances"), limiter("instances")], false).judged).toBe(false)
+  })
+})
+
+describe("a fleet whose instances share their cores", () => {
+  it("is not judged, whatever the efficiency and the limits read: the premise (a core per instance) does not hold", () => {
+    for (const efficiency of [null, 0.5, 0.95]) {
+      const verdict = fleetVerdict(efficiency, [limiter("undetermined"), limiter("instances")], true)
+      expect(verdict.judged).toBe(false)
+      expect(verdict.text).toMatch(/^not judged: the instances have no cores of their own/)
+    }
   })
 })
 
