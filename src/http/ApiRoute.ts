@@ -50,6 +50,6 @@ export const apiRoute = <R, P = unknown, Q = unknown, B = unknown>(definition: {
  * validation errors). Re-exported here for route modules written against this file.
  */
 export { authenticationHook, authorize, principalOf, rateLimitKeyOf, tooManyFailures } from "./ApiAuth.js"
-export { registerDomainError, sendError, toApiError } from "./DomainErrors.js"
+export { sendError, toApiError } from "./DomainErrors.js"
 export { openApiDocument } from "./OpenApiDocument.js"
 export { registerApiRoutes } from "./RouteRegistration.js"

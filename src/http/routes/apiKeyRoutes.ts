@@ -1,9 +1,6 @@
 import { Effect, Schema } from "effect"
 import { ApiKeyIdParams, ApiKeyInfoView, ApiKeys, ApiKeyView, CreateApiKeyBody, RotateApiKeyBody } from "../../apikeys/ApiKeys.js"
-import { ApiError } from "../ApiError.js"
-import { apiRoute, registerDomainError } from "../ApiRoute.js"
-
-registerDomainError("ApiKeyNotFound", (e) => ApiError.of("NOT_FOUND", `API key ${e.keyId} was not found.`))
+import { apiRoute } from "../ApiRoute.js"
 
 const RotatedApiKeyView = Schema.Struct({
   ...ApiKeyView.fields,

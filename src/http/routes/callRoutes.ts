@@ -9,23 +9,7 @@ import { EnvironmentParams, ResourceId } from "../../environments/EnvironmentSch
 import { Session } from "../../session/SessionSchema.js"
 import { verifyTwilioWebhook } from "../../telephony/CarrierSignatures.js"
 import { formParams } from "../../telephony/entry/CallAdmission.js"
-import { ApiError } from "../ApiError.js"
-import { apiRoute, registerDomainError } from "../ApiRoute.js"
-
-registerDomainError("TooManyOutboundCalls", (e) =>
-  ApiError.of(
-    "RATE_LIMITED",
-    `Environment ${e.environmentId} already has ${e.limit} outbound calls placed or live (maxConcurrentOutboundCalls); retry when one ends.`
-  )
-)
-registerDomainError("OutboundNotConfigured", (e) =>
-  ApiError.of("VALIDATION_FAILED", `provider ${e.provider} cannot place calls: ${e.missing} not set`, [
-    { field: "provider", message: `cannot place calls: ${e.missing} not set` }
-  ])
-)
-registerDomainError("OutboundPlacementFailed", (e) =>
-  ApiError.of("CARRIER_ERROR", `The carrier refused the call (session ${e.sessionId} ended failed, carrier_failed): ${e.detail}`)
-)
+import { apiRoute } from "../ApiRoute.js"
 
 const base = "/v1/agents/:agentId/environments/:environmentId/calls"
 

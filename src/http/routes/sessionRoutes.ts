@@ -2,15 +2,7 @@ import { Effect } from "effect"
 import { AgentParams } from "../../environments/EnvironmentSchema.js"
 import { Session, SessionListQuery, SessionPageView, SessionParams } from "../../session/SessionSchema.js"
 import { Sessions } from "../../session/Sessions.js"
-import { ApiError } from "../ApiError.js"
-import { apiRoute, registerDomainError } from "../ApiRoute.js"
-
-registerDomainError("SessionNotFound", (e) => ApiError.of("NOT_FOUND", `Session ${e.sessionId} of agent ${e.agentId} was not found.`))
-registerDomainError("InvalidSessionCursor", () =>
-  ApiError.of("VALIDATION_FAILED", "cursor is not a cursor returned by this endpoint", [
-    { field: "cursor", message: "is not a cursor returned by this endpoint" }
-  ])
-)
+import { apiRoute } from "../ApiRoute.js"
 
 const base = "/v1/agents/:agentId/sessions"
 
