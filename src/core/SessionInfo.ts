@@ -4,6 +4,9 @@ import type { CallRef, Provider } from "./Carrier.js"
 /** A new session id: minted when the carrier's entry webhook admits the call (or when a stream opens without one). */
 export const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
 
+/** Whether `text` has the shape of a session id (as newSessionId mints them). */
+export const isSessionId = (text: string) => /^ses_[A-Za-z0-9_-]{1,60}$/.test(text)
+
 /** Who and what a live session is: fixed when its stream starts. */
 export interface SessionInfo {
   readonly sessionId: string

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
 import { CarrierError } from "../core/Carrier.js"
+import { isSessionId } from "../core/SessionInfo.js"
 import { TelnyxRest } from "./TelnyxRest.js"
 
 /** How a bidirectional RTP media stream to callgate is requested (PCMU both ways). */
@@ -23,7 +24,7 @@ export const clientStateOf = (sessionId: string) => Buffer.from(sessionId, "utf8
 export const sessionIdOfClientState = (clientState: string | null | undefined): string | undefined => {
   if (typeof clientState !== "string" || clientState.length === 0 || clientState.length > 128) return undefined
   const text = Buffer.from(clientState, "base64").toString("utf8")
-  return /^ses_[A-Za-z0-9_-]{1,60}$/.test(text) ? text : undefined
+  return isSessionId(text) ? text : undefined
 }
 
 /**

@@ -62,7 +62,6 @@ export const registerTwilioCallRoutes = (app: FastifyInstance, runtime: Runtime.
   const throttle = Runtime.runSync(runtime)(AuthThrottle)
   const config = Runtime.runSync(runtime)(AppConfig)
 
-  const send = sendTwilioError
 
   const answer = async (reply: FastifyReply, effect: Effect.Effect<unknown, TwilioRestError, CallControl>) => {
     const exit = await run(effect)
@@ -71,10 +70,10 @@ export const registerTwilioCallRoutes = (app: FastifyInstance, runtime: Runtime.
     if (Option.isSome(failure) && failure.value instanceof TwilioRestError) {
       // A refused key counts against the client's address (docs/security.md, "Authentication throttling").
       if (failure.value.status === 401) throttle.failed(reply.request.ip)
-      return send(reply, failure.value)
+      return sendTwilioError(reply, failure.value)
     }
     await run(Effect.logError("call-control request failed", exit.cause))
-    return send(reply, TwilioErrors.internal())
+    return sendTwilioError(reply, TwilioErrors.internal())
   }
 
   const requestOf = (request: FastifyRequest): Option.Option<CallControlRequest> => {
@@ -89,13 +88,13 @@ export const registerTwilioCallRoutes = (app: FastifyInstance, runtime: Runtime.
       scope.setErrorHandler((error: FastifyError, request, reply) => {
         const twilioError = twilioErrorOf(error, request, config.httpBodyLimitBytes)
         if (twilioError.status >= 500) void run(Effect.logError("call-control request failed", { url: pathOf(request) }, error))
-        return send(reply, twilioError)
+        return sendTwilioError(reply, twilioError)
       })
-      scope.setNotFoundHandler((request, reply) => send(reply, TwilioErrors.notFound(pathOf(request))))
+      scope.setNotFoundHandler((request, reply) => sendTwilioError(reply, TwilioErrors.notFound(pathOf(request))))
       // Before the body is read: only forms are taken (an empty body needs no content type).
       scope.addHook("onRequest", (request, reply, done) => {
         const type = request.headers["content-type"]
-        if (request.method === "POST" && type !== undefined && !isForm(type)) return void send(reply, TwilioErrors.unsupportedMediaType())
+        if (request.method === "POST" && type !== undefined && !isForm(type)) return void sendTwilioError(reply, TwilioErrors.unsupportedMediaType())
         done()
       })
 
@@ -106,7 +105,7 @@ export const registerTwilioCallRoutes = (app: FastifyInstance, runtime: Runtime.
           const wait = throttle.retryAfter(request.ip)
           if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send(TwilioErrors.tooManyRequests().toBody())
           const parsed = requestOf(request)
-          if (Option.isNone(parsed)) return send(reply, TwilioErrors.notFound(pathOf(request)))
+          if (Option.isNone(parsed)) return sendTwilioError(reply, TwilioErrors.notFound(pathOf(request)))
           if (request.method === "GET") return answer(reply, Effect.flatMap(CallControl, (control) => control.get(parsed.value)))
           const form = decodeForm(request.body ?? {})
           if (Option.isNone(form)) return answer(reply, Effect.fail(TwilioErrors.nothingToDo()))
