@@ -43,12 +43,16 @@ export const entryUrl = (gatewayUrl: string, path: string, agentId: string, envi
  * Moves a stream URL onto the gateway's own origin (ws for http, wss for https), keeping its path
  * and query: for a gateway whose PUBLIC_URL is a name the simulator cannot reach.
  */
-export const onGatewayOrigin = (streamUrl: string, gatewayUrl: string) => {
-  const stream = new URL(streamUrl)
+export const onGatewayOrigin = (streamUrl: string, gatewayUrl: string) =>
+  movedOnto(streamUrl, gatewayUrl, (gateway) => (gateway.protocol === "https:" ? "wss:" : "ws:"))
+
+/** `url` with the gateway's host and the scheme `protocolOf` picks for it; path and query kept. */
+const movedOnto = (url: string, gatewayUrl: string, protocolOf: (gateway: URL) => string) => {
+  const moved = new URL(url)
   const gateway = new URL(gatewayUrl)
-  stream.protocol = gateway.protocol === "https:" ? "wss:" : "ws:"
-  stream.host = gateway.host
-  return stream.toString()
+  moved.protocol = protocolOf(gateway)
+  moved.host = gateway.host
+  return moved.toString()
 }
 
 /** Posts a form-encoded carrier webhook and reads the `<Connect><Stream>` out of the answer. */
@@ -88,13 +92,7 @@ export interface RedirectAnswer {
 }
 
 /** Moves an http(s) URL onto the gateway's origin, keeping its path and query (see onGatewayOrigin). */
-export const onGatewayHttpOrigin = (url: string, gatewayUrl: string) => {
-  const moved = new URL(url)
-  const gateway = new URL(gatewayUrl)
-  moved.protocol = gateway.protocol
-  moved.host = gateway.host
-  return moved.toString()
-}
+export const onGatewayHttpOrigin = (url: string, gatewayUrl: string) => movedOnto(url, gatewayUrl, (gateway) => gateway.protocol)
 
 /**
  * Does what a carrier does after a `<Connect><Stream>` that the gateway ended (closed by the
