@@ -61,6 +61,17 @@ export interface Rig {
   readonly close: () => Promise<void>
 }
 
+/** Records the stamped caller frames `agent` receives, by the stamp's call id, into `into`. */
+export const recordCallerStamps = (agent: SilentAgent, into: Map<number, Array<number>>): void => {
+  agent.on("callerMedia", (audio) => {
+    const stamp = readStamp(audio)
+    if (stamp === undefined) return
+    let seqs = into.get(stamp.callId)
+    if (seqs === undefined) into.set(stamp.callId, (seqs = []))
+    seqs.push(stamp.seq)
+  })
+}
+
 /**
  * Frames missing between the first and last the receiver got, and after the last up to `sent`
  * (for agent frames, whose sender's count the test does not see: the last received).
@@ -129,13 +140,7 @@ export const startRig = async (redisUrl: string, env: Record<string, string> = {
         stampFrames: true
       })
       agents.push(agent)
-      agent.on("callerMedia", (audio) => {
-        const stamp = readStamp(audio)
-        if (stamp === undefined) return
-        let seqs = received.get(stamp.callId)
-        if (seqs === undefined) received.set(stamp.callId, (seqs = []))
-        seqs.push(stamp.seq)
-      })
+      recordCallerStamps(agent, received)
       await agent.ready(60_000)
       const calls: Array<LiveCall> = []
       for (let index = 0; index < count; index++) {

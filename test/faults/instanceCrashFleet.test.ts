@@ -13,7 +13,7 @@ import { type Nginx, startFleetNginx } from "../../bench/nginx.js"
 import { freePort } from "../support/redisServer.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 import { type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
-import { framesLost, startFleetInstance, until } from "./faultRig.js"
+import { framesLost, recordCallerStamps, startFleetInstance, until } from "./faultRig.js"
 
 /**
  * An instance of a fleet dies with live calls (docs/reliability.md, "Instance loss"): two callgate
@@ -136,13 +136,7 @@ describe("an instance of a fleet behind nginx is killed with 40 live calls", () 
           stream: "silence",
           stampFrames: true
         })
-        agent.on("callerMedia", (audio) => {
-          const stamp = readStamp(audio)
-          if (stamp === undefined) return
-          let seqs = callerToAgent.get(stamp.callId)
-          if (seqs === undefined) callerToAgent.set(stamp.callId, (seqs = []))
-          seqs.push(stamp.seq)
-        })
+        recordCallerStamps(agent, callerToAgent)
         agents.push(await agent.start())
       }
     }
