@@ -119,11 +119,15 @@ export const telnyxCallControlEntry = (
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
-    const stream = {
-      url: admission._tag === "Admitted" ? `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}` : "",
-      token: admission._tag === "Admitted" ? admission.token : "",
-      sessionId: admission._tag === "Admitted" ? admission.sessionId : ""
-    }
+    // Read only when admitted (an unknown environment gets no stream).
+    const stream =
+      admission._tag === "Admitted"
+        ? {
+            url: `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
+            token: admission.token,
+            sessionId: admission.sessionId
+          }
+        : { url: "", token: "", sessionId: "" }
     const telnyx = yield* TelnyxCarrier
     const commands = yield* TelnyxCallCommands
     const command =
