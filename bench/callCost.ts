@@ -90,6 +90,9 @@ class FakeSocket implements WireSocket {
     this.messages++
     this.chars += text.length
   }
+  sendAscii(text: string): void {
+    this.send(text)
+  }
   close(code: number, reason: string): void {
     if (!this.isOpen) return
     this.isOpen = false

@@ -119,7 +119,11 @@ export class AgentConnection implements WireListener, AgentLink {
   }
 
   sendMedia(payload: string, timestampMs: number): void {
-    if (this.encoder !== undefined) this.socket.send(this.encoder.media(++this.sequence, ++this.chunk, timestampMs, payload))
+    const encoder = this.encoder
+    if (encoder === undefined) return
+    const frame = encoder.media(++this.sequence, ++this.chunk, timestampMs, payload)
+    if (encoder.mediaIsAscii) this.socket.sendAscii(frame)
+    else this.socket.send(frame)
   }
 
   sendDtmf(digit: string): void {

@@ -16,6 +16,12 @@ export interface WireListener {
 export interface WireSocket {
   /** Sends one text message; does nothing once the socket is closing. */
   send(text: string): void
+  /**
+   * `send` for a text the caller knows holds only ASCII characters (the media frames: base64
+   * payload, fixed parts checked once per stream), which the adapter may hand over as bytes
+   * without UTF-8 encoding. Anything else must go through `send`.
+   */
+  sendAscii(text: string): void
   /** Starts the close handshake; idempotent. `reason` must stay under 123 bytes. */
   close(code: number, reason: string): void
   listen(listener: WireListener): void

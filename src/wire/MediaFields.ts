@@ -42,3 +42,10 @@ export const isCallerTrack = (track: string | undefined): boolean =>
 
 export const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
+
+/**
+ * Whether every character of `text` is ASCII. The encoders check their media frames' fixed parts
+ * once per stream: with a base64 payload between them, such frames go out through
+ * WireSocket.sendAscii.
+ */
+export const isAscii = (text: string): boolean => /^[\x00-\x7f]*$/.test(text)

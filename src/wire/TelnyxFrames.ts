@@ -128,6 +128,8 @@ export const TelnyxOutbound = Schema.Union(
 
 /** Outbound frames as strings; the payload passed the base64 pattern, so it is pasted as is. */
 export const telnyxOutboundEncoder = {
+  /** The fixed parts are ASCII, so `media` frames (with a base64 payload) may go through WireSocket.sendAscii. */
+  mediaIsAscii: true,
   media: (payload: string) => `{"event":"media","media":{"payload":"` + payload + `"}}`,
   mark: (name: string) => `{"event":"mark","mark":{"name":${JSON.stringify(name)}}}`,
   clear: () => `{"event":"clear"}`

@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { Base64Payload, DtmfDigit, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
+import { Base64Payload, DtmfDigit, isAscii, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
 import { makeMediaScanner } from "./MediaScanner.js"
 
 /**
@@ -134,6 +134,8 @@ export const twilioOutboundEncoder = (streamSid: string) => {
   const mediaHead = `{"event":"media","streamSid":${sid},"media":{"payload":"`
   return {
     media: (payload: string) => mediaHead + payload + `"}}`,
+    /** `media` frames hold only ASCII (a base64 payload between ASCII parts): WireSocket.sendAscii may carry them. */
+    mediaIsAscii: isAscii(mediaHead),
     mark: (name: string) => `{"event":"mark","streamSid":${sid},"mark":{"name":${JSON.stringify(name)}}}`,
     clear: () => `{"event":"clear","streamSid":${sid}}`
   } as const
@@ -151,6 +153,8 @@ export const twilioInboundEncoder = (streamSid: string) => {
   const tail = `,"streamSid":${sid}}`
   const mediaTail = `"}` + tail
   return {
+    /** `media` frames hold only ASCII (numbers and a base64 payload between ASCII parts): WireSocket.sendAscii may carry them. */
+    mediaIsAscii: isAscii(mediaTail),
     connected: () => `{"event":"connected","protocol":"Call","version":"1.0.0"}`,
     start: (sequenceNumber: number, fields: TwilioStartFields) =>
       JSON.stringify({

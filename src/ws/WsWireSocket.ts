@@ -1,8 +1,9 @@
 import type { RawData, WebSocket } from "ws"
-import { MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
+import { type GateLimit, MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
 
 const OPEN = 1
+const CLOSED = 3
 
 const idle: WireListener = { onText: () => {}, onClose: () => {} }
 
@@ -15,6 +16,9 @@ const turns = new TurnClock((advance) => void setImmediate(advance))
 /** A binary message waiting its turn (refused when its turn comes, in order). */
 const BINARY = Symbol("binary")
 type Deferred = string | typeof BINARY
+
+/** `ws.send` options for a text message handed over as bytes (sendAscii). */
+const TEXT_FRAME = { binary: false } as const
 
 /**
  * Adapts a `ws` WebSocket (server side from @fastify/websocket, or a dial-out client) to
@@ -29,152 +33,187 @@ type Deferred = string | typeof BINARY
  * reading, and each following turn hands the listener the next MESSAGES_PER_TURN
  * (TurnClock.later), so other sockets' frames are read in between. At real cadence no message
  * ever waits; per frame it costs a comparison with one shared turn number (no allocation, no timer).
+ *
+ * A class, not an object literal with getters: every socket of the process then shares one
+ * hidden class, so the media path's calls into it stay monomorphic (docs/benchmarks.md).
  */
-export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?: SocketGate): WireSocket => {
-  let listener = initial
-  let fault: string | undefined
-  let closed = false
-  let awaitingPong = false
-
-  const finish = (code: number, reason: string) => {
-    if (closed) return
-    closed = true
-    const current = listener
-    listener = idle
-    current.onClose(code, reason, fault)
-  }
-
-  const fail = (code: number, reason: string) => {
-    fault ??= reason
-    if (ws.readyState === OPEN) ws.close(code, closeReason(reason))
-  }
-
-  /** Close, and cut the connection if the peer does not complete the close handshake soon. */
-  const closeFirmly = (code: number, reason: string) => {
-    if (ws.readyState === OPEN) ws.close(code, closeReason(reason))
-    if (ws.readyState !== 3) setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref()
-  }
-
+export class WsWireSocket implements WireSocket {
+  private listener: WireListener
+  private fault: string | undefined = undefined
+  private closed = false
+  private awaitingPong = false
   // The per-turn budget: messages handled in turn `turnSeen`, and those waiting for a later turn.
-  let turnSeen = -1
-  let handledInTurn = 0
-  let deferred: Array<Deferred> | undefined
-  let cutForRate = false
+  private turnSeen = -1
+  private handledInTurn = 0
+  private deferred: Array<Deferred> | undefined = undefined
+  private cutForRate = false
+  private readonly backlogCapped: boolean
 
-  const backlogCapped = gate?.settings.maxBacklogBytes !== undefined
-  if (gate !== undefined) {
-    gate.onExpire = (limit, reason) => {
-      fault ??= reason
-      if (limit === "backlog") return ws.terminate()
-      // Read nothing more from a socket cut by a limit (a flood's queued frames are never parsed,
-      // nor are those waiting for their turn).
-      if (limit === "rate") {
-        cutForRate = true
-        deferred = undefined
-        ws.pause()
+  constructor(
+    private readonly ws: WebSocket,
+    initial: WireListener = idle,
+    private readonly gate?: SocketGate
+  ) {
+    this.listener = initial
+    this.backlogCapped = gate?.settings.maxBacklogBytes !== undefined
+    if (gate !== undefined) gate.onExpire = (limit, reason) => this.expire(limit, reason)
+    ws.on("message", (data: RawData, isBinary: boolean) => this.receive(data, isBinary))
+    ws.on("pong", () => {
+      this.awaitingPong = false
+    })
+    ws.on("error", (error: Error) => {
+      // ws emits "error" for oversized or invalid frames (and then closes with the matching code),
+      // and for resets; the listener hears about it once, in onClose.
+      this.fault ??= error.message || "socket error"
+    })
+    ws.on("close", (code: number, reason: Buffer) => {
+      gate?.close()
+      try {
+        this.flush()
+        this.finish(code, reason.toString())
+      } catch {
+        // A listener's failure while closing must not reach the event emitter.
       }
-      closeFirmly(CloseCode.policyViolation, reason)
-    }
+    })
   }
 
-  const handle = (message: Deferred) => {
-    if (message === BINARY) return fail(CloseCode.unsupportedData, "binary messages are not accepted: send JSON text frames")
+  // WireSocket
+
+  send(text: string): void {
+    if (this.ws.readyState !== OPEN) return
+    this.ws.send(text)
+    if (this.backlogCapped) this.gate!.admitBacklog(this.ws.bufferedAmount)
+  }
+
+  /**
+   * The media frames' way out: an ASCII text is its own UTF-8, so it is copied into a Buffer as
+   * Latin-1 (one pass, no UTF-8 length or encoding) and handed to `ws` as a text frame. A string
+   * built by concatenation would otherwise be flattened, measured and encoded on every send.
+   */
+  sendAscii(text: string): void {
+    if (this.ws.readyState !== OPEN) return
+    this.ws.send(Buffer.from(text, "latin1"), TEXT_FRAME)
+    if (this.backlogCapped) this.gate!.admitBacklog(this.ws.bufferedAmount)
+  }
+
+  close(code: number, reason: string): void {
+    if (this.ws.readyState === OPEN) this.ws.close(code, closeReason(reason))
+    else if (this.ws.readyState === 0) this.ws.terminate()
+  }
+
+  listen(next: WireListener): void {
+    this.listener = this.closed ? idle : next
+  }
+
+  get isOpen(): boolean {
+    return this.ws.readyState === OPEN
+  }
+
+  get bufferedAmount(): number {
+    return this.ws.bufferedAmount
+  }
+
+  heartbeat(): boolean {
+    const ws = this.ws
+    if (ws.readyState !== OPEN) return false
+    if (this.awaitingPong) {
+      this.fault ??= "no pong: connection presumed dead"
+      ws.terminate()
+      return false
+    }
+    this.awaitingPong = true
+    ws.ping()
+    return true
+  }
+
+  // Receiving
+
+  private receive(data: RawData, isBinary: boolean): void {
+    if (this.closed) return
+    if (this.gate !== undefined && !this.gate.admit()) return
+    if (this.deferred !== undefined) return void this.deferred.push(isBinary ? BINARY : data.toString())
+    const turn = turns.touch()
+    if (turn !== this.turnSeen) {
+      this.turnSeen = turn
+      this.handledInTurn = 0
+    }
+    if (++this.handledInTurn > MESSAGES_PER_TURN) {
+      // Over this turn's budget: read nothing more until the backlog is handled, turn by turn.
+      this.deferred = [isBinary ? BINARY : data.toString()]
+      this.ws.pause()
+      return turns.later(this.drain)
+    }
+    this.handle(isBinary ? BINARY : data.toString())
+  }
+
+  private handle(message: Deferred): void {
+    if (message === BINARY) return this.fail(CloseCode.unsupportedData, "binary messages are not accepted: send JSON text frames")
     try {
-      listener.onText(message)
+      this.listener.onText(message)
     } catch (error) {
-      fail(CloseCode.internalError, `internal error while handling a message: ${(error as Error)?.message ?? "unknown"}`)
+      this.fail(CloseCode.internalError, `internal error while handling a message: ${(error as Error)?.message ?? "unknown"}`)
     }
   }
 
   /** At the start of a turn: the next MESSAGES_PER_TURN waiting messages, counted against this turn. */
-  const drain = () => {
-    const queue = deferred
+  private readonly drain = (): void => {
+    const queue = this.deferred
     if (queue === undefined) return
     const batch = queue.splice(0, MESSAGES_PER_TURN)
-    turnSeen = turns.current
-    handledInTurn = batch.length
+    this.turnSeen = turns.current
+    this.handledInTurn = batch.length
     for (const message of batch) {
-      if (closed || cutForRate) break
-      handle(message)
+      if (this.closed || this.cutForRate) break
+      this.handle(message)
     }
-    if (queue.length > 0 && !closed && !cutForRate) return turns.later(drain)
-    deferred = undefined
+    if (queue.length > 0 && !this.closed && !this.cutForRate) return turns.later(this.drain)
+    this.deferred = undefined
     // Messages read on resuming count against what is left of this turn's budget.
-    if (!closed && !cutForRate) ws.resume()
+    if (!this.closed && !this.cutForRate) this.ws.resume()
   }
 
   /** The socket is closing: what waited is handled now, in order, before the listener hears the close. */
-  const flush = () => {
-    const queue = deferred
-    deferred = undefined
-    if (queue === undefined || cutForRate) return
-    for (const message of queue) handle(message)
+  private flush(): void {
+    const queue = this.deferred
+    this.deferred = undefined
+    if (queue === undefined || this.cutForRate) return
+    for (const message of queue) this.handle(message)
   }
 
-  ws.on("message", (data: RawData, isBinary: boolean) => {
-    if (closed) return
-    if (gate !== undefined && !gate.admit()) return
-    if (deferred !== undefined) return void deferred.push(isBinary ? BINARY : data.toString())
-    const turn = turns.touch()
-    if (turn !== turnSeen) {
-      turnSeen = turn
-      handledInTurn = 0
-    }
-    if (++handledInTurn > MESSAGES_PER_TURN) {
-      // Over this turn's budget: read nothing more until the backlog is handled, turn by turn.
-      deferred = [isBinary ? BINARY : data.toString()]
-      ws.pause()
-      return turns.later(drain)
-    }
-    handle(isBinary ? BINARY : data.toString())
-  })
-  ws.on("pong", () => {
-    awaitingPong = false
-  })
-  ws.on("error", (error: Error) => {
-    // ws emits "error" for oversized or invalid frames (and then closes with the matching code),
-    // and for resets; the listener hears about it once, in onClose.
-    fault ??= error.message || "socket error"
-  })
-  ws.on("close", (code: number, reason: Buffer) => {
-    gate?.close()
-    try {
-      flush()
-      finish(code, reason.toString())
-    } catch {
-      // A listener's failure while closing must not reach the event emitter.
-    }
-  })
+  // Ending
 
-  return {
-    send: (text) => {
-      if (ws.readyState !== OPEN) return
-      ws.send(text)
-      if (backlogCapped) gate!.admitBacklog(ws.bufferedAmount)
-    },
-    close: (code, reason) => {
-      if (ws.readyState === OPEN) ws.close(code, closeReason(reason))
-      else if (ws.readyState === 0) ws.terminate()
-    },
-    listen: (next) => {
-      listener = closed ? idle : next
-    },
-    get isOpen() {
-      return ws.readyState === OPEN
-    },
-    get bufferedAmount() {
-      return ws.bufferedAmount
-    },
-    heartbeat: () => {
-      if (ws.readyState !== OPEN) return false
-      if (awaitingPong) {
-        fault ??= "no pong: connection presumed dead"
-        ws.terminate()
-        return false
-      }
-      awaitingPong = true
-      ws.ping()
-      return true
+  private finish(code: number, reason: string): void {
+    if (this.closed) return
+    this.closed = true
+    const current = this.listener
+    this.listener = idle
+    current.onClose(code, reason, this.fault)
+  }
+
+  private fail(code: number, reason: string): void {
+    this.fault ??= reason
+    if (this.ws.readyState === OPEN) this.ws.close(code, closeReason(reason))
+  }
+
+  /** A gate's limit was hit: a flood's queued frames are never parsed, nor are those waiting for their turn. */
+  private expire(limit: GateLimit, reason: string): void {
+    this.fault ??= reason
+    if (limit === "backlog") return this.ws.terminate()
+    if (limit === "rate") {
+      this.cutForRate = true
+      this.deferred = undefined
+      this.ws.pause()
     }
+    this.closeFirmly(CloseCode.policyViolation, reason)
+  }
+
+  /** Close, and cut the connection if the peer does not complete the close handshake soon. */
+  private closeFirmly(code: number, reason: string): void {
+    const ws = this.ws
+    if (ws.readyState === OPEN) ws.close(code, closeReason(reason))
+    if (ws.readyState !== CLOSED) setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref()
   }
 }
+
+/** The adapter for one `ws` socket (see WsWireSocket). */
+export const wsWireSocket = (ws: WebSocket, initial: WireListener = idle, gate?: SocketGate): WireSocket => new WsWireSocket(ws, initial, gate)

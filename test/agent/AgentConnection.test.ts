@@ -10,6 +10,7 @@ const fakeSocket = () => {
   let open = true
   const socket: WireSocket = {
     send: (text) => void (open && sent.push(text)),
+    sendAscii: (text) => void (open && sent.push(text)),
     close: (code, reason) => {
       closes.push([code, reason])
       open = false

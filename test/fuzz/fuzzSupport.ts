@@ -1,5 +1,6 @@
 import fc from "fast-check"
 import type { WireListener, WireSocket } from "../../src/core/WireSocket.js"
+import { isAscii } from "../../src/wire/MediaFields.js"
 
 /** Cases per parser (the issue's floor); FUZZ_RUNS raises it for a longer local run. */
 export const RUNS = Math.max(10_000, Number(process.env.FUZZ_RUNS ?? 0) || 0)
@@ -23,6 +24,10 @@ export const recordingSocket = () => {
   let listener: WireListener | undefined
   const socket: WireSocket = {
     send: (text) => void sent.push(text),
+    sendAscii: (text) => {
+      if (!isAscii(text)) throw new Error(`sendAscii given a text that is not ASCII: ${JSON.stringify(text.slice(0, 80))}`)
+      sent.push(text)
+    },
     close: (code, reason) => {
       closed ??= { code, reason }
     },

@@ -96,7 +96,7 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
   // CarrierLeg
 
   sendMedia(payload: string): void {
-    if (this.state === "open") this.socket.send(telnyxOutboundEncoder.media(payload))
+    if (this.state === "open") this.socket.sendAscii(telnyxOutboundEncoder.media(payload))
   }
 
   sendMark(name: string): void {

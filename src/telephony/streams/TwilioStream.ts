@@ -69,7 +69,10 @@ export class TwilioStream extends CarrierStreamLeg<TwilioStart> {
   // CarrierLeg
 
   sendMedia(payload: string): void {
-    if (this.encoder !== undefined) this.socket.send(this.encoder.media(payload))
+    const encoder = this.encoder
+    if (encoder === undefined) return
+    if (encoder.mediaIsAscii) this.socket.sendAscii(encoder.media(payload))
+    else this.socket.send(encoder.media(payload))
   }
 
   sendMark(name: string): void {

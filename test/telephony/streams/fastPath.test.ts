@@ -8,6 +8,7 @@ import type { CarrierStreamDialect, CarrierStreamLeg } from "../../../src/teleph
 import type { StreamHost } from "../../../src/telephony/streams/StreamHost.js"
 import { TelnyxStream, telnyxStreamDialect } from "../../../src/telephony/streams/TelnyxStream.js"
 import { TwilioStream, twilioStreamDialect } from "../../../src/telephony/streams/TwilioStream.js"
+import { isAscii } from "../../../src/wire/MediaFields.js"
 import { ScannedMedia } from "../../../src/wire/MediaScanner.js"
 import { dialects, frames, TELNYX_STREAM_ID, TWILIO_STREAM_SID, wellFormed } from "../../wire/mediaFrameArbitraries.js"
 
@@ -25,6 +26,11 @@ type Log = Array<ReadonlyArray<unknown>>
 
 const recordingSocket = (log: Log): WireSocket => ({
   send: (text) => log.push(["send", text]),
+  // The same entry as `send`: both paths must send the same frames, whichever way they go out.
+  sendAscii: (text) => {
+    if (!isAscii(text)) throw new Error("sendAscii given a text that is not ASCII")
+    log.push(["send", text])
+  },
   close: (code, reason) => log.push(["close", code, reason]),
   listen: (_listener: WireListener) => {},
   isOpen: true,
