@@ -1,3 +1,4 @@
+import type { Duplex } from "node:stream"
 import type { RawData, WebSocket } from "ws"
 import { type GateLimit, MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
@@ -19,6 +20,29 @@ type Deferred = string | typeof BINARY
 
 /** `ws.send` options for a text message handed over as bytes (sendAscii). */
 const TEXT_FRAME = { binary: false } as const
+
+/** RFC 6455 section 5.2: FIN and the text opcode, the first byte of a whole text message. */
+const FIN_TEXT = 0x81
+/** Payload lengths up to this fit the 7-bit length; up to 0xffff, the 16-bit one after the marker 126. */
+const SHORT_LENGTH = 125
+const MEDIUM_LENGTH_MARKER = 126
+const MEDIUM_LENGTH = 0xffff
+
+/**
+ * The TCP socket under a server-side `ws` WebSocket on which no extension was negotiated, or
+ * undefined. On such a socket a text message is a header of 2 or 4 bytes (no mask: RFC 6455 5.1
+ * forbids masking from the server) and the payload, and `ws` writes every frame of its own
+ * straight to this socket, in call order (its sender queues only while compressing, which needs
+ * an extension). A client-side socket (frames must be masked) or one with an extension gets
+ * undefined, and every message goes through `ws.send`. The fields read are `ws` internals, pinned
+ * by package-lock.json and checked by test/ws/WsWireSocket.test.ts against `ws`'s own framing.
+ */
+const unmaskedSocketOf = (ws: WebSocket): Duplex | undefined => {
+  const internals = ws as unknown as { readonly _isServer?: unknown; readonly _socket?: unknown }
+  const socket = internals._socket as Duplex | null | undefined
+  if (internals._isServer !== true || ws.extensions !== "" || socket == null || typeof socket.write !== "function") return undefined
+  return socket
+}
 
 /**
  * Adapts a `ws` WebSocket (server side from @fastify/websocket, or a dial-out client) to
@@ -48,6 +72,8 @@ export class WsWireSocket implements WireSocket {
   private deferred: Array<Deferred> | undefined = undefined
   private cutForRate = false
   private readonly backlogCapped: boolean
+  /** Where sendAscii writes whole frames itself (see unmaskedSocketOf); undefined: through `ws.send`. */
+  private readonly unmasked: Duplex | undefined
 
   constructor(
     private readonly ws: WebSocket,
@@ -56,6 +82,7 @@ export class WsWireSocket implements WireSocket {
   ) {
     this.listener = initial
     this.backlogCapped = gate?.settings.maxBacklogBytes !== undefined
+    this.unmasked = ws.readyState === OPEN ? unmaskedSocketOf(ws) : undefined
     if (gate !== undefined) gate.onExpire = (limit, reason) => this.expire(limit, reason)
     ws.on("message", (data: RawData, isBinary: boolean) => this.receive(data, isBinary))
     ws.on("pong", () => {
@@ -86,14 +113,35 @@ export class WsWireSocket implements WireSocket {
   }
 
   /**
-   * The media frames' way out: an ASCII text is its own UTF-8, so it is copied into a Buffer as
-   * Latin-1 (one pass, no UTF-8 length or encoding) and handed to `ws` as a text frame. A string
-   * built by concatenation would otherwise be flattened, measured and encoded on every send.
+   * The media frames' way out, about 100 per second per call. An ASCII text is its own UTF-8, so
+   * it is copied as Latin-1 (one pass: no UTF-8 length, no encoding, no flattening of the
+   * concatenated string) into a Buffer. On a server socket without extensions that Buffer is the
+   * whole WebSocket frame, header included, written with one socket write; `ws.send` would build
+   * a header of its own and write the two through a cork. Elsewhere the Buffer goes to `ws.send`
+   * as a text message.
    */
   sendAscii(text: string): void {
-    if (this.ws.readyState !== OPEN) return
-    this.ws.send(Buffer.from(text, "latin1"), TEXT_FRAME)
-    if (this.backlogCapped) this.gate!.admitBacklog(this.ws.bufferedAmount)
+    const ws = this.ws
+    if (ws.readyState !== OPEN) return
+    const length = text.length
+    const socket = this.unmasked
+    if (socket !== undefined && length <= MEDIUM_LENGTH) {
+      const header = length <= SHORT_LENGTH ? 2 : 4
+      const frame = Buffer.allocUnsafe(header + length)
+      frame[0] = FIN_TEXT
+      if (header === 2) {
+        frame[1] = length
+      } else {
+        frame[1] = MEDIUM_LENGTH_MARKER
+        frame[2] = length >>> 8
+        frame[3] = length & 0xff
+      }
+      frame.write(text, header, "latin1")
+      socket.write(frame)
+    } else {
+      ws.send(Buffer.from(text, "latin1"), TEXT_FRAME)
+    }
+    if (this.backlogCapped) this.gate!.admitBacklog(ws.bufferedAmount)
   }
 
   close(code: number, reason: string): void {

@@ -13,6 +13,8 @@ import { twilioOutboundEncoder } from "../../src/wire/TwilioFrames.js"
 describe("WsWireSocket sends", () => {
   let server: WebSocketServer
   let socket: Promise<WireSocket>
+  /** Messages the server side handed to `ws.send` (sendAscii writes most frames itself). */
+  let wsSends = 0
   let client: WebSocket
   const received: Array<{ text: string; isBinary: boolean }> = []
   let onReceived: () => void = () => {}
@@ -20,7 +22,16 @@ describe("WsWireSocket sends", () => {
   beforeAll(async () => {
     server = new WebSocketServer({ host: "127.0.0.1", port: 0 })
     await new Promise((resolve) => server.once("listening", resolve))
-    socket = new Promise((resolve) => server.once("connection", (ws) => resolve(wsWireSocket(ws))))
+    socket = new Promise((resolve) =>
+      server.once("connection", (ws) => {
+        const send = ws.send.bind(ws)
+        ws.send = ((...args: Parameters<typeof ws.send>) => {
+          wsSends++
+          return send(...args)
+        }) as typeof ws.send
+        resolve(wsWireSocket(ws))
+      })
+    )
     client = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`)
     client.on("message", (data, isBinary) => {
       received.push({ text: data.toString(), isBinary })
@@ -55,6 +66,47 @@ describe("WsWireSocket sends", () => {
       { text: frame, isBinary: false },
       { text: `{"event":"mark","name":"é ✓ 𝄞"}`, isBinary: false }
     ])
+  })
+
+  it("frames sendAscii writes itself read exactly as ws's own, at every header size (short, 16-bit length, and ws's beyond)", async () => {
+    const wire = await socket
+    const lengths = [0, 1, 125, 126, 127, 333, 65_535, 65_536, 70_000]
+    const texts = lengths.map((length, i) => "abcdefghijklmnopqrstuvwxyz0123456789"[i]!.repeat(length))
+    const start = received.length
+    const arrived = nextMessages(start + texts.length * 2)
+    const sendsBefore = wsSends
+    for (const text of texts) {
+      wire.sendAscii(text)
+      wire.send(text)
+    }
+    // Every send, and sendAscii only where a 16-bit length no longer fits (65,536 and 70,000).
+    expect(wsSends - sendsBefore).toBe(texts.length + 2)
+    await arrived
+    expect(received.slice(start).map((m) => [m.text.length, m.isBinary, m.text === texts[lengths.indexOf(m.text.length)]])).toEqual(
+      lengths.flatMap((length) => [
+        [length, false, true],
+        [length, false, true]
+      ])
+    )
+  })
+
+  it("a client-side socket (callgate dialing an agent) sends masked frames through ws: the server reads them", async () => {
+    const serverSide = new Promise<Array<string>>((resolve) => {
+      const texts: Array<string> = []
+      server.once("connection", (ws) =>
+        ws.on("message", (data) => {
+          texts.push(data.toString())
+          if (texts.length === 2) resolve(texts)
+        })
+      )
+    })
+    const dialer = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`)
+    await new Promise((resolve) => dialer.once("open", resolve))
+    const wire = wsWireSocket(dialer)
+    wire.sendAscii(`{"event":"media","media":{"payload":"AAAA"}}`)
+    wire.sendAscii("x".repeat(300))
+    expect(await serverSide).toEqual([`{"event":"media","media":{"payload":"AAAA"}}`, "x".repeat(300)])
+    dialer.terminate()
   })
 
   it("an encoder whose stream id is not ASCII says its media frames must go through send", () => {
