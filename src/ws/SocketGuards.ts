@@ -1,4 +1,4 @@
-import { Clock, Duration, Effect, Schedule } from "effect"
+import { Duration, Effect, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { type GateLimit, SocketGate } from "../core/SocketGate.js"
@@ -16,7 +16,8 @@ export type GuardedSide = "carrier" | "agent"
  * The per-socket limits of every media stream and agent WebSocket (docs/security.md, "Per-socket
  * limits"): one SocketGate per socket, and one ticker for all of them (a fiber on the Effect
  * Clock, so TestClock drives it in tests) that refills the rate buckets and enforces
- * HANDSHAKE_TIMEOUT and CARRIER_IDLE_TIMEOUT. Sockets cut by a limit are counted by side and limit.
+ * HANDSHAKE_TIMEOUT and CARRIER_IDLE_TIMEOUT while any socket is open (it sleeps while none is).
+ * Sockets cut by a limit are counted by side and limit.
  */
 export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/SocketGuards", {
   scoped: Effect.gen(function* () {
@@ -37,19 +38,32 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
         this.set(gates.size)
       }
     })
-    let lastTickMs = yield* Clock.currentTimeMillis
+    const clock = yield* Effect.clock
+    let lastTickMs = clock.unsafeCurrentTimeMillis()
 
-    const tick = Effect.flatMap(Clock.currentTimeMillis, (now) =>
-      Effect.sync(() => {
-        const elapsed = Math.max(0, now - lastTickMs)
-        lastTickMs = now
-        for (const gate of gates) {
-          if (gate.isClosed) gates.delete(gate)
-          else gate.tick(now, elapsed)
-        }
-      })
-    )
-    yield* tick.pipe(Effect.repeat(Schedule.spaced(GUARD_TICK)), Effect.forkScoped)
+    const tick = Effect.sync(() => {
+      const now = clock.unsafeCurrentTimeMillis()
+      const elapsed = Math.max(0, now - lastTickMs)
+      lastTickMs = now
+      for (const gate of gates) {
+        if (gate.isClosed) gates.delete(gate)
+        else gate.tick(now, elapsed)
+      }
+    })
+    // The first gate opened while none was watched wakes the ticker.
+    const wakeups = yield* Queue.sliding<true>(1)
+    // A plain sleep-and-tick loop (a Schedule-driven repeat costs several times more per tick), and
+    // none at all while no socket is open: an idle instance is not woken ten times a second.
+    const ticker = Effect.gen(function* () {
+      if (gates.size === 0) {
+        yield* Queue.take(wakeups)
+        // Nothing was watched meanwhile: that time is neither elapsed for the buckets nor a stall.
+        lastTickMs = clock.unsafeCurrentTimeMillis()
+      }
+      yield* Effect.sleep(GUARD_TICK)
+      yield* tick
+    })
+    yield* Effect.forever(ticker).pipe(Effect.forkScoped)
 
     const settingsFor = (side: GuardedSide) =>
       side === "carrier"
@@ -65,7 +79,8 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
     return {
       /** A gate for a new socket, watched until it closes. Synchronous: call it in the upgrade handler. */
       gate: (side: GuardedSide): SocketGate => {
-        const gate = new SocketGate(settingsFor(side), lastTickMs, (limit) => cut.inc({ side, limit }))
+        const gate = new SocketGate(settingsFor(side), clock.unsafeCurrentTimeMillis(), (limit) => cut.inc({ side, limit }))
+        if (gates.size === 0) Queue.unsafeOffer(wakeups, true)
         gates.add(gate)
         return gate
       },

@@ -67,6 +67,30 @@ describe("SocketGuards (TestClock)", () => {
     }).pipe(Effect.provide(guardsLayer({ CARRIER_IDLE_TIMEOUT: "10s" })))
   )
 
+  it.scoped("with no socket open the ticker sleeps; a stream opened after a quiet hour still gets its whole handshake time", () =>
+    Effect.gen(function* () {
+      const guards = yield* SocketGuards
+      yield* TestClock.adjust("1 hour")
+      const first = guards.gate("carrier")
+      first.authenticated = () => false
+      const expired = watch(first)
+      yield* TestClock.adjust("4900 millis")
+      expect(expired).toEqual([])
+      yield* TestClock.adjust("200 millis")
+      expect(expired).toEqual(["handshake"])
+      // The ticker goes back to sleep with the last socket gone, and wakes for the next one.
+      first.close()
+      yield* TestClock.adjust("1 hour")
+      const next = guards.gate("carrier")
+      next.authenticated = () => false
+      const nextExpired = watch(next)
+      yield* TestClock.adjust("4900 millis")
+      expect(nextExpired).toEqual([])
+      yield* TestClock.adjust("200 millis")
+      expect(nextExpired).toEqual(["handshake"])
+    }).pipe(Effect.provide(guardsLayer({ HANDSHAKE_TIMEOUT: "5s" })))
+  )
+
   plainIt("a stall of callgate's own event loop does not count against a stream's idle deadline (the gate, ticked by hand)", () => {
     const gate = new SocketGate({ rate: 200, burst: 1000, idleTimeoutMs: 10_000, handshakeTimeoutMs: 5_000 }, 0)
     gate.authenticated = () => true
