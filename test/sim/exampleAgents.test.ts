@@ -332,7 +332,9 @@ describe("silent agent", () => {
     for (const kind of ["noise", "silence"] as const) {
       const { socket, clock, startedAt } = await setup(kind)
       // It keeps streaming past its one-second loop (50 frames), at the pace of the audio: frame n
-      // arrives once the frame clock reached n * 20 ms, across the loop's seam too.
+      // arrives once the frame clock reached n * 20 ms, across the loop's seam too. Frame 0 is due
+      // at the start: it is awaited before the clock moves, or a busy machine delivers it after.
+      await until(() => clock.at.length > 0, "the agent's first frame")
       await clock.stepUntil(60)
       expect(clock.at.slice(0, 60).map((at) => at - startedAt)).toEqual(Array.from({ length: 60 }, (_, n) => n * 20))
       const frames = agentMedia(socket)
