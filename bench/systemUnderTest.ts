@@ -42,10 +42,19 @@ export interface StartOptions {
   readonly inspect?: boolean
 }
 
+/**
+ * Node flags for both systems from BENCH_NODE_ARGS (space-separated), e.g. "--perf-basic-prof"
+ * so that `perf record` names the JIT-compiled functions of the relay and of callgate alike.
+ */
+const benchNodeArgs = (): Array<string> => (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((arg) => arg !== "")
+
 const entry = (build: string | undefined, path: string) => (build ? join(build, path.replace(/\.ts$/, ".js")) : path)
 
 export const startBaselineRelay = async (options: StartOptions = {}): Promise<RunningRelay> => {
-  const child = spawnScript(entry(options.build, "bench/baselineRelay.ts"), ["--port", "0"], {}, options.inspect ? [INSPECT_FLAG] : [])
+  const child = spawnScript(entry(options.build, "bench/baselineRelay.ts"), ["--port", "0"], {}, [
+    ...benchNodeArgs(),
+    ...(options.inspect ? [INSPECT_FLAG] : [])
+  ])
   const stderr = tailOf(child.stderr)
   const inspectorUrl = options.inspect ? inspectorUrlFrom(child.stderr!) : undefined
   const port = await new Promise<number>((resolve, reject) => {
@@ -103,7 +112,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Runnin
       LOG_LEVEL: "info",
       ...options.env
     },
-    [...(options.nodeArgs ?? []), ...(options.inspect ? [INSPECT_FLAG] : [])],
+    [...benchNodeArgs(), ...(options.nodeArgs ?? []), ...(options.inspect ? [INSPECT_FLAG] : [])],
     options.cpus
   )
   const stdout = tailOf(child.stdout, 20_000)
