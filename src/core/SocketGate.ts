@@ -16,26 +16,34 @@ export type GateLimit = "rate" | "idle" | "handshake" | "backlog"
 export const MESSAGES_PER_TURN = 16
 
 /**
- * Numbers the event loop's turns for the per-turn budget: `touch` answers the current turn and
- * asks the scheduler (setImmediate, from the adapter) to advance it once, at the end of the turn;
- * `later` runs a task at the start of the next turn, right after the advance, so what a socket
- * handles then counts against that turn's budget. One for all sockets; one scheduled call per
- * turn in which messages arrived, none per message.
+ * Numbers the turns for the per-turn budget. A turn is one callback from the event loop (a socket
+ * read, a timer): `touch` answers the current turn and asks `endOfTurn` (a microtask, from the
+ * adapter) to advance it once, when the callback is over; so every socket's messages of one read
+ * share a turn, and the next read starts a new one. `later` runs waiting tasks in a following
+ * macrotask (`nextTurn`: setImmediate), after the loop has read the other sockets; a task that
+ * handles messages touches the clock for its own turn. One for all sockets; one microtask per
+ * callback in which messages arrived, none per message.
  */
 export class TurnClock {
   private turn = 0
   private pending = false
+  private laterPending = false
   private waiting: Array<() => void> = []
   private readonly advance = () => {
     this.pending = false
     this.turn++
+  }
+  private readonly runWaiting = () => {
+    this.laterPending = false
     const tasks = this.waiting
-    if (tasks.length === 0) return
     this.waiting = []
     for (const task of tasks) task()
   }
 
-  constructor(private readonly schedule: (advance: () => void) => void) {}
+  constructor(
+    private readonly endOfTurn: (advance: () => void) => void,
+    private readonly nextTurn: (run: () => void) => void
+  ) {}
 
   get current(): number {
     return this.turn
@@ -44,14 +52,17 @@ export class TurnClock {
   touch(): number {
     if (!this.pending) {
       this.pending = true
-      this.schedule(this.advance)
+      this.endOfTurn(this.advance)
     }
     return this.turn
   }
 
   later(task: () => void): void {
     this.waiting.push(task)
-    this.touch()
+    if (!this.laterPending) {
+      this.laterPending = true
+      this.nextTurn(this.runWaiting)
+    }
   }
 }
 

@@ -11,8 +11,18 @@ const idle: WireListener = { onText: () => {}, onClose: () => {} }
 /** A peer that does not answer our close frame within this long is cut (ws itself waits 30 s). */
 const CLOSE_GRACE_MS = 1000
 
-/** The event loop's turns, shared by every socket of the process (the per-turn message budget). */
-const turns = new TurnClock((advance) => void setImmediate(advance))
+/** A promise already settled: `then` on it queues a microtask without the bookkeeping of queueMicrotask. */
+const settled = Promise.resolve()
+
+/**
+ * The event loop's turns, shared by every socket of the process (the per-turn message budget): a
+ * turn ends with the callback that read the messages (a microtask), and what waits runs in a
+ * later macrotask, after other sockets have been read.
+ */
+const turns = new TurnClock(
+  (advance) => void settled.then(advance),
+  (run) => void setImmediate(run)
+)
 
 /** A binary message waiting its turn (refused when its turn comes, in order). */
 const BINARY = Symbol("binary")
@@ -53,10 +63,11 @@ const unmaskedSocketOf = (ws: WebSocket): Duplex | undefined => {
  * reading is cut; its listener hears either as a fault.
  *
  * Fairness (docs/security.md, "Per-socket limits"): at most MESSAGES_PER_TURN messages of this
- * socket are handled per event-loop turn. The rest of a burst is kept in order, the socket stops
- * reading, and each following turn hands the listener the next MESSAGES_PER_TURN
- * (TurnClock.later), so other sockets' frames are read in between. At real cadence no message
- * ever waits; per frame it costs a comparison with one shared turn number (no allocation, no timer).
+ * socket are handled per turn (one callback of the event loop: one read). The rest of a burst is
+ * kept in order, the socket stops reading, and each following macrotask hands the listener the
+ * next MESSAGES_PER_TURN (TurnClock.later), so other sockets' frames are read in between. At real
+ * cadence no message ever waits; per frame it costs a comparison with one shared turn number (no
+ * allocation, no timer), per read with messages one microtask.
  *
  * A class, not an object literal with getters: every socket of the process then shares one
  * hidden class, so the media path's calls into it stay monomorphic (docs/benchmarks.md).
@@ -208,7 +219,7 @@ export class WsWireSocket implements WireSocket {
     const queue = this.deferred
     if (queue === undefined) return
     const batch = queue.splice(0, MESSAGES_PER_TURN)
-    this.turnSeen = turns.current
+    this.turnSeen = turns.touch()
     this.handledInTurn = batch.length
     for (const message of batch) {
       if (this.closed || this.cutForRate) break

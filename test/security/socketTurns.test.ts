@@ -10,8 +10,9 @@ import { until } from "../session/callHarness.js"
  * Per-socket fairness (docs/security.md, "Per-socket limits"): a socket gets at most
  * MESSAGES_PER_TURN messages handled per event-loop turn, so a burst is spread over turns and
  * other sockets' frames are handled in between. Real `ws` sockets over loopback into the adapter
- * callgate uses for every media stream and agent socket; the turns are counted here the same way
- * (one setImmediate per turn), and only order and counts are asserted, never durations.
+ * callgate uses for every media stream and agent socket. The adapter's turn is one callback of the
+ * event loop (one read); the test counts whole turns of the loop (one setImmediate per turn), the
+ * coarser unit, so the budget holds for both. Only order and counts are asserted, never durations.
  */
 
 /** This process's event-loop turns, numbered: a turn ends at the check phase after it began. */
