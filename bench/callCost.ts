@@ -9,7 +9,7 @@
  * exactly where wall-clock benchmarks on a shared machine cannot.
  *
  * Traffic as `npm run bench` plays it: the caller says the recorded sentences with 6.5-8 s pauses,
- * every frame stamped in its first 32 bytes (so pauses are quiet, not digital silence); the agent
+ * every frame stamped in its first 32 bytes (pauses are a quiet line, under the VAD's energy gate); the agent
  * sends stamped silence, and its reply 900 ms after each sentence ends (700 ms of end-of-turn
  * silence plus 200 ms).
  *

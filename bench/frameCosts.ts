@@ -1,7 +1,7 @@
 /**
  * Per-frame costs of callgate's own work, in isolation (one process, no sockets): reading a
  * Twilio media frame through the scanner against JSON.parse and the guard (flat strings, as a
- * socket delivers them), and the VAD on audio, on settled digital silence (the energy gate) and
+ * socket delivers them), and the VAD on audio, on a settled quiet line (the energy gate) and
  * reading the level only. Figures in the README's Performance section.
  *
  *   npx tsx bench/frameCosts.ts
@@ -40,6 +40,6 @@ const detector = new VoiceDetector(fvad, 3)
 const audio = new Uint8Array(160).map((_, i) => (i * 37) & 0xff)
 const silence = new Uint8Array(160).fill(0xff)
 measure("VAD on audio", 200_000, () => detector.isVoiced(audio))
-measure("VAD on settled digital silence (energy gate)", 200_000, () => detector.isVoiced(silence))
+measure("VAD on a settled quiet line (energy gate)", 200_000, () => detector.isVoiced(silence))
 measure("level only (measure)", 200_000, () => detector.measure(audio))
 detector.close()

@@ -6,14 +6,21 @@
  * Times are `process.hrtime` microseconds: CLOCK_MONOTONIC, which every process on one machine
  * shares, so a stamp written by a carrier process can be compared by an agent process.
  *
- * Each stamp nibble is stored as the mu-law byte 0xF0 | nibble, the sixteen quietest positive
- * codes (linear 0..120 of 32767): a stamped silent frame stays silent (RMS under 60) for an energy
- * detector and for WebRTC VAD, so stamping does not make the turn detector hear speech.
+ * Each stamp nibble is stored as one of the sixteen quietest mu-law codes: 0xF8-0xFF (linear 56 down
+ * to 0) for nibbles 0-7 and 0x78-0x7F (linear -56 up to 0) for 8-15, so a nibble of 0 (most of a
+ * call id, the high digits of a sequence number) is a zero sample. A stamped silent frame stays
+ * under -60 dBFS whatever the stamp says (mean square at most 32 x 56^2 / 160 = 627, under the
+ * VAD's energy gate, src/turns/VoiceActivity.ts; RMS under 25), quiet as a real line in a pause:
+ * stamping does not make the turn detector hear speech, nor keep its VAD running in the pauses.
  */
 export const STAMP_BYTES = 32
 
 const MAGIC = 0xca11
-const NIBBLE_BASE = 0xf0
+/** The sixteen codes: bits 3-6 set; bit 7 clear for the negative half; the low 3 bits are 7 - magnitude. */
+const CODE_MARK = 0x78
+const POSITIVE = 0x80
+const nibbleCode = (nibble: number) => (nibble < 8 ? POSITIVE | CODE_MARK | (7 - nibble) : CODE_MARK | (15 - nibble))
+const codeNibble = (code: number) => (code & POSITIVE ? 7 - (code & 7) : 15 - (code & 7))
 
 export interface FrameStamp {
   callId: number
@@ -27,7 +34,7 @@ export const nowUs = (): number => Number(process.hrtime.bigint() / 1000n)
 const writeNibbles = (frame: Uint8Array, offset: number, value: number, nibbles: number) => {
   let rest = value
   for (let i = nibbles - 1; i >= 0; i--) {
-    frame[offset + i] = NIBBLE_BASE | rest % 16
+    frame[offset + i] = nibbleCode(rest % 16)
     rest = Math.floor(rest / 16)
   }
 }
@@ -36,8 +43,8 @@ const readNibbles = (frame: Uint8Array, offset: number, nibbles: number): number
   let value = 0
   for (let i = 0; i < nibbles; i++) {
     const byte = frame[offset + i]!
-    if ((byte & 0xf0) !== NIBBLE_BASE) return -1
-    value = value * 16 + (byte & 0x0f)
+    if ((byte & CODE_MARK) !== CODE_MARK) return -1
+    value = value * 16 + codeNibble(byte)
   }
   return value
 }

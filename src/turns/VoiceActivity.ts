@@ -30,16 +30,19 @@ const PIECE_SAMPLES = 160
 const MAX_DIRECT_SAMPLES = 240
 
 /**
- * The energy gate: digital silence (every sample zero, what carriers and agents send between
- * words) is silence, and after the first few such frames the VAD is not run on it. The VAD calls
- * digital silence silence in any state (it is under its minimum energy, so the models are not
- * consulted); only its filters' memory of the last audio decays over it, and after this many
- * frames of zeros there is nothing left to decay, so skipping the rest changes nothing.
- * test/turns/VoiceActivity.test.ts compares every verdict with the ungated VAD's on the
- * recordings, and test/turns/recordedTurns.test.ts pins turn detection. A wider gate (quiet but
- * not zero) would not be exact: the VAD's hangover calls some quiet frames speech.
+ * The energy gate: a frame under QUIET_POWER (mean square of its samples: about -60 dBFS, the
+ * level the turn tracker's own loudness test starts at, so no frame under it ever counts as
+ * audible speech there) is silence once the line has been that quiet for QUIET_SETTLE_FRAMES in a
+ * row, and the VAD is not run on it. The frames before that still go through the VAD, so its
+ * hangover (at most 7 frames of 20 ms in any mode) runs out and its filters settle exactly as
+ * without the gate. What carriers send in a pause (digital silence, or a quiet line a few codes
+ * from zero) is under it; line noise loud enough to matter (the recordings' is about -42 dBFS)
+ * is above it and is classified by the VAD as before. test/turns/VoiceActivity.test.ts compares
+ * every verdict with the ungated VAD's on the recordings, digital silence and quiet lines, and
+ * test/turns/recordedTurns.test.ts pins turn detection.
  */
-export const SILENCE_SETTLE_FRAMES = 5
+export const QUIET_POWER = 1000
+export const QUIET_SETTLE_FRAMES = 8
 
 /** What the turn tracker needs from a detector; tests substitute scripted ones. */
 export interface VoiceClassifier {
@@ -73,8 +76,8 @@ export class VoiceDetector implements VoiceClassifier {
   /** Samples of an odd-sized frame waiting in `samples` for the rest of their 20 ms piece. */
   private carried = 0
   private voiced = false
-  /** Frames of digital silence in a row (the energy gate). */
-  private silentRun = 0
+  /** Frames under QUIET_POWER in a row (the energy gate). */
+  private quietRun = 0
   lastPower = 0
 
   /** `mode`: WebRTC aggressiveness, 0 (keeps most audio as speech) to 3 (most eager to call it noise). */
@@ -105,14 +108,17 @@ export class VoiceDetector implements VoiceClassifier {
         heap[base + i] = sample
         power += sample * sample
       }
-      this.lastPower = power / length
-      if (power === 0 && ++this.silentRun > SILENCE_SETTLE_FRAMES) return (this.voiced = false)
-      if (power > 0) this.silentRun = 0
+      const meanPower = power / length
+      this.lastPower = meanPower
+      if (meanPower >= QUIET_POWER) this.quietRun = 0
+      else if (++this.quietRun > QUIET_SETTLE_FRAMES) return (this.voiced = false)
       this.voiced = this.fvad._fvad_process(this.instance, this.samples, length) === 1
       return this.voiced
     }
     // Any other size: 20 ms pieces, the remainder carried into the next frame. Voiced when any
-    // piece completed in this frame is; a frame completing none repeats the last verdict.
+    // piece completed in this frame is; a frame completing none repeats the last verdict. The
+    // energy gate does not apply (the VAD hears every piece), and counts afresh afterwards.
+    this.quietRun = 0
     let anyPiece = false
     let anyVoiced = false
     for (let i = 0; i < length; i++) {
@@ -140,6 +146,8 @@ export class VoiceDetector implements VoiceClassifier {
     this.lastPower = length === 0 ? 0 : power / length
     // A piece of an odd-sized frame waiting for its rest would be joined to audio it does not precede.
     this.carried = 0
+    // The VAD did not hear this frame: when it hears again, its hangover must run out in front of the gate.
+    this.quietRun = 0
     this.voiced = false
   }
 

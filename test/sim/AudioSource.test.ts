@@ -5,6 +5,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { comfortNoise, loadAudio, readUlawFile, readWavFile, silence, speechLike } from "../../src/sim/AudioSource.js"
 import { readStamp, STAMP_BYTES, writeStamp } from "../../src/sim/FrameStamp.js"
+import { QUIET_POWER } from "../../src/turns/VoiceActivity.js"
 import { decodeMulaw, encodeMulaw, FRAME_BYTES, framesOf, isVoicedFrame, linearToMulaw, MULAW_TO_LINEAR, mulawRms } from "../../src/sim/Mulaw.js"
 import { AudioFormatError, makeWav } from "../../src/sim/Wav.js"
 
@@ -154,6 +155,18 @@ describe("frame stamps", () => {
     })
     expect(frames.every((frame) => mulawRms(frame) < 60)).toBe(true)
     expect(frames.some((frame) => isVoicedFrame(frame))).toBe(false)
+    // Under the VAD's energy gate (mean square under QUIET_POWER) whatever the stamp holds, so a
+    // stamped pause is as quiet as a real line's: every nibble at its loudest code (15 and 7).
+    for (const [callId, seq] of [
+      [0xffffffff, 0xffffffff],
+      [0x77777777, 0x77777777]
+    ] as const) {
+      const loudest = Buffer.alloc(FRAME_BYTES, 0xff)
+      writeStamp(loudest, callId, seq, 2 ** 48 - 1)
+      expect(readStamp(loudest)).toEqual({ callId, seq, sentUs: 2 ** 48 - 1 })
+      expect(mulawRms(loudest) ** 2).toBeLessThan(QUIET_POWER)
+    }
+    expect(frames.every((frame) => mulawRms(frame) ** 2 < QUIET_POWER)).toBe(true)
     for (const mode of [0, 1, 2, 3]) expect((await vadFlags(Buffer.concat(frames), mode)).slice(10).some(Boolean)).toBe(false)
   })
 })

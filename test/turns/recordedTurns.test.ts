@@ -4,11 +4,12 @@ import { GOLDEN, runAll } from "./recordedTurns.js"
 
 /**
  * Turn detection on the recordings is pinned: the agent-side VAD runs only while an answer may be
- * due, and an energy gate calls near-silent frames silence without the VAD (docs/turns-and-breaker.md),
- * and neither may change a single turn, answer, latency or detection time on these conversations.
+ * due, and an energy gate calls a settled quiet line silence without the VAD (docs/turns-and-breaker.md);
+ * no later change may move a single turn, answer, latency or detection time on these conversations
+ * unless the change to turn detection is intended and the golden file is regenerated with it.
  */
 describe("turn detection on the recorded conversations", () => {
-  it("reports exactly what it reported with the VAD on every frame of both directions", async () => {
+  it("reports exactly what the golden file holds", async () => {
     const golden = JSON.parse(readFileSync(GOLDEN, "utf8")) as Record<string, Array<string>>
     const now = await runAll()
     expect(Object.keys(now)).toEqual(Object.keys(golden))

@@ -3,8 +3,10 @@
  * conversations (caller clips, the agent's greeting, line noise, digital silence; answers early,
  * late, during the end-of-turn silence, over the caller) run through a TurnTracker with real
  * detectors at the default settings, every callback written down. recordedTurns.golden.json holds
- * what the tracker reported before the agent-side VAD was limited to the frames where an answer
- * is awaited and before the energy gate: recordedTurns.test.ts holds today's code to it.
+ * what the tracker reports: first with the VAD on every frame of both sides; the agent-side VAD
+ * limited to the frames where an answer is awaited and the digital-silence gate left it as it was;
+ * the quiet-line gate (docs/turns-and-breaker.md, "What the VAD runs on") changed two
+ * conversations, and it was regenerated then. recordedTurns.test.ts holds today's code to it.
  *
  * Regenerate (only when a change to turn detection is intended): npx tsx test/turns/recordedTurns.ts --write
  */
