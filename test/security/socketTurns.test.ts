@@ -1,7 +1,7 @@
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { WebSocket, WebSocketServer } from "ws"
-import { MESSAGES_PER_TURN, SocketGate } from "../../src/core/SocketGate.js"
+import { MESSAGES_PER_TURN, SocketGate, TurnClock } from "../../src/core/SocketGate.js"
 import type { WireListener } from "../../src/core/WireSocket.js"
 import { wsWireSocket } from "../../src/ws/WsWireSocket.js"
 import { until } from "../session/callHarness.js"
@@ -102,8 +102,9 @@ describe("at most MESSAGES_PER_TURN messages of one socket per event-loop turn",
     expect(of("bystander").map((h) => h.text)).toEqual(Array.from({ length: BYSTANDER_FRAMES }, (_, i) => `b:${i}`))
 
     // The burst spread over turns: callgate handles at most MESSAGES_PER_TURN of it per turn of
-    // its own clock; this test's clock ticks in the same check phase but may sit on either side of
-    // callgate's tick there, so one of its turns can straddle two of callgate's.
+    // its own clock (one callback); what waits is handed over in the check phase, where this
+    // test's clock also ticks, on either side of callgate's batch: one of the test's turns can
+    // hold two of callgate's.
     const perTurn = new Map<number, number>()
     for (const h of of("flooder")) perTurn.set(h.turn, (perTurn.get(h.turn) ?? 0) + 1)
     expect(Math.max(...perTurn.values())).toBeLessThanOrEqual(2 * MESSAGES_PER_TURN)
@@ -139,5 +140,27 @@ describe("at most MESSAGES_PER_TURN messages of one socket per event-loop turn",
     peer.send(Buffer.from([1, 2, 3]))
     expect(await closed).toBe(1003)
     expect(of("binary").slice(0, 40).map((h) => h.text)).toEqual(Array.from({ length: 40 }, (_, i) => `x:${i}`))
+  })
+})
+
+describe("TurnClock", () => {
+  it("a turn is one callback: touches within it share a number, the next callback gets the next; waiting tasks run in a later macrotask", async () => {
+    const clock = new TurnClock(
+      (advance) => void Promise.resolve().then(advance),
+      (run) => void setImmediate(run)
+    )
+    const first = clock.touch()
+    expect(clock.touch()).toBe(first)
+    await new Promise<void>((resolve) => setImmediate(resolve))
+    const second = clock.touch()
+    expect(second).toBe(first + 1)
+
+    const order: Array<string> = []
+    clock.later(() => order.push("later 1"))
+    clock.later(() => order.push(`later 2, turn ${clock.touch()}`))
+    void Promise.resolve().then(() => order.push("microtask"))
+    await new Promise<void>((resolve) => setImmediate(resolve))
+    // Both waiting tasks ran together, after the microtasks, in a turn after the one they were queued in.
+    expect(order).toEqual(["microtask", "later 1", `later 2, turn ${second + 1}`])
   })
 })
