@@ -125,11 +125,10 @@ export class WsWireSocket implements WireSocket {
 
   /**
    * The media frames' way out, about 100 per second per call. An ASCII text is its own UTF-8, so
-   * it is copied as Latin-1 (one pass: no UTF-8 length, no encoding, no flattening of the
-   * concatenated string) into a Buffer. On a server socket without extensions that Buffer is the
-   * whole WebSocket frame, header included, written with one socket write; `ws.send` would build
-   * a header of its own and write the two through a cork. Elsewhere the Buffer goes to `ws.send`
-   * as a text message.
+   * it is written as Latin-1 (one pass: no UTF-8 length, no encoding). On a server socket without
+   * extensions the header (2 or 4 bytes, as Latin-1 characters) and the text are one string,
+   * written with one socket write; `ws.send` would build a header of its own and write the two
+   * through a cork. Elsewhere the text goes to `ws.send` as a Latin-1 Buffer, a text message.
    */
   sendAscii(text: string): void {
     const ws = this.ws
@@ -137,18 +136,13 @@ export class WsWireSocket implements WireSocket {
     const length = text.length
     const socket = this.unmasked
     if (socket !== undefined && length <= MEDIUM_LENGTH) {
-      const header = length <= SHORT_LENGTH ? 2 : 4
-      const frame = Buffer.allocUnsafe(header + length)
-      frame[0] = FIN_TEXT
-      if (header === 2) {
-        frame[1] = length
-      } else {
-        frame[1] = MEDIUM_LENGTH_MARKER
-        frame[2] = length >>> 8
-        frame[3] = length & 0xff
-      }
-      frame.write(text, header, "latin1")
-      socket.write(frame)
+      // The header's bytes are Latin-1 characters too: header and text go to the socket as one
+      // Latin-1 string, which Node writes from its own stack buffer (no Buffer for the frame).
+      const header =
+        length <= SHORT_LENGTH
+          ? String.fromCharCode(FIN_TEXT, length)
+          : String.fromCharCode(FIN_TEXT, MEDIUM_LENGTH_MARKER, length >>> 8, length & 0xff)
+      socket.write(header + text, "latin1")
     } else {
       ws.send(Buffer.from(text, "latin1"), TEXT_FRAME)
     }
