@@ -11,7 +11,8 @@ export type GateLimit = "rate" | "idle" | "handshake" | "backlog"
 /**
  * Messages of one socket handled in one turn (one event-loop callback, such as a read; see
  * TurnClock and docs/security.md, "Per-socket limits"): the rest of a burst waits for later
- * macrotasks, so one flooding socket cannot hold the loop while other calls' frames wait. Real traffic is one frame per 20 ms per socket, far below it.
+ * macrotasks, so one flooding socket cannot hold the loop while other calls' frames wait. Real
+ * traffic is one frame per 20 ms per socket, far below it.
  */
 export const MESSAGES_PER_TURN = 16
 
@@ -44,10 +45,6 @@ export class TurnClock {
     private readonly endOfTurn: (advance: () => void) => void,
     private readonly nextTurn: (run: () => void) => void
   ) {}
-
-  get current(): number {
-    return this.turn
-  }
 
   touch(): number {
     if (!this.pending) {

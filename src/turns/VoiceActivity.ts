@@ -112,14 +112,17 @@ export class VoiceDetector implements VoiceClassifier {
   isVoiced(frame: Uint8Array): boolean {
     if (this.instance === 0 || frame.length === 0) return false
     const length = frame.length
+    const meanPower = meanPowerOf(frame)
+    this.lastPower = meanPower
+    const direct = this.carried === 0 && (length === 160 || length === 80 || length === 240)
+    if (direct) {
+      if (meanPower >= QUIET_POWER) this.quietRun = 0
+      else if (++this.quietRun > QUIET_SETTLE_FRAMES) return (this.voiced = false)
+    }
     // The heap view is replaced when WebAssembly memory grows, so it is read per frame, never kept.
     const heap = this.fvad.HEAP16
     const base = this.samples >> 1
-    if (this.carried === 0 && (length === 160 || length === 80 || length === 240)) {
-      const meanPower = meanPowerOf(frame)
-      this.lastPower = meanPower
-      if (meanPower >= QUIET_POWER) this.quietRun = 0
-      else if (++this.quietRun > QUIET_SETTLE_FRAMES) return (this.voiced = false)
+    if (direct) {
       for (let i = 0; i < length; i++) heap[base + i] = MU_LAW_TO_PCM[frame[i]!]!
       this.voiced = this.fvad._fvad_process(this.instance, this.samples, length) === 1
       return this.voiced
@@ -128,20 +131,16 @@ export class VoiceDetector implements VoiceClassifier {
     // piece completed in this frame is; a frame completing none repeats the last verdict. The
     // energy gate does not apply (the VAD hears every piece), and counts afresh afterwards.
     this.quietRun = 0
-    let power = 0
     let anyPiece = false
     let anyVoiced = false
     for (let i = 0; i < length; i++) {
-      const sample = MU_LAW_TO_PCM[frame[i]!]!
-      heap[base + this.carried++] = sample
-      power += sample * sample
+      heap[base + this.carried++] = MU_LAW_TO_PCM[frame[i]!]!
       if (this.carried === PIECE_SAMPLES) {
         this.carried = 0
         anyPiece = true
         if (this.fvad._fvad_process(this.instance, this.samples, PIECE_SAMPLES) === 1) anyVoiced = true
       }
     }
-    this.lastPower = power / length
     if (anyPiece) this.voiced = anyVoiced
     return this.voiced
   }
