@@ -2,6 +2,7 @@ import type { Duplex } from "node:stream"
 import type { RawData, WebSocket } from "ws"
 import { type GateLimit, MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
+import { readFramesOf } from "./WsFrameReader.js"
 
 const OPEN = 1
 const CLOSED = 3
@@ -95,7 +96,7 @@ export class WsWireSocket implements WireSocket {
     this.backlogCapped = gate?.settings.maxBacklogBytes !== undefined
     this.unmasked = ws.readyState === OPEN ? unmaskedSocketOf(ws) : undefined
     if (gate !== undefined) gate.onExpire = (limit, reason) => this.expire(limit, reason)
-    ws.on("message", (data: RawData, isBinary: boolean) => this.receive(data, isBinary))
+    ws.on("message", (data: RawData, isBinary: boolean) => this.receive(isBinary ? BINARY : data.toString()))
     ws.on("pong", () => {
       this.awaitingPong = false
     })
@@ -113,6 +114,9 @@ export class WsWireSocket implements WireSocket {
         // A listener's failure while closing must not reach the event emitter.
       }
     })
+    // On a server socket without extensions, whole text frames are read here, not by ws's
+    // receiver (WsFrameReader.ts); the "message" listener above hears what ws still reads.
+    if (this.unmasked !== undefined) readFramesOf(ws, this.receive)
   }
 
   // WireSocket
@@ -181,10 +185,10 @@ export class WsWireSocket implements WireSocket {
 
   // Receiving
 
-  private receive(data: RawData, isBinary: boolean): void {
+  private readonly receive = (message: Deferred): void => {
     if (this.closed) return
     if (this.gate !== undefined && !this.gate.admit()) return
-    if (this.deferred !== undefined) return void this.deferred.push(isBinary ? BINARY : data.toString())
+    if (this.deferred !== undefined) return void this.deferred.push(message)
     const turn = turns.touch()
     if (turn !== this.turnSeen) {
       this.turnSeen = turn
@@ -192,11 +196,11 @@ export class WsWireSocket implements WireSocket {
     }
     if (++this.handledInTurn > MESSAGES_PER_TURN) {
       // Over this turn's budget: read nothing more until the backlog is handled, turn by turn.
-      this.deferred = [isBinary ? BINARY : data.toString()]
+      this.deferred = [message]
       this.ws.pause()
       return turns.later(this.drain)
     }
-    this.handle(isBinary ? BINARY : data.toString())
+    this.handle(message)
   }
 
   private handle(message: Deferred): void {
