@@ -166,7 +166,7 @@ const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean) =>
     if (!socket.destroyed) socket.push(null)
   })
 
-describe("FrameReader against ws alone", () => {
+describe("WsFrameReader against ws alone", () => {
   it("the same bytes, cut into reads anywhere, give the same messages, replies, errors and close (10,000+ frames)", async () => {
     let frames = 0
     let cases = 0
@@ -189,6 +189,23 @@ describe("FrameReader against ws alone", () => {
     expect(frames).toBeGreaterThanOrEqual(10_000)
     // Most messages were the reader's own, not ws's after a hand-over.
     expect(readHere).toBeGreaterThan(frames / 4)
+  })
+
+  it("sees a byte over 0x7f wherever it is in the payload (every offset, aligned or not, alone or in a character)", async () => {
+    for (let length = 30; length <= 70; length += 7) {
+      for (let at = 0; at < length; at++) {
+        for (const [inserted, lead] of [[[0xe9], 0], [[0xe9], 1], [[0xc3, 0xa9], 0], [[0xc3, 0xa9], 1]] as const) {
+          const payload = Buffer.alloc(length, 0x61)
+          Buffer.from(inserted).copy(payload, Math.min(at, length - inserted.length))
+          const spec: FrameSpec = { fin: true, rsv: 0, opcode: 1, masked: true, mask: [7, 0x81, 0x33, 0xfe], payload, lengthAs: "shortest" }
+          // A frame of 6 or 7 bytes before it: its payload starts on a 4-byte boundary, or off one.
+          const reads = [bytesOf([{ ...spec, payload: Buffer.from("x".repeat(lead)) }, spec])]
+          const alone = await observe(reads, false)
+          const read = await observe(reads, true)
+          expect(read.events).toEqual(alone.events)
+        }
+      }
+    }
   })
 
   it("reads real traffic itself: whole text frames, in one read or cut anywhere, never reach ws's receiver", async () => {
@@ -246,7 +263,7 @@ describe("FrameReader against ws alone", () => {
 })
 
 /** Over loopback, through the adapter: a real client's messages, pings and close, as the listener hears them. */
-describe("FrameReader over a real socket", () => {
+describe("WsFrameReader over a real socket", () => {
   let server: WebSocketServer
   let client: WebSocket
   const heard: Array<unknown> = []
