@@ -1,24 +1,25 @@
-import { isUtf8 } from "node:buffer"
+import { isAscii, isUtf8 } from "node:buffer"
 import type { Duplex } from "node:stream"
 import type { WebSocket } from "ws"
 
 /**
- * The receiving half of a server-side WebSocket without extensions, read by callgate itself for
- * the frames that make up real traffic, and by `ws` for everything else (docs/design.md, "The
- * media path").
+ * The receiving half of a WebSocket without extensions, read by callgate itself for the frames
+ * that make up real traffic, and by `ws` for everything else (docs/design.md, "The path of a
+ * media frame").
  *
  * `ws` reads a socket through a Writable stream (its Receiver): per frame a stream write, three
  * Buffer views (header, mask, payload), two event emissions and a Buffer handed to the listener
  * to decode. Nearly every frame of a call is one whole, masked text frame of a few hundred
  * bytes, so the reader takes the socket's `data` events itself and, for each frame that is
  *
- * - a whole text message (FIN set, no RSV bits, opcode 1), masked, with a 7- or 16-bit length
- *   within the receiver's `maxPayload`, and valid UTF-8: unmasks it in place and hands the
- *   listener its text, decoded in one step (Latin-1 when the unmasking saw only ASCII bytes);
+ * - a whole text message (FIN set, no RSV bits, opcode 1), masked as its side requires (a
+ *   server's peer masks, a client's does not: RFC 6455 5.1), with a 7- or 16-bit length within
+ *   the receiver's `maxPayload`, and valid UTF-8: unmasks it in place if masked and hands the
+ *   listener its text, decoded in one step (Latin-1 when it is all ASCII);
  * - a ping or pong with a short payload: hands it to `ws`'s own handlers (the automatic pong, the
  *   `pong` event), as `ws` would.
  *
- * Any other frame (a close, binary, a fragment, a 64-bit length, an oversized or unmasked frame,
+ * Any other frame (a close, binary, a fragment, a 64-bit length, an oversized or wrongly masked frame,
  * invalid UTF-8, reserved bits) hands the socket back to `ws` for good, from that frame's first
  * byte: `ws`'s receiver has seen nothing before it, so it starts at a frame boundary and reacts
  * exactly as it always did (the close handshake, 1003, 1007, 1009, 1002). A frame split across
@@ -28,7 +29,7 @@ import type { WebSocket } from "ws"
  * The fields read are `ws` internals (pinned by package-lock.json): the reader takes over only
  * when they are as expected and the receiver has not yet been given a byte, and otherwise leaves
  * the socket to `ws`. test/ws/WsFrameReader.test.ts feeds the same bytes, cut at random places,
- * to both and requires the same messages, replies and closes.
+ * to both, on either side, and requires the same messages, replies and closes.
  */
 
 /** RFC 6455 5.2: FIN with a text, ping or pong opcode and no reserved bits: the first bytes taken here. */
@@ -76,9 +77,10 @@ const takeable = (ws: WebSocket) => {
   const internals = ws as unknown as WsInternals
   const receiver = internals._receiver
   const socket = internals._socket
-  if (internals._isServer !== true || ws.extensions !== "" || ws.readyState !== 1) return undefined
+  const isServer = internals._isServer
+  if (typeof isServer !== "boolean" || ws.extensions !== "" || ws.readyState !== 1) return undefined
   if (receiver == null || socket == null || typeof socket.prependListener !== "function") return undefined
-  if (receiver._isServer !== true || receiver._skipUTF8Validation !== false || receiver._allowSynchronousEvents !== true) return undefined
+  if (receiver._isServer !== isServer || receiver._skipUTF8Validation !== false || receiver._allowSynchronousEvents !== true) return undefined
   if (Object.keys(receiver._extensions).length !== 0 || typeof receiver._maxPayload !== "number") return undefined
   // ws refuses a frame that arrives in more than maxBufferedChunks reads (1008); a frame read
   // here has at most largestFrame bytes, so it never comes in that many reads.
@@ -88,7 +90,7 @@ const takeable = (ws: WebSocket) => {
   if (ws.listenerCount("message") !== 1) return undefined
   const wsOnData = socket.listeners("data").find((listener) => listener.name === "socketOnData")
   if (wsOnData === undefined || socket.listenerCount("data") !== 1) return undefined
-  return { socket, receiver, wsOnData: wsOnData as (chunk: Buffer) => void }
+  return { socket, receiver, masked: isServer, wsOnData: wsOnData as (chunk: Buffer) => void }
 }
 
 /**
@@ -99,7 +101,7 @@ const takeable = (ws: WebSocket) => {
 export const readFramesOf = (ws: WebSocket, onText: (text: string) => void): boolean => {
   const parts = takeable(ws)
   if (parts === undefined) return false
-  new FrameReader(parts.socket, parts.receiver, parts.wsOnData, onText)
+  new FrameReader(parts.socket, parts.receiver, parts.masked, parts.wsOnData, onText)
   return true
 }
 
@@ -115,6 +117,8 @@ class FrameReader {
   constructor(
     private readonly socket: Duplex,
     private readonly receiver: WsReceiver,
+    /** Whether the peer's frames are masked: a server's peer masks, a client's does not. */
+    private readonly masked: boolean,
     private readonly wsOnData: (chunk: Buffer) => void,
     private readonly onText: (text: string) => void
   ) {
@@ -154,13 +158,15 @@ class FrameReader {
   private read(buffer: Buffer): void {
     const end = buffer.length
     const maxPayload = this.maxPayload
+    const masked = this.masked
+    const maskBit = masked ? MASK_BIT : 0
     let at = 0
     while (at < end) {
       const available = end - at
       if (available < 2) return this.wait(buffer, at, 2)
       const first = buffer[at]!
       const second = buffer[at + 1]!
-      if ((second & MASK_BIT) === 0 || (first !== FIN_TEXT && first !== FIN_PING && first !== FIN_PONG)) return this.handOver(buffer, at)
+      if ((second & MASK_BIT) !== maskBit || (first !== FIN_TEXT && first !== FIN_PING && first !== FIN_PONG)) return this.handOver(buffer, at)
       let length = second & LENGTH_BITS
       let maskAt = at + 2
       if (length === MEDIUM_LENGTH_MARKER) {
@@ -172,16 +178,16 @@ class FrameReader {
         return this.handOver(buffer, at)
       }
       if (maxPayload > 0 && length > maxPayload) return this.handOver(buffer, at)
-      const start = maskAt + MASK_BYTES
+      const start = masked ? maskAt + MASK_BYTES : maskAt
       const frameEnd = start + length
       if (frameEnd > end) return this.wait(buffer, at, frameEnd - at)
-      const ascii = unmask(buffer, maskAt, start, frameEnd)
+      const ascii = masked ? unmask(buffer, maskAt, start, frameEnd) : isAscii(buffer.subarray(start, frameEnd))
       if (first === FIN_TEXT) {
         if (ascii) this.onText(buffer.toString("latin1", start, frameEnd))
         else if (isUtf8(buffer.subarray(start, frameEnd))) this.onText(buffer.toString("utf8", start, frameEnd))
         else {
           // ws refuses it (1007) from the bytes as they came: masked again.
-          unmask(buffer, maskAt, start, frameEnd)
+          if (masked) unmask(buffer, maskAt, start, frameEnd)
           return this.handOver(buffer, at)
         }
       } else {

@@ -114,9 +114,9 @@ export class WsWireSocket implements WireSocket {
         // A listener's failure while closing must not reach the event emitter.
       }
     })
-    // On a server socket without extensions, whole text frames are read here, not by ws's
-    // receiver (WsFrameReader.ts); the "message" listener above hears what ws still reads.
-    if (this.unmasked !== undefined) readFramesOf(ws, this.receive)
+    // On a socket without extensions, whole text frames are read here, not by ws's receiver
+    // (WsFrameReader.ts); the "message" listener above hears what ws still reads.
+    if (ws.readyState === OPEN) readFramesOf(ws, this.receive)
   }
 
   // WireSocket

@@ -62,11 +62,19 @@ const payload = fc.oneof(
 
 const mask = fc.array(fc.integer({ min: 0, max: 255 }), { minLength: 4, maxLength: 4 })
 
-/** A valid text frame as clients send it. */
-const textFrame = fc.record({ payload, mask }).map(({ payload, mask }): FrameSpec => ({ fin: true, rsv: 0, opcode: 1, masked: true, mask, payload, lengthAs: "shortest" }))
-const controlFrame = fc
-  .record({ opcode: fc.constantFrom(9, 10), payload: bytes(125), mask })
-  .map(({ opcode, payload, mask }): FrameSpec => ({ fin: true, rsv: 0, opcode, masked: true, mask, payload, lengthAs: "shortest" }))
+/**
+ * The side of the socket under test: a server reads masked frames from its client, a client
+ * (callgate dialing an agent) unmasked frames from its server (RFC 6455 5.1).
+ */
+type Side = "server" | "client"
+
+/** A valid text frame as the peer sends it. */
+const textFrame = (masked: boolean) =>
+  fc.record({ payload, mask }).map(({ payload, mask }): FrameSpec => ({ fin: true, rsv: 0, opcode: 1, masked, mask, payload, lengthAs: "shortest" }))
+const controlFrame = (masked: boolean) =>
+  fc
+    .record({ opcode: fc.constantFrom(9, 10), payload: bytes(125), mask })
+    .map(({ opcode, payload, mask }): FrameSpec => ({ fin: true, rsv: 0, opcode, masked, mask, payload, lengthAs: "shortest" }))
 /** Anything at all: any opcode, reserved bits, fragments, unmasked, long length encodings, close frames. */
 const anyFrame = fc.record({
   fin: fc.boolean(),
@@ -77,26 +85,26 @@ const anyFrame = fc.record({
   payload,
   lengthAs: fc.constantFrom("shortest", "medium", "long") as fc.Arbitrary<FrameSpec["lengthAs"]>
 })
-const closeFrame = fc
-  .record({ code: fc.constantFrom(1000, 1001, 1011, 999, 4000), reason: ascii(0, 20), mask })
-  .map(({ code, reason, mask }): FrameSpec => {
+const closeFrame = (masked: boolean) =>
+  fc.record({ code: fc.constantFrom(1000, 1001, 1011, 999, 4000), reason: ascii(0, 20), mask }).map(({ code, reason, mask }): FrameSpec => {
     const payload = Buffer.alloc(2 + reason.length)
     payload.writeUInt16BE(code, 0)
     reason.copy(payload, 2)
-    return { fin: true, rsv: 0, opcode: 8, masked: true, mask, payload, lengthAs: "shortest" }
+    return { fin: true, rsv: 0, opcode: 8, masked, mask, payload, lengthAs: "shortest" }
   })
 
-const frame = fc.oneof(
-  { weight: 12, arbitrary: textFrame },
-  { weight: 2, arbitrary: controlFrame },
-  { weight: 2, arbitrary: anyFrame },
-  { weight: 1, arbitrary: closeFrame },
-  { weight: 1, arbitrary: bytes(12).map((garbage) => ({ garbage })) }
-)
+const frame = (masked: boolean) =>
+  fc.oneof(
+    { weight: 12, arbitrary: textFrame(masked) },
+    { weight: 2, arbitrary: controlFrame(masked) },
+    { weight: 2, arbitrary: anyFrame },
+    { weight: 1, arbitrary: closeFrame(masked) },
+    { weight: 1, arbitrary: bytes(12).map((garbage) => ({ garbage })) }
+  )
 
 /** A case: frames, and where the bytes are cut into reads (fractions of the whole). */
-const session = fc.record({
-  frames: fc.array(frame, { minLength: 1, maxLength: 14 }),
+const session = (side: Side) => fc.record({
+  frames: fc.array(frame(side === "server"), { minLength: 1, maxLength: 14 }),
   cuts: fc.oneof(
     fc.constant([] as Array<number>),
     fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 12 }),
@@ -118,8 +126,11 @@ const readsOf = (all: Buffer, cuts: ReadonlyArray<number> | "every byte"): Array
   return reads
 }
 
-/** A server-side `ws` socket on an in-memory Duplex, set up as WebSocketServer sets up its own. */
-const serverSocket = (options: object = {}, wrote: Array<Buffer> = []) => {
+/**
+ * A `ws` socket on an in-memory Duplex, set up as WebSocketServer sets up its own (a client side
+ * is the same with `_isServer` cleared, and a fixed mask so that what it writes can be compared).
+ */
+const serverSocket = (options: object = {}, wrote: Array<Buffer> = [], side: Side = "server") => {
   const socket = new Duplex({
     read() {},
     write(chunk: Buffer, _encoding, done) {
@@ -128,24 +139,26 @@ const serverSocket = (options: object = {}, wrote: Array<Buffer> = []) => {
     }
   })
   const ws = new WebSocket(null as unknown as string, undefined, { autoPong: true, maxPendingAutoPongs: 60 } as never)
+  if (side === "client") (ws as unknown as { _isServer: boolean })._isServer = false
   ;(ws as unknown as { setSocket(socket: Duplex, head: Buffer, options: object): void }).setSocket(socket, Buffer.alloc(0), {
     allowSynchronousEvents: true,
     maxBufferedChunks: 256 * 1024,
     maxFragments: 16 * 1024,
     maxPayload: MAX_PAYLOAD,
     skipUTF8Validation: false,
+    generateMask: (mask: Buffer) => mask.fill(0x5a),
     ...options
   })
   return ws
 }
 
 /** Everything observable of one server socket fed `reads`: events in order, and the bytes it wrote. */
-const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean) =>
+const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean, side: Side = "server") =>
   new Promise<{ events: Array<unknown>; wrote: string; tookOver: boolean; readHere: number }>((resolve) => {
     let readHere = 0
     const events: Array<unknown> = []
     const wrote: Array<Buffer> = []
-    const ws = serverSocket({}, wrote)
+    const ws = serverSocket({}, wrote, side)
     const socket = (ws as unknown as { _socket: Duplex })._socket
     ws.on("message", (data, isBinary) => events.push(["message", isBinary ? `binary ${(data as Buffer).toString("hex")}` : data.toString()]))
     ws.on("ping", (data) => events.push(["ping", data.toString("hex")]))
@@ -167,42 +180,47 @@ const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean) =>
   })
 
 describe("WsFrameReader against ws alone", () => {
-  it("the same bytes, cut into reads anywhere, give the same messages, replies, errors and close (10,000+ frames)", async () => {
-    let frames = 0
-    let cases = 0
-    let readHere = 0
-    await fc.assert(
-      fc.asyncProperty(session, async ({ frames: specs, cuts }) => {
-        const reads = readsOf(bytesOf(specs), cuts)
-        const alone = await observe(reads, false)
-        const read = await observe(reads, true)
-        expect(read.tookOver).toBe(true)
-        expect(read.events).toEqual(alone.events)
-        expect(read.wrote).toBe(alone.wrote)
-        frames += specs.length
-        readHere += read.readHere
-        cases++
-      }),
-      { numRuns: RUNS }
-    )
-    expect(cases).toBe(RUNS)
-    expect(frames).toBeGreaterThanOrEqual(10_000)
-    // Most messages were the reader's own, not ws's after a hand-over.
-    expect(readHere).toBeGreaterThan(frames / 4)
-  })
+  for (const side of ["server", "client"] as const) {
+    it(`${side} side: the same bytes, cut into reads anywhere, give the same messages, replies, errors and close (10,000+ frames)`, async () => {
+      let frames = 0
+      let cases = 0
+      let readHere = 0
+      await fc.assert(
+        fc.asyncProperty(session(side), async ({ frames: specs, cuts }) => {
+          const reads = readsOf(bytesOf(specs), cuts)
+          const alone = await observe(reads, false, side)
+          const read = await observe(reads, true, side)
+          expect(read.tookOver).toBe(true)
+          expect(read.events).toEqual(alone.events)
+          expect(read.wrote).toBe(alone.wrote)
+          frames += specs.length
+          readHere += read.readHere
+          cases++
+        }),
+        { numRuns: RUNS }
+      )
+      expect(cases).toBe(RUNS)
+      expect(frames).toBeGreaterThanOrEqual(10_000)
+      // Most messages were the reader's own, not ws's after a hand-over.
+      expect(readHere).toBeGreaterThan(frames / 4)
+    })
+  }
 
   it("sees a byte over 0x7f wherever it is in the payload (every offset, aligned or not, alone or in a character)", async () => {
     for (let length = 30; length <= 70; length += 7) {
       for (let at = 0; at < length; at++) {
         for (const [inserted, lead] of [[[0xe9], 0], [[0xe9], 1], [[0xc3, 0xa9], 0], [[0xc3, 0xa9], 1]] as const) {
-          const payload = Buffer.alloc(length, 0x61)
-          Buffer.from(inserted).copy(payload, Math.min(at, length - inserted.length))
-          const spec: FrameSpec = { fin: true, rsv: 0, opcode: 1, masked: true, mask: [7, 0x81, 0x33, 0xfe], payload, lengthAs: "shortest" }
-          // A frame of 6 or 7 bytes before it: its payload starts on a 4-byte boundary, or off one.
-          const reads = [bytesOf([{ ...spec, payload: Buffer.from("x".repeat(lead)) }, spec])]
-          const alone = await observe(reads, false)
-          const read = await observe(reads, true)
-          expect(read.events).toEqual(alone.events)
+          for (const side of ["server", "client"] as const) {
+            const payload = Buffer.alloc(length, 0x61)
+            Buffer.from(inserted).copy(payload, Math.min(at, length - inserted.length))
+            const masked = side === "server"
+            const spec: FrameSpec = { fin: true, rsv: 0, opcode: 1, masked, mask: [7, 0x81, 0x33, 0xfe], payload, lengthAs: "shortest" }
+            // A frame before it whose length moves its payload onto a 4-byte boundary, or off one.
+            const reads = [bytesOf([{ ...spec, payload: Buffer.from("x".repeat(lead)) }, spec])]
+            const alone = await observe(reads, false, side)
+            const read = await observe(reads, true, side)
+            expect(read.events).toEqual(alone.events)
+          }
         }
       }
     }
@@ -235,7 +253,7 @@ describe("WsFrameReader against ws alone", () => {
     }
   })
 
-  it("leaves a socket alone when it cannot read it exactly as ws would: a second message listener, bytes already with ws, other receiver settings", async () => {
+  it("leaves a socket alone when it cannot read it exactly as ws would: a second message listener, bytes already with ws, other receiver settings, not yet open", async () => {
     const server = (options: object = {}) => {
       const ws = serverSocket(options)
       ws.on("message", () => {})
