@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { WebSocket, WebSocketServer } from "ws"
 import { readFramesOf } from "../../src/ws/WsFrameReader.js"
 import { wsWireSocket } from "../../src/ws/WsWireSocket.js"
+import { MAX_WS_MESSAGE_BYTES } from "../../src/http/HttpApp.js"
 
 /**
  * The reader that takes whole text frames (and pings and pongs) off a server socket before `ws`
@@ -287,12 +288,21 @@ describe("WsFrameReader over a real socket", () => {
   const heard: Array<unknown> = []
   let closed: Promise<void>
   let onHeard: () => void = () => {}
+  /** Bytes handed to ws's own receiver: none while the reader reads everything. */
+  let bytesToWs = 0
 
   beforeAll(async () => {
-    server = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: 64 * 1024 })
+    // As HttpApp registers @fastify/websocket: ws's server defaults and a 64 KiB maxPayload.
+    server = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: MAX_WS_MESSAGE_BYTES })
     await new Promise((resolve) => server.once("listening", resolve))
     closed = new Promise((resolve) =>
       server.once("connection", (ws) => {
+        const receiver = (ws as unknown as { _receiver: { write: (chunk: Buffer) => boolean } })._receiver
+        const write = receiver.write.bind(receiver)
+        receiver.write = (chunk) => {
+          bytesToWs += chunk.length
+          return write(chunk)
+        }
         wsWireSocket(ws, {
           onText: (text) => {
             heard.push(text)
@@ -326,8 +336,11 @@ describe("WsFrameReader over a real socket", () => {
     await all
     expect(heard).toEqual(texts)
     expect(await pong).toBe("are you there")
+    // Every text and the ping were read by callgate; the close frame is ws's to read.
+    expect(bytesToWs).toBe(0)
     client.close(4000, "done")
     await closed
     expect(heard.at(-1)).toEqual({ code: 4000, reason: "done", fault: undefined })
+    expect(bytesToWs).toBeGreaterThan(0)
   })
 })
