@@ -1,6 +1,18 @@
 import { isAscii, isUtf8 } from "node:buffer"
 import type { Duplex } from "node:stream"
 import type { WebSocket } from "ws"
+import {
+  FIN_PING,
+  FIN_PONG,
+  FIN_TEXT,
+  LENGTH_BITS,
+  LONG_LENGTH_MARKER,
+  MASK_BIT,
+  MASK_BYTES,
+  MEDIUM_HEADER,
+  MEDIUM_LENGTH,
+  MEDIUM_LENGTH_MARKER
+} from "./WsFraming.js"
 
 /**
  * The receiving half of a WebSocket without extensions, read by callgate itself for the frames
@@ -31,19 +43,6 @@ import type { WebSocket } from "ws"
  * the socket to `ws`. test/ws/WsFrameReader.test.ts feeds the same bytes, cut at random places,
  * to both, on either side, and requires the same messages, replies and closes.
  */
-
-/** RFC 6455 5.2: FIN with a text, ping or pong opcode and no reserved bits: the first bytes taken here. */
-const FIN_TEXT = 0x81
-const FIN_PING = 0x89
-const FIN_PONG = 0x8a
-const MASK_BIT = 0x80
-const LENGTH_BITS = 0x7f
-const MEDIUM_LENGTH_MARKER = 126
-const MEDIUM_LENGTH = 0xffff
-const LONG_LENGTH_MARKER = 127
-const MASK_BYTES = 4
-/** Bytes of a header up to the end of a 16-bit length; a 64-bit one is handed to `ws` anyway. */
-const MEDIUM_HEADER = 4
 
 /** The parts of `ws`'s receiver the reader relies on (ws/lib/receiver.js). */
 interface WsReceiver {
@@ -111,7 +110,6 @@ class FrameReader {
   private waitingBytes = 0
   /** Bytes the waiting frame needs before the next attempt can get further. */
   private needed = 0
-  private handedOver = false
   private readonly maxPayload: number
 
   constructor(
@@ -130,9 +128,8 @@ class FrameReader {
     socket.prependListener("close", this.onEnd)
   }
 
-  private readonly onEnd = (): void => {
-    if (!this.handedOver) this.handOver(this.takeWaiting(), 0)
-  }
+  /** Removed at a hand-over, so it runs only while the reader still has the socket. */
+  private readonly onEnd = (): void => this.handOver(this.takeWaiting(), 0)
 
   private takeWaiting(): Buffer {
     const waiting = this.waiting
@@ -143,7 +140,6 @@ class FrameReader {
   }
 
   private readonly onData = (chunk: Buffer): void => {
-    if (this.handedOver) return void this.wsOnData.call(this.socket, chunk)
     let buffer = chunk
     if (this.waiting !== undefined) {
       this.waiting.push(chunk)
@@ -207,7 +203,6 @@ class FrameReader {
 
   /** From `buffer[at]` (a frame's first byte) on, the socket is ws's, as if it had read it all along. */
   private handOver(buffer: Buffer, at: number): void {
-    this.handedOver = true
     const socket = this.socket
     socket.removeListener("data", this.onData)
     socket.removeListener("end", this.onEnd)

@@ -3,6 +3,7 @@ import type { RawData, WebSocket } from "ws"
 import { type GateLimit, MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
 import { readFramesOf } from "./WsFrameReader.js"
+import { FIN_TEXT, MEDIUM_LENGTH, MEDIUM_LENGTH_MARKER, SHORT_LENGTH } from "./WsFraming.js"
 
 const OPEN = 1
 const CLOSED = 3
@@ -31,13 +32,6 @@ type Deferred = string | typeof BINARY
 
 /** `ws.send` options for a text message handed over as bytes (sendAscii). */
 const TEXT_FRAME = { binary: false } as const
-
-/** RFC 6455 section 5.2: FIN and the text opcode, the first byte of a whole text message. */
-const FIN_TEXT = 0x81
-/** Payload lengths up to this fit the 7-bit length; up to 0xffff, the 16-bit one after the marker 126. */
-const SHORT_LENGTH = 125
-const MEDIUM_LENGTH_MARKER = 126
-const MEDIUM_LENGTH = 0xffff
 
 /**
  * The TCP socket under a server-side `ws` WebSocket on which no extension was negotiated, or
@@ -114,9 +108,9 @@ export class WsWireSocket implements WireSocket {
         // A listener's failure while closing must not reach the event emitter.
       }
     })
-    // On a socket without extensions, whole text frames are read here, not by ws's receiver
+    // On an open socket without extensions, whole text frames are read here, not by ws's receiver
     // (WsFrameReader.ts); the "message" listener above hears what ws still reads.
-    if (ws.readyState === OPEN) readFramesOf(ws, this.receive)
+    readFramesOf(ws, this.receive)
   }
 
   // WireSocket
