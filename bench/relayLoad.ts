@@ -18,6 +18,9 @@
  * calls that cannot be placed) or a simulator is at its limit (over 75 % of its core, or timers
  * over 20 ms late), since it could not generate a larger step faithfully. A window during which the rest
  * of the machine was busy (other processes: a shared machine) is measured again, once.
+ *
+ * After the ramp, with both systems, CPU per call-second side by side (measureSideBySide): both
+ * carry the same calls at once, so the host's drift between two windows cannot tip the ratio.
  */
 import { join } from "node:path"
 import { nowUs } from "../src/sim/FrameStamp.js"
@@ -61,6 +64,12 @@ export interface RelayLoadOptions {
   readonly profileDir?: string
   /** Take every step even after a clear failure (relative CPU figures on a busy machine). */
   readonly fullRamp?: boolean
+  /**
+   * With both systems: after the ramp, CPU per call-second with both carrying these many calls at
+   * once (measureSideBySide), `sideBySideWindows` windows of `stepSeconds` each (default 3).
+   */
+  readonly sideBySideSteps?: ReadonlyArray<number>
+  readonly sideBySideWindows?: number
   /** Compiled tree to run the systems from (build.ts); default: the sources through tsx. */
   readonly build?: string
   readonly log?: (line: string) => void
@@ -123,6 +132,12 @@ export interface SystemFigures {
   readonly profile?: CpuProfileSummary & { readonly file: string }
 }
 
+export interface RelayLoadResults {
+  readonly gateway?: SystemFigures | { readonly error: string }
+  readonly baseline?: SystemFigures | { readonly error: string }
+  readonly sideBySide?: SideBySideFigures | { readonly error: string }
+}
+
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits
 
 interface CarrierWindow {
@@ -140,6 +155,33 @@ interface AgentWindow {
   readonly turns: number
   readonly replies: number
   readonly callsEnded: number
+}
+
+/** A measurement window in progress (RelayRig.openWindow). */
+interface OpenWindow {
+  readonly openedUs: number
+  readonly pids: ReadonlyArray<ReadonlyArray<number>>
+  readonly simPids: ReadonlyArray<number>
+  readonly cpuBefore: ReadonlyArray<Map<number, number>>
+  readonly simsBefore: Map<number, number>
+  readonly machineBefore: number
+  readonly startedAt: number
+}
+
+/** What one window measured (RelayRig.closeWindow): CPU in seconds, frames per direction. */
+interface ClosedWindow {
+  readonly carrierWindow: CarrierWindow
+  readonly agentWindow: AgentWindow
+  readonly windowSeconds: number
+  /** CPU seconds of each of the system's processes. */
+  readonly perProcess: ReadonlyArray<number>
+  /** CPU seconds of the system's own processes (helpers left out). */
+  readonly cpuSeconds: number
+  readonly machineSeconds: number
+  /** CPU seconds of the system's processes and its simulators. */
+  readonly oursSeconds: number
+  readonly carrierToAgent: DirectionFigures
+  readonly agentToCarrier: DirectionFigures
 }
 
 const judge = (step: Omit<StepFigures, "pass" | "problems">): ReadonlyArray<string> => {
@@ -323,50 +365,15 @@ export class RelayRig {
   }
 
   async measure(calls: number, options: RelayLoadOptions): Promise<StepFigures> {
-    const { system, carriers, agents } = this
-    // Agents first: callgate hands each call an idle dial-in socket; the relay pairs by key.
-    // Placing the calls takes calls / rampPerSecond seconds; four times that (and a minute) is a generator in trouble.
-    const rampBudgetMs = 60_000 + (4000 * calls) / (options.rampPerSecond ?? 100)
-    await agents.request("grow", { to: calls + this.options.spareAgents }, rampBudgetMs + 60_000)
-    const grown = await carriers.request<{ open: number; failed: number; errors: Array<string> }>(
-      "grow",
-      { to: calls, perSecond: options.rampPerSecond ?? 100, concurrency: 16 },
-      rampBudgetMs
-    )
-    await sleep((options.settleSeconds ?? 3) * 1000)
-
-    await Promise.all([carriers.request("record"), agents.request("record")])
-    await Promise.all([carriers.request("windowOpen"), agents.request("windowOpen")])
-    const openedUs = nowUs()
-    const pids = system.processes.map((p) => p.pids())
-    const simPids = [carriers.pid, agents.pid]
-    const cpuBefore = pids.map(cpuOfPids)
-    const simsBefore = cpuOfPids(simPids)
-    const machineBefore = machineBusySeconds()
-    const startedAt = performance.now()
+    const grown = await this.load(calls, options)
+    const window = await this.openWindow()
     await sleep(options.stepSeconds * 1000)
-    const [carrierWindow, agentWindow] = await Promise.all([
-      carriers.request<CarrierWindow>("windowClose"),
-      agents.request<AgentWindow>("windowClose")
-    ])
-    const windowSeconds = (performance.now() - startedAt) / 1000
-    const perProcess = pids.map((list, i) => cpuBetween(cpuBefore[i]!, cpuOfPids(list)))
-    const simSeconds = cpuBetween(simsBefore, cpuOfPids(simPids))
-    const machineSeconds = machineBusySeconds() - machineBefore
-    const cpuSeconds = perProcess.reduce((sum, seconds, i) => sum + (system.processes[i]!.role === "system" ? seconds : 0), 0)
-    const oursSeconds = perProcess.reduce((a, b) => a + b, 0) + simSeconds
-    this.windows.push([openedUs, nowUs()])
-
-    await sleep((options.graceSeconds ?? 1.5) * 1000)
-    const [agentToCarrier, carrierToAgent] = await Promise.all([
-      carriers.request<DirectionFigures>("settle", { ranges: agentWindow.ranges }),
-      agents.request<DirectionFigures>("settle", { ranges: carrierWindow.ranges })
-    ])
+    const closed = await this.closeWindow(window, options)
     // The collection pauses the system: only now that the window's frames are all accounted for.
-    const memory = await system.memory()
-    await carriers.request("hangupAll", {}, 60_000)
-    await sleep(1000)
+    const memory = await this.system.memory()
+    await this.unload()
 
+    const { carrierWindow, agentWindow, windowSeconds, cpuSeconds, perProcess } = closed
     const open = carrierWindow.open
     const idle = this.idle!
     const perCallKb = (bytes: number) => round(bytes / 1024 / Math.max(1, open))
@@ -377,8 +384,8 @@ export class RelayRig {
       setupErrors: grown.errors,
       callsCut: Math.max(carrierWindow.closedByGateway, agentWindow.callsEnded),
       windowSeconds: round(windowSeconds, 2),
-      carrierToAgent,
-      agentToCarrier,
+      carrierToAgent: closed.carrierToAgent,
+      agentToCarrier: closed.agentToCarrier,
       system: {
         cpuPercent: round((cpuSeconds / windowSeconds) * 100),
         cpuMsPerCallSecond: round((cpuSeconds * 1000) / (Math.max(1, open) * windowSeconds), 3),
@@ -386,19 +393,83 @@ export class RelayRig {
         rssPerCallKb: perCallKb(memory.rssBytes - idle.rssBytes),
         heapPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - idle.heapUsedBytes - idle.externalBytes)
       },
-      ...(system.processes.length > 1
+      ...(this.system.processes.length > 1
         ? {
-            processes: system.processes.map((p, i) => ({ name: p.name, role: p.role, cpuPercent: round((perProcess[i]! / windowSeconds) * 100) }))
+            processes: this.system.processes.map((p, i) => ({ name: p.name, role: p.role, cpuPercent: round((perProcess[i]! / windowSeconds) * 100) }))
           }
         : {}),
       carrierSim: carrierWindow.load,
       agentSim: agentWindow.load,
-      machineCpuPercent: round((machineSeconds / windowSeconds) * 100),
-      otherCpuPercent: round(Math.max(0, (machineSeconds - oursSeconds) / windowSeconds) * 100),
+      machineCpuPercent: round((closed.machineSeconds / windowSeconds) * 100),
+      otherCpuPercent: round(Math.max(0, (closed.machineSeconds - closed.oursSeconds) / windowSeconds) * 100),
       turns: { spoken: carrierWindow.turns, answered: carrierWindow.answers, replies: agentWindow.replies }
     }
     const problems = judge(measured)
     return { ...measured, pass: problems.length === 0, problems }
+  }
+
+  /**
+   * Places `calls` calls and lets them settle. Agents first: callgate hands each call an idle
+   * dial-in socket; the relay pairs by key.
+   */
+  async load(calls: number, options: RelayLoadOptions): Promise<{ readonly failed: number; readonly errors: ReadonlyArray<string> }> {
+    // Placing the calls takes calls / rampPerSecond seconds; four times that (and a minute) is a generator in trouble.
+    const rampBudgetMs = 60_000 + (4000 * calls) / (options.rampPerSecond ?? 100)
+    await this.agents.request("grow", { to: calls + this.options.spareAgents }, rampBudgetMs + 60_000)
+    const grown = await this.carriers.request<{ open: number; failed: number; errors: Array<string> }>(
+      "grow",
+      { to: calls, perSecond: options.rampPerSecond ?? 100, concurrency: 16 },
+      rampBudgetMs
+    )
+    await sleep((options.settleSeconds ?? 3) * 1000)
+    return grown
+  }
+
+  /** Starts a measurement window: the simulators record what they send; CPU is read from /proc. */
+  async openWindow(): Promise<OpenWindow> {
+    const { carriers, agents, system } = this
+    await Promise.all([carriers.request("record"), agents.request("record")])
+    await Promise.all([carriers.request("windowOpen"), agents.request("windowOpen")])
+    const pids = system.processes.map((p) => p.pids())
+    const simPids = [carriers.pid, agents.pid]
+    return {
+      openedUs: nowUs(),
+      pids,
+      simPids,
+      cpuBefore: pids.map(cpuOfPids),
+      simsBefore: cpuOfPids(simPids),
+      machineBefore: machineBusySeconds(),
+      startedAt: performance.now()
+    }
+  }
+
+  /** Ends the window: the CPU used in it, then (after the grace for frames in flight) the frames' figures. */
+  async closeWindow(window: OpenWindow, options: RelayLoadOptions): Promise<ClosedWindow> {
+    const { carriers, agents, system } = this
+    const [carrierWindow, agentWindow] = await Promise.all([
+      carriers.request<CarrierWindow>("windowClose"),
+      agents.request<AgentWindow>("windowClose")
+    ])
+    const windowSeconds = (performance.now() - window.startedAt) / 1000
+    const perProcess = window.pids.map((list, i) => cpuBetween(window.cpuBefore[i]!, cpuOfPids(list)))
+    const simSeconds = cpuBetween(window.simsBefore, cpuOfPids(window.simPids))
+    const machineSeconds = machineBusySeconds() - window.machineBefore
+    const cpuSeconds = perProcess.reduce((sum, seconds, i) => sum + (system.processes[i]!.role === "system" ? seconds : 0), 0)
+    const oursSeconds = perProcess.reduce((a, b) => a + b, 0) + simSeconds
+    this.windows.push([window.openedUs, nowUs()])
+
+    await sleep((options.graceSeconds ?? 1.5) * 1000)
+    const [agentToCarrier, carrierToAgent] = await Promise.all([
+      carriers.request<DirectionFigures>("settle", { ranges: agentWindow.ranges }),
+      agents.request<DirectionFigures>("settle", { ranges: carrierWindow.ranges })
+    ])
+    return { carrierWindow, agentWindow, windowSeconds, perProcess, cpuSeconds, machineSeconds, oursSeconds, carrierToAgent, agentToCarrier }
+  }
+
+  /** Hangs every call up and gives the system a moment to let go of them. */
+  async unload(): Promise<void> {
+    await this.carriers.request("hangupAll", {}, 60_000)
+    await sleep(1000)
   }
 
   /** Whether the system still runs and what it last wrote (for error reports). */
@@ -414,6 +485,79 @@ export class RelayRig {
     const dir = this.options.profileRunDir
     const file = dir ? findCpuProfile(dir) : undefined
     return file ? { file, ...summarizeCpuProfile(file, { windowsUs: this.windows }) } : undefined
+  }
+}
+
+/** One window of the side-by-side CPU measurement: both systems carrying the same calls at once. */
+export interface SideBySideWindow {
+  readonly baselineMsPerCallSecond: number
+  readonly gatewayMsPerCallSecond: number
+  /** callgate's CPU per call-second over the bare relay's. */
+  readonly ratio: number
+  readonly baselineOpen: number
+  readonly gatewayOpen: number
+  /** The worst loss and p99 delay of either system in either direction: whether the calls carried their traffic. */
+  readonly worstLossPercent: number
+  readonly worstP99Ms: number
+  /** The whole machine's CPU during the window, percent of one core. */
+  readonly machineCpuPercent: number
+}
+
+export interface SideBySideStep {
+  readonly calls: number
+  readonly windows: ReadonlyArray<SideBySideWindow>
+  /** The windows pooled: callgate's CPU per call-second summed over the relay's, summed. */
+  readonly ratio: number
+}
+
+export interface SideBySideFigures {
+  readonly windowSeconds: number
+  readonly steps: ReadonlyArray<SideBySideStep>
+}
+
+/**
+ * CPU per call-second of callgate against the bare relay with both carrying `calls` calls at the
+ * same time, over `windows` back-to-back windows: whatever the host does meanwhile (a neighbour,
+ * frequency, the hypervisor) it does to both, which one system after the other cannot promise
+ * (docs/benchmarks.md, "CPU side by side"). Delays are not judged here: the machine carries twice
+ * the calls, so they belong to the ramp.
+ */
+export const measureSideBySide = async (
+  gateway: RelayRig,
+  baseline: RelayRig,
+  calls: number,
+  windows: number,
+  options: RelayLoadOptions
+): Promise<SideBySideStep> => {
+  const rigs = [baseline, gateway] as const
+  try {
+    await Promise.all(rigs.map((rig) => rig.load(calls, options)))
+    const measured: Array<SideBySideWindow> = []
+    for (let i = 0; i < windows; i++) {
+      const open = await Promise.all(rigs.map((rig) => rig.openWindow()))
+      await sleep(options.stepSeconds * 1000)
+      const [b, g] = await Promise.all(rigs.map((rig, k) => rig.closeWindow(open[k]!, options)))
+      const perCallSecond = (w: ClosedWindow) => (w.cpuSeconds * 1000) / (Math.max(1, w.carrierWindow.open) * w.windowSeconds)
+      const directions = [b!.carrierToAgent, b!.agentToCarrier, g!.carrierToAgent, g!.agentToCarrier]
+      measured.push({
+        baselineMsPerCallSecond: round(perCallSecond(b!), 3),
+        gatewayMsPerCallSecond: round(perCallSecond(g!), 3),
+        ratio: round(perCallSecond(g!) / perCallSecond(b!), 2),
+        baselineOpen: b!.carrierWindow.open,
+        gatewayOpen: g!.carrierWindow.open,
+        worstLossPercent: Math.max(...directions.map((d) => d.lossPercent)),
+        worstP99Ms: Math.max(...directions.map((d) => d.delayMs.p99)),
+        machineCpuPercent: round((Math.max(b!.machineSeconds, g!.machineSeconds) / Math.max(b!.windowSeconds, g!.windowSeconds)) * 100)
+      })
+      options.log?.(
+        `side by side ${calls} calls, window ${i + 1}/${windows}: CPU ms per call-second relay ${measured[i]!.baselineMsPerCallSecond}, ` +
+          `callgate ${measured[i]!.gatewayMsPerCallSecond} (${measured[i]!.ratio}x); worst loss ${measured[i]!.worstLossPercent} %, p99 ${measured[i]!.worstP99Ms} ms`
+      )
+    }
+    const sum = (pick: (w: SideBySideWindow) => number) => measured.reduce((total, w) => total + pick(w), 0)
+    return { calls, windows: measured, ratio: round(sum((w) => w.gatewayMsPerCallSecond) / sum((w) => w.baselineMsPerCallSecond), 2) }
+  } finally {
+    await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))
   }
 }
 
@@ -471,12 +615,12 @@ export const summarize = (name: SystemFigures["system"], idleRss: number | undef
  * Measures every system asked for at every step, interleaved step by step so both see the
  * machine in the same state; a system whose step clearly failed takes no further steps.
  */
-export const runRelayLoad = async (
-  options: RelayLoadOptions
-): Promise<Partial<Record<"gateway" | "baseline", SystemFigures | { readonly error: string }>>> => {
+export const runRelayLoad = async (options: RelayLoadOptions): Promise<RelayLoadResults> => {
   const log = options.log ?? (() => {})
   const rigs = new Map<"gateway" | "baseline", RelayRig>()
-  const results: Partial<Record<"gateway" | "baseline", SystemFigures | { readonly error: string }>> = {}
+  const results: { -readonly [K in keyof RelayLoadResults]: RelayLoadResults[K] } = {}
+  /** Rigs that failed (not merely ended their ramp): no side-by-side windows with them. */
+  const broken = new Set<"gateway" | "baseline">()
   const steps = new Map<"gateway" | "baseline", Array<StepFigures>>()
   const stopped = new Map<"gateway" | "baseline", string>()
   const budget: RemeasureBudget = { used: 0 }
@@ -497,6 +641,7 @@ export const runRelayLoad = async (
         log(`${name}: warmed up; idle RSS ${round(idle.rssBytes / 2 ** 20)} MB, heap + external ${round((idle.heapUsedBytes + idle.externalBytes) / 2 ** 20)} MB`)
       } catch (error) {
         stopped.set(name, `warm-up failed: ${(error as Error).message.split("\n")[0]}`)
+        broken.add(name)
         log(`${name}: warm-up failed: ${(error as Error).message}`)
       }
     }
@@ -509,10 +654,24 @@ export const runRelayLoad = async (
           if (end !== undefined && options.fullRamp !== true) stopped.set(name, end)
         } catch (error) {
           stopped.set(name, `${calls} calls: ${(error as Error).message.split("\n")[0]}`)
+          broken.add(name)
           log(`${name} ${calls} calls: ERROR ${(error as Error).message}\n${rig.describeSystem()}`)
         }
       }
       if ([...rigs.keys()].every((name) => stopped.has(name))) break
+    }
+    const gateway = rigs.get("gateway")
+    const baseline = rigs.get("baseline")
+    const sideBySideSteps = options.sideBySideSteps ?? []
+    if (gateway !== undefined && baseline !== undefined && !broken.has("gateway") && !broken.has("baseline") && sideBySideSteps.length > 0) {
+      const sideBySide: Array<SideBySideStep> = []
+      try {
+        for (const calls of sideBySideSteps) sideBySide.push(await measureSideBySide(gateway, baseline, calls, options.sideBySideWindows ?? 3, options))
+        results.sideBySide = { windowSeconds: options.stepSeconds, steps: sideBySide }
+      } catch (error) {
+        log(`side by side: ERROR ${(error as Error).message}`)
+        results.sideBySide = { error: (error as Error).message }
+      }
     }
   } finally {
     for (const [name, rig] of rigs) {

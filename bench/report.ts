@@ -7,7 +7,7 @@ import type { BreakerBenchFigures } from "./breaker.js"
 import type { FallbackBenchFigures } from "./fallback.js"
 import type { FleetBenchFigures, FleetMeasurement } from "./fleet.js"
 import { EFFICIENCY_GOAL } from "./fleetScaling.js"
-import type { StepFigures, SystemFigures } from "./relayLoad.js"
+import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
 
@@ -32,6 +32,8 @@ export interface BenchResults {
   readonly machine: Machine
   readonly settings: {
     readonly steps: ReadonlyArray<number>
+    /** The side-by-side CPU steps (absent in results written before they existed). */
+    readonly cpuSteps?: ReadonlyArray<number>
     readonly stepSeconds: number
     readonly parts: ReadonlyArray<string>
     readonly quick: boolean
@@ -43,6 +45,8 @@ export interface BenchResults {
   }
   readonly baseline?: SystemFigures | PartError
   readonly gateway?: SystemFigures | PartError
+  /** Both systems carrying the same calls at once: CPU per call-second (relayLoad.ts, measureSideBySide). */
+  readonly sideBySide?: SideBySideFigures | PartError
   readonly comparison?: Comparison
   readonly fleet?: FleetBenchFigures | PartError
   readonly webhooks?: WebhookBenchFigures | PartError
@@ -61,14 +65,27 @@ export interface Comparison {
   readonly worstAddedP99Ms: number | null
   /** RSS per call at the gateway's largest sustained step (target <= 100 KB). */
   readonly gatewayRssPerCallKb: number | null
-  readonly targets: { readonly capacityAtLeast90Percent: boolean | null; readonly addedP99AtMost1Ms: boolean | null; readonly rssAtMost100KbPerCall: boolean | null }
+  /** Per ramp step both measured, one after the other: callgate's CPU per call-second over the relay's. */
+  readonly cpuRatioPerStep: ReadonlyArray<{ readonly calls: number; readonly ratio: number }>
+  /** Per side-by-side step: the same with both loaded at once, windows pooled (target <= 1.1 at every one). */
+  readonly cpuRatioSideBySide: ReadonlyArray<{ readonly calls: number; readonly ratio: number }>
+  readonly targets: {
+    readonly capacityAtLeast90Percent: boolean | null
+    readonly addedP99AtMost1Ms: boolean | null
+    readonly rssAtMost100KbPerCall: boolean | null
+    /** Null when no side-by-side step ran. */
+    readonly cpuAtMost110PercentOfRelay?: boolean | null
+  }
 }
 
 export const isError = (value: unknown): value is PartError => typeof value === "object" && value !== null && "error" in value
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits
 
-export const compare = (baseline: SystemFigures, gateway: SystemFigures): Comparison => {
+/** callgate's CPU per call-second may be at most this multiple of the bare relay's (the issue's target). */
+export const CPU_RATIO_GOAL = 1.1
+
+export const compare = (baseline: SystemFigures, gateway: SystemFigures, sideBySide?: SideBySideFigures): Comparison => {
   const addedP99Ms = gateway.steps.flatMap((g) => {
     const b = baseline.steps.find((s) => s.calls === g.calls)
     if (b === undefined) return []
@@ -85,6 +102,11 @@ export const compare = (baseline: SystemFigures, gateway: SystemFigures): Compar
   const ratio = baseline.sustainedCalls && gateway.sustainedCalls !== null ? round(gateway.sustainedCalls / baseline.sustainedCalls) : null
   const atSustained = gateway.steps.find((s) => s.calls === gateway.sustainedCalls)
   const rss = atSustained ? atSustained.system.rssPerCallKb : null
+  const cpuRatioPerStep = gateway.steps.flatMap((g) => {
+    const b = baseline.steps.find((s) => s.calls === g.calls)
+    return b === undefined || !(b.system.cpuMsPerCallSecond > 0) ? [] : [{ calls: g.calls, ratio: round(g.system.cpuMsPerCallSecond / b.system.cpuMsPerCallSecond) }]
+  })
+  const cpuRatioSideBySide = (sideBySide?.steps ?? []).map((step) => ({ calls: step.calls, ratio: step.ratio }))
   return {
     baselineSustained: baseline.sustainedCalls,
     gatewaySustained: gateway.sustainedCalls,
@@ -92,7 +114,10 @@ export const compare = (baseline: SystemFigures, gateway: SystemFigures): Compar
     addedP99Ms,
     worstAddedP99Ms: worst,
     gatewayRssPerCallKb: rss,
+    cpuRatioPerStep,
+    cpuRatioSideBySide,
     targets: {
+      cpuAtMost110PercentOfRelay: cpuRatioSideBySide.length === 0 ? null : cpuRatioSideBySide.every((step) => step.ratio <= CPU_RATIO_GOAL),
       capacityAtLeast90Percent: ratio === null ? null : ratio >= 0.9,
       addedP99AtMost1Ms: worst === null ? null : worst <= 1,
       rssAtMost100KbPerCall: rss === null ? null : rss <= 100
@@ -174,6 +199,38 @@ const relaySection = (title: string, figures: SystemFigures | PartError | undefi
 
 const met = (value: boolean | null) => (value === null ? "not measured" : value ? "met" : "**not met**")
 
+const sideBySideSection = (figures: SideBySideFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `### CPU side by side\n\nDid not run: ${figures.error.split("\n")[0]}\n`
+  const rows = figures.steps.flatMap((step) => [
+    ...step.windows.map((w, i) => [
+      step.calls,
+      i + 1,
+      `${w.baselineOpen} / ${w.gatewayOpen}`,
+      w.baselineMsPerCallSecond,
+      w.gatewayMsPerCallSecond,
+      `${w.ratio}x`,
+      w.worstLossPercent,
+      w.worstP99Ms,
+      w.machineCpuPercent
+    ]),
+    [step.calls, "pooled", "", "", "", `**${step.ratio}x**`, "", "", ""]
+  ])
+  return [
+    "### CPU side by side",
+    "",
+    `Both systems carry the same number of calls at once (each with its own simulators), measured over the same ${figures.windowSeconds} s windows: ` +
+      "whatever the host does meanwhile, it does to both. Pooled: callgate's CPU per call-second summed over the windows, over the relay's. " +
+      "Delays are not judged here (the machine carries twice the calls); loss and p99 say the calls carried their traffic.",
+    "",
+    table(
+      ["calls (each)", "window", "open (relay / callgate)", "relay CPU ms per call·s", "callgate CPU ms per call·s", "ratio", "worst loss %", "worst p99 ms", "machine CPU %"],
+      rows
+    ),
+    ""
+  ].join("\n")
+}
+
 const comparisonSection = (c: Comparison | undefined) => {
   if (c === undefined) return ""
   return [
@@ -188,12 +245,20 @@ const comparisonSection = (c: Comparison | undefined) => {
           met(c.targets.capacityAtLeast90Percent)
         ],
         ["adds <= 1 ms p99 over the bare relay", c.worstAddedP99Ms === null ? "n/a" : `${c.worstAddedP99Ms} ms (worst step sustained)`, met(c.targets.addedP99AtMost1Ms)],
-        ["<= 100 KB RSS per active call", c.gatewayRssPerCallKb === null ? "n/a" : `${c.gatewayRssPerCallKb} KB`, met(c.targets.rssAtMost100KbPerCall)]
+        ["<= 100 KB RSS per active call", c.gatewayRssPerCallKb === null ? "n/a" : `${c.gatewayRssPerCallKb} KB`, met(c.targets.rssAtMost100KbPerCall)],
+        [
+          `CPU per call-second <= ${CPU_RATIO_GOAL}x the bare relay's (side by side)`,
+          (c.cpuRatioSideBySide ?? []).map((step) => `${step.calls} calls: ${step.ratio}x`).join("; ") || "n/a",
+          met(c.targets.cpuAtMost110PercentOfRelay ?? null)
+        ]
       ]
     ),
     "",
     "Added p99 delay per step (callgate p99 minus bare relay p99, ms): " +
       (c.addedP99Ms.map((a) => `${a.calls} calls: c→a ${a.carrierToAgent}, a→c ${a.agentToCarrier}`).join("; ") || "none"),
+    "",
+    "CPU per call-second, callgate over the bare relay, per ramp step (one system after the other, so the host's drift between the two windows is in it): " +
+      ((c.cpuRatioPerStep ?? []).map((step) => `${step.calls}: ${step.ratio}x`).join("; ") || "none"),
     ""
   ].join("\n")
 }
@@ -325,6 +390,7 @@ export const renderMarkdown = (r: BenchResults): string =>
       : "",
     relaySection("Bare relay (baseline)", r.baseline),
     relaySection("callgate", r.gateway),
+    sideBySideSection(r.sideBySide),
     comparisonSection(r.comparison),
     fleetSection(r.fleet),
     webhookSection(r.webhooks),

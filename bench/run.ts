@@ -29,6 +29,13 @@ const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback"
  */
 const DEFAULT_STEPS = [25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 400]
 /**
+ * Where CPU per call-second is judged against the relay's (the issue's 50 and 100 calls): both
+ * systems carrying the calls at once, so the host's drift between one system's window and the
+ * other's cannot tip the ratio (docs/benchmarks.md, "CPU side by side").
+ */
+const CPU_STEPS = [50, 100]
+const QUICK_CPU_STEPS = [40]
+/**
  * The fleet part's one-instance grid (one pinned core: its knee lies between 100 and 250 on the
  * bench machine), and the two-instance grid as multiples of twice what one instance sustained,
  * fine around the goal of 0.9.
@@ -46,6 +53,9 @@ const USAGE = `Usage: npm run bench -- [options]
   --fleet-steps LIST    the fleet part's one-instance steps (default ${FLEET_STEPS.join(",")}; quick ${QUICK_FLEET_STEPS.join(",")});
                         two instances take steps around twice what one sustained
   --step-seconds S      measured steady state per step (default 15)
+  --cpu-steps LIST      calls at which both systems run side by side, at once, for their CPU per
+                        call-second (default 50,100; quick 40), three windows of step-seconds each
+                        (quick: one); "none" to skip
   --only LIST           parts to run, of ${PARTS.join(", ")} (default all)
   --full-ramp           take every step even after one clearly failed (for CPU per call-second
                         side by side on a busy machine, where delays fail early)
@@ -59,6 +69,7 @@ const USAGE = `Usage: npm run bench -- [options]
 interface Settings {
   readonly quick: boolean
   readonly steps: ReadonlyArray<number>
+  readonly cpuSteps: ReadonlyArray<number>
   readonly fleetSteps: ReadonlyArray<number>
   readonly stepSeconds: number
   readonly parts: ReadonlyArray<Part>
@@ -80,7 +91,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
     else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
     else flags.set(name, "true")
   }
-  const known = new Set(["quick", "steps", "fleet-steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "out", "help"])
+  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "out", "help"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
   if (flags.has("help")) {
     process.stdout.write(`${USAGE}\n`)
@@ -94,6 +105,8 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
       return n
     })
   const steps = flags.has("steps") ? numbers(flags.get("steps")!, "steps") : quick ? [10, 40] : DEFAULT_STEPS
+  const cpuSteps =
+    flags.get("cpu-steps") === "none" ? [] : flags.has("cpu-steps") ? numbers(flags.get("cpu-steps")!, "cpu-steps") : quick ? QUICK_CPU_STEPS : CPU_STEPS
   const fleetSteps = flags.has("fleet-steps") ? numbers(flags.get("fleet-steps")!, "fleet-steps") : quick ? QUICK_FLEET_STEPS : FLEET_STEPS
   const stepSeconds = flags.has("step-seconds") ? Number(flags.get("step-seconds")) : quick ? 5 : 15
   if (!(stepSeconds >= 1)) throw new Error(`--step-seconds takes a number of seconds >= 1`)
@@ -107,7 +120,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
           return part as Part
         })
     : [...PARTS]
-  return { quick, steps: [...steps].sort((a, b) => a - b), fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+  return { quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 
 const machine = (atStart: number): Machine => ({
@@ -158,6 +171,7 @@ const main = async () => {
     machine: machine(loadAtStart),
     settings: {
       steps: settings.steps,
+      cpuSteps: settings.cpuSteps,
       stepSeconds: settings.stepSeconds,
       parts: settings.parts,
       quick: q,
@@ -184,14 +198,21 @@ const main = async () => {
         settleSeconds: q ? 1.5 : 3,
         ...(settings.profile ? { profileDir: settings.out } : {}),
         fullRamp: settings.fullRamp,
+        sideBySideSteps: settings.cpuSteps,
+        sideBySideWindows: q ? 1 : 3,
         build,
         log
       })
     )
     for (const system of systems) results[system] = isError(relay) ? relay : relay[system]
+    if (!isError(relay) && relay.sideBySide !== undefined) results.sideBySide = relay.sideBySide
   }
   if (results.baseline && results.gateway && !isError(results.baseline) && !isError(results.gateway)) {
-    results.comparison = compare(results.baseline as SystemFigures, results.gateway as SystemFigures)
+    results.comparison = compare(
+      results.baseline as SystemFigures,
+      results.gateway as SystemFigures,
+      results.sideBySide === undefined || isError(results.sideBySide) ? undefined : results.sideBySide
+    )
   }
   if (has("fleet")) {
     results.fleet = await attempt("fleet (1 instance, then 2, behind nginx)", () =>
