@@ -4,9 +4,10 @@
  * decodes the Buffer) against callgate's (`WsWireSocket`, whose WsFrameReader reads whole text
  * frames itself). Each way gets a server-side `ws` socket set up as WebSocketServer sets up its
  * own, over an in-memory Duplex, and N masked Twilio media frames, each a read of its own (as at
- * real cadence: one frame per 20 ms per socket), handed to the socket's `data` listeners as the
- * stream hands them. The kernel's part (the read itself, the same for both) is left out, so the
- * difference is not lost in it. Ways alternate, best of the rounds.
+ * real cadence: one frame per 20 ms per socket), pushed into the socket's stream as Node's socket
+ * pushes each read (so the stream's own part, per read, is in both ways). The kernel's part (the
+ * read itself, the same for both) is left out, so the difference is not lost in it. Ways
+ * alternate, best of the rounds.
  *
  *   npx tsx bench/receiveCost.ts [--frames 300000] [--rounds 5]
  */
@@ -45,9 +46,12 @@ const serverSocket = () => {
 
 /**
  * Nanoseconds per frame, one way; every frame must reach the listener whole. Each read is followed
- * by a microtask (the same for both ways), which ends the read's turn as the event loop would
- * (callgate's per-socket budget counts messages per turn: core/SocketGate.ts).
+ * by the end of its turn (the same for both ways): the ticks it queued (the stream's), then the
+ * microtasks, as after a socket's read callback (callgate's per-socket budget counts messages per
+ * turn: core/SocketGate.ts).
  */
+const endOfTurn = () => new Promise<void>((resolve) => process.nextTick(resolve))
+
 const round = async (way: Way): Promise<number> => {
   const { ws, socket } = serverSocket()
   let characters = 0
@@ -60,8 +64,8 @@ const round = async (way: Way): Promise<number> => {
   const reads = Array.from({ length: FRAMES }, () => Buffer.from(wireFrame))
   const started = process.hrtime.bigint()
   for (const read of reads) {
-    socket.emit("data", read)
-    await undefined
+    socket.push(read)
+    await endOfTurn()
   }
   const elapsed = Number(process.hrtime.bigint() - started)
   if (characters !== FRAMES * (wireFrame.length - 8)) throw new Error(`${way}: the frames did not all arrive whole`)
