@@ -2,6 +2,7 @@ import type { Duplex } from "node:stream"
 import type { RawData, WebSocket } from "ws"
 import { type GateLimit, MESSAGES_PER_TURN, type SocketGate, TurnClock } from "../core/SocketGate.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../core/WireSocket.js"
+import { DirectWrites } from "./DirectWrites.js"
 import { readFramesOf } from "./WsFrameReader.js"
 import { FIN_TEXT, MEDIUM_LENGTH, MEDIUM_LENGTH_MARKER, SHORT_LENGTH } from "./WsFraming.js"
 
@@ -80,6 +81,8 @@ export class WsWireSocket implements WireSocket {
   private readonly backlogCapped: boolean
   /** Where sendAscii writes whole frames itself (see unmaskedSocketOf); undefined: through `ws.send`. */
   private readonly unmasked: Duplex | undefined
+  /** On a TCP socket, frames go to it past its stream when the stream holds nothing (DirectWrites). */
+  private readonly direct: DirectWrites | undefined
 
   constructor(
     private readonly ws: WebSocket,
@@ -89,6 +92,7 @@ export class WsWireSocket implements WireSocket {
     this.listener = initial
     this.backlogCapped = gate?.settings.maxBacklogBytes !== undefined
     this.unmasked = ws.readyState === OPEN ? unmaskedSocketOf(ws) : undefined
+    this.direct = this.unmasked === undefined ? undefined : DirectWrites.of(this.unmasked)
     if (gate !== undefined) gate.onExpire = (limit, reason) => this.expire(limit, reason)
     ws.on("message", (data: RawData, isBinary: boolean) => this.receive(isBinary ? BINARY : data.toString()))
     ws.on("pong", () => {
@@ -118,7 +122,7 @@ export class WsWireSocket implements WireSocket {
   send(text: string): void {
     if (this.ws.readyState !== OPEN) return
     this.ws.send(text)
-    if (this.backlogCapped) this.gate!.admitBacklog(this.ws.bufferedAmount)
+    if (this.backlogCapped) this.gate!.admitBacklog(this.bufferedAmount)
   }
 
   /**
@@ -140,11 +144,12 @@ export class WsWireSocket implements WireSocket {
         length <= SHORT_LENGTH
           ? String.fromCharCode(FIN_TEXT, length)
           : String.fromCharCode(FIN_TEXT, MEDIUM_LENGTH_MARKER, length >>> 8, length & 0xff)
-      socket.write(header + text, "latin1")
+      const frame = header + text
+      if (this.direct === undefined || !this.direct.write(frame)) socket.write(frame, "latin1")
     } else {
       ws.send(Buffer.from(text, "latin1"), TEXT_FRAME)
     }
-    if (this.backlogCapped) this.gate!.admitBacklog(ws.bufferedAmount)
+    if (this.backlogCapped) this.gate!.admitBacklog(this.bufferedAmount)
   }
 
   close(code: number, reason: string): void {
@@ -160,8 +165,14 @@ export class WsWireSocket implements WireSocket {
     return this.ws.readyState === OPEN
   }
 
+  /**
+   * What waits to be sent: `ws`'s count (its stream's), plus what frames written past the stream
+   * left in libuv's queue (which also holds the stream's own write in flight, if any: counted
+   * twice, so a backlog limit errs toward cutting early by at most one of `ws`'s own frames).
+   */
   get bufferedAmount(): number {
-    return this.ws.bufferedAmount
+    const direct = this.direct
+    return direct === undefined ? this.ws.bufferedAmount : this.ws.bufferedAmount + direct.queued
   }
 
   heartbeat(): boolean {
