@@ -184,6 +184,9 @@ interface ClosedWindow {
   readonly agentToCarrier: DirectionFigures
 }
 
+/** CPU milliseconds the system used per second of one open call, over a window. */
+const msPerCallSecond = (window: ClosedWindow) => (window.cpuSeconds * 1000) / (Math.max(1, window.carrierWindow.open) * window.windowSeconds)
+
 const judge = (step: Omit<StepFigures, "pass" | "problems">): ReadonlyArray<string> => {
   const problems: Array<string> = []
   for (const [name, d] of [
@@ -388,7 +391,7 @@ export class RelayRig {
       agentToCarrier: closed.agentToCarrier,
       system: {
         cpuPercent: round((cpuSeconds / windowSeconds) * 100),
-        cpuMsPerCallSecond: round((cpuSeconds * 1000) / (Math.max(1, open) * windowSeconds), 3),
+        cpuMsPerCallSecond: round(msPerCallSecond(closed), 3),
         rssMb: round(memory.rssBytes / 2 ** 20),
         rssPerCallKb: perCallKb(memory.rssBytes - idle.rssBytes),
         heapPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - idle.heapUsedBytes - idle.externalBytes)
@@ -537,12 +540,11 @@ export const measureSideBySide = async (
       const open = await Promise.all(rigs.map((rig) => rig.openWindow()))
       await sleep(options.stepSeconds * 1000)
       const [b, g] = await Promise.all(rigs.map((rig, k) => rig.closeWindow(open[k]!, options)))
-      const perCallSecond = (w: ClosedWindow) => (w.cpuSeconds * 1000) / (Math.max(1, w.carrierWindow.open) * w.windowSeconds)
       const directions = [b!.carrierToAgent, b!.agentToCarrier, g!.carrierToAgent, g!.agentToCarrier]
       measured.push({
-        baselineMsPerCallSecond: round(perCallSecond(b!), 3),
-        gatewayMsPerCallSecond: round(perCallSecond(g!), 3),
-        ratio: round(perCallSecond(g!) / perCallSecond(b!), 2),
+        baselineMsPerCallSecond: round(msPerCallSecond(b!), 3),
+        gatewayMsPerCallSecond: round(msPerCallSecond(g!), 3),
+        ratio: round(msPerCallSecond(g!) / msPerCallSecond(b!), 2),
         baselineOpen: b!.carrierWindow.open,
         gatewayOpen: g!.carrierWindow.open,
         worstLossPercent: Math.max(...directions.map((d) => d.lossPercent)),

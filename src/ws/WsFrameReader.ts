@@ -111,6 +111,8 @@ class FrameReader {
   /** Bytes the waiting frame needs before the next attempt can get further. */
   private needed = 0
   private readonly maxPayload: number
+  /** Whether the socket's reads come to onData straight from its push (see takePushes). */
+  private readonly pushesTaken: boolean
 
   constructor(
     private readonly socket: Duplex,
@@ -128,9 +130,6 @@ class FrameReader {
     socket.prependListener("close", this.onEnd)
     this.pushesTaken = takePushes(socket, this.onData)
   }
-
-  /** Whether the socket's reads come to onData straight from its push (see takePushes). */
-  private readonly pushesTaken: boolean
 
   /** Removed at a hand-over, so it runs only while the reader still has the socket. */
   private readonly onEnd = (): void => this.handOver(this.takeWaiting(), 0)
