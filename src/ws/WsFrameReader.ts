@@ -111,8 +111,6 @@ class FrameReader {
   /** Bytes the waiting frame needs before the next attempt can get further. */
   private needed = 0
   private readonly maxPayload: number
-  /** Whether the socket's reads come to onData straight from its push (see takePushes). */
-  private readonly pushesTaken: boolean
 
   constructor(
     private readonly socket: Duplex,
@@ -128,7 +126,6 @@ class FrameReader {
     // Before ws's own listeners: what waits here reaches its receiver before it ends.
     socket.prependListener("end", this.onEnd)
     socket.prependListener("close", this.onEnd)
-    this.pushesTaken = takePushes(socket, this.onData)
   }
 
   /** Removed at a hand-over, so it runs only while the reader still has the socket. */
@@ -210,46 +207,12 @@ class FrameReader {
     socket.removeListener("data", this.onData)
     socket.removeListener("end", this.onEnd)
     socket.removeListener("close", this.onEnd)
-    if (this.pushesTaken) delete (socket as { push?: unknown }).push
     socket.on("data", this.wsOnData)
     if (at < buffer.length && !this.receiver.write(at === 0 ? buffer : buffer.subarray(at))) socket.pause()
   }
 }
 
 const EMPTY = Buffer.alloc(0)
-
-/** The fields of a Readable's state the direct push reads (node:internal/streams/readable). */
-interface ReadableStateView {
-  readonly flowing: boolean | null
-  readonly length: number
-  readonly ended: boolean
-  readonly objectMode: boolean
-  readonly decoder: unknown
-}
-
-/**
- * A socket hands each read to its stream with `push(buffer)` (Node's onStreamRead); the stream,
- * flowing and holding nothing, emits it as `data` at once, then queues a tick to see whether it
- * should read more (it already is reading). For a socket whose one `data` listener is the reader,
- * that is a detour per read: while the stream flows and holds nothing, its `push` hands the read
- * to `onData` itself. Otherwise (paused by `ws.pause()`, bytes held, the end of the stream, an
- * encoding set) the stream's own `push` runs and delivers through `data` as always, in order.
- * Taken only from a Readable that has no own `push` and the state fields above.
- */
-const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean => {
-  const state = (socket as unknown as { readonly _readableState?: ReadableStateView })._readableState
-  if (state === undefined || Object.hasOwn(socket, "push") || typeof socket.push !== "function") return false
-  if (state.objectMode !== false || state.decoder !== null || typeof state.length !== "number" || typeof state.ended !== "boolean") return false
-  const streamPush = socket.push
-  socket.push = function push(chunk: unknown, encoding?: BufferEncoding): boolean {
-    if (state.flowing === true && state.length === 0 && !state.ended && state.decoder === null && chunk instanceof Buffer) {
-      onData(chunk)
-      return true
-    }
-    return streamPush.call(this, chunk, encoding)
-  }
-  return true
-}
 
 /** The mask's 4 bytes as one 32-bit word in the host's byte order. */
 const maskBytes = new Uint8Array(4)
