@@ -95,14 +95,18 @@ describe("session tokens across instances on one Redis", () => {
     return call
   }
 
-  /** Waits until the registry shows `count` idle agents on the instance (published after they connect). */
-  const eventuallyIdle = async (gateway: GatewayProcess, count: number) => {
+  /**
+   * Waits until `viewer`'s registry shows `count` idle agents on the instance whose PUBLIC_URL is
+   * `on` (its own by default). An instance publishes its idle agents after they connect, and
+   * placement reads them from the registry: until then it finds none (docs/scaling.md, "Placement").
+   */
+  const eventuallyIdle = async (viewer: GatewayProcess, count: number, on = viewer.env.PUBLIC_URL) => {
     for (;;) {
-      const listed = (await (await fetch(`${gateway.baseUrl}/v1/instances`, { headers: adminAuth })).json()) as {
-        data: { instances: Array<{ self: boolean; idleAgents: Array<{ idle: number }> }> }
+      const listed = (await (await fetch(`${viewer.baseUrl}/v1/instances`, { headers: adminAuth })).json()) as {
+        data: { instances: Array<{ publicUrl: string; idleAgents: Array<{ idle: number }> }> }
       }
-      const self = listed.data.instances.find((entry) => entry.self)
-      if (self !== undefined && self.idleAgents.reduce((sum, env) => sum + env.idle, 0) >= count) return
+      const entry = listed.data.instances.find((instance) => instance.publicUrl === on)
+      if (entry !== undefined && entry.idleAgents.reduce((sum, env) => sum + env.idle, 0) >= count) return
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
   }
@@ -114,6 +118,8 @@ describe("session tokens across instances on one Redis", () => {
     const [a, b] = (await Promise.all([start("a"), start("b")])).map(instance) as [Instance, Instance]
     const env = await createEnvironment(a.process)
     const agentOnB = await dialIn(b.process, env)
+    // Placement on A must see B's agent, or it finds none idle anywhere and the call is rescued.
+    await eventuallyIdle(a.process, 1, b.process.env.PUBLIC_URL)
     const callSid = twilioSid("CA")
     const parameters = await webhook(a.process, env, callSid)
 

@@ -254,6 +254,44 @@ describe("WsFrameReader against ws alone", () => {
     }
   })
 
+  it("takes reads straight from the socket's push only while its stream flows empty: paused reads wait in the stream, in order, and a hand-over gives push back", async () => {
+    const textFrame = (text: string) => encode({ fin: true, rsv: 0, opcode: 1, masked: true, mask: [9, 8, 7, 6], payload: Buffer.from(text), lengthAs: "shortest" })
+    const ws = serverSocket()
+    const viaWs: Array<string> = []
+    ws.on("message", (data) => viaWs.push(data.toString()))
+    const heard: Array<string> = []
+    expect(readFramesOf(ws, (text) => heard.push(text))).toBe(true)
+    const socket = (ws as unknown as { _socket: Duplex })._socket
+    const state = (socket as unknown as { _readableState: { length: number } })._readableState
+    expect(Object.hasOwn(socket, "push")).toBe(true)
+
+    socket.push(textFrame("one"))
+    // Straight to the reader: heard before push returns, nothing held by the stream.
+    expect(heard).toEqual(["one"])
+    ws.pause()
+    socket.push(textFrame("two"))
+    socket.push(textFrame("three"))
+    expect(heard).toEqual(["one"])
+    expect(state.length).toBeGreaterThan(0)
+    const flushed = new Promise<void>((resolve) => socket.once("data", () => setImmediate(resolve)))
+    ws.resume()
+    // Held bytes first: a read while the stream still holds some goes behind them.
+    socket.push(textFrame("four"))
+    await flushed
+    expect(heard).toEqual(["one", "two", "three", "four"])
+    expect(state.length).toBe(0)
+
+    // A binary frame is ws's: the socket goes back to its own push and ws reads the rest.
+    socket.push(encode({ fin: true, rsv: 0, opcode: 2, masked: true, mask: [1, 1, 1, 1], payload: Buffer.from([1]), lengthAs: "shortest" }))
+    expect(Object.hasOwn(socket, "push")).toBe(false)
+    const closed = new Promise((resolve) => ws.once("close", resolve))
+    socket.push(textFrame("five"))
+    socket.push(null)
+    await closed
+    expect(heard).toEqual(["one", "two", "three", "four"])
+    expect(viaWs).toEqual(["\u0001", "five"])
+  })
+
   it("leaves a socket alone when it cannot read it exactly as ws would: a second message listener, bytes already with ws, other receiver settings, not yet open", async () => {
     const server = (options: object = {}) => {
       const ws = serverSocket(options)
