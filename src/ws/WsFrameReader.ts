@@ -126,7 +126,11 @@ class FrameReader {
     // Before ws's own listeners: what waits here reaches its receiver before it ends.
     socket.prependListener("end", this.onEnd)
     socket.prependListener("close", this.onEnd)
+    this.pushesTaken = takePushes(socket, this.onData)
   }
+
+  /** Whether the socket's reads come to onData straight from its push (see takePushes). */
+  private readonly pushesTaken: boolean
 
   /** Removed at a hand-over, so it runs only while the reader still has the socket. */
   private readonly onEnd = (): void => this.handOver(this.takeWaiting(), 0)
@@ -207,12 +211,70 @@ class FrameReader {
     socket.removeListener("data", this.onData)
     socket.removeListener("end", this.onEnd)
     socket.removeListener("close", this.onEnd)
+    if (this.pushesTaken) delete (socket as { push?: unknown }).push
     socket.on("data", this.wsOnData)
     if (at < buffer.length && !this.receiver.write(at === 0 ? buffer : buffer.subarray(at))) socket.pause()
   }
 }
 
 const EMPTY = Buffer.alloc(0)
+
+/** What the direct push reads of a Readable (node:internal/streams/readable's state, and EventEmitter's listeners). */
+interface ReadableView {
+  readonly _events?: { readonly data?: unknown }
+  readonly _readableState?: {
+    readonly flowing: boolean | null
+    readonly length: number
+    readonly reading: boolean
+    readonly sync: boolean
+    readonly ended: boolean
+    readonly destroyed: boolean
+    readonly errored: unknown
+    readonly objectMode: boolean
+    readonly decoder: unknown
+    dataEmitted: boolean
+  }
+}
+
+/**
+ * A socket hands each read to its stream with `push(buffer)` (Node's onStreamRead). A stream that
+ * flows, holds nothing and is already reading (it asked its socket for more and was not told to
+ * stop) emits the read as `data` at once, then queues a tick that asks for more, which changes
+ * nothing: it is reading. For a socket whose one `data` listener is the reader, that is a detour
+ * per read, so its `push` hands such a read to `onData` itself and leaves the stream's state as
+ * the tick would have left it (reading, flowing, empty, data emitted). Any other read (paused by
+ * `ws.pause()`, bytes held, not reading, inside a `_read`, the end, destroyed or errored, an
+ * encoding set, another `data` listener) takes the stream's own `push` and arrives through `data`
+ * as always, in order. Taken only from a byte-mode Readable with the state above and no own `push`.
+ */
+const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean => {
+  const view = socket as unknown as ReadableView
+  const state = view._readableState
+  if (state === undefined || Object.hasOwn(socket, "push") || typeof socket.push !== "function" || view._events === undefined) return false
+  if (state.objectMode !== false || state.decoder !== null || typeof state.reading !== "boolean" || typeof state.sync !== "boolean") return false
+  const streamPush = socket.push
+  socket.push = function push(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (
+      chunk instanceof Buffer &&
+      chunk.length > 0 &&
+      view._events!.data === onData &&
+      state.flowing === true &&
+      state.length === 0 &&
+      state.reading &&
+      !state.sync &&
+      !state.ended &&
+      !state.destroyed &&
+      state.errored === null &&
+      state.decoder === null
+    ) {
+      state.dataEmitted = true
+      onData(chunk)
+      return true
+    }
+    return streamPush.call(this, chunk, encoding)
+  }
+  return true
+}
 
 /** The mask's 4 bytes as one 32-bit word in the host's byte order. */
 const maskBytes = new Uint8Array(4)

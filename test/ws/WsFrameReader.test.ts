@@ -262,8 +262,15 @@ describe("WsFrameReader against ws alone", () => {
     const heard: Array<string> = []
     expect(readFramesOf(ws, (text) => heard.push(text))).toBe(true)
     const socket = (ws as unknown as { _socket: Duplex })._socket
-    const state = (socket as unknown as { _readableState: { length: number } })._readableState
+    const state = (socket as unknown as { _readableState: { length: number; reading: boolean } })._readableState
     expect(Object.hasOwn(socket, "push")).toBe(true)
+    // Not yet reading (the stream starts flowing on the next tick): the stream's own push, through data.
+    expect(state.reading).toBe(false)
+    socket.push(textFrame("zero"))
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(heard).toEqual(["zero"])
+    expect(state.reading).toBe(true)
+    heard.length = 0
 
     socket.push(textFrame("one"))
     // Straight to the reader: heard before push returns, nothing held by the stream.
