@@ -86,6 +86,7 @@ export const startFleet = async (redisUrl: string, extraEnv: Record<string, stri
 
 interface Listed {
   readonly id: string
+  readonly publicUrl: string
   readonly idleAgents: ReadonlyArray<{ readonly agentId: string; readonly idle: number }>
   readonly liveCalls: number
 }

@@ -6,6 +6,7 @@ import { connectTwilioStream } from "../../src/sim/TwilioCall.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
 import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/testApp.js"
+import { listInstances } from "./fleetSuite.js"
 
 /**
  * Session tokens across a fleet (docs/scaling.md, "Session tokens"): real callgate processes on
@@ -102,10 +103,7 @@ describe("session tokens across instances on one Redis", () => {
    */
   const eventuallyIdle = async (viewer: GatewayProcess, count: number, on = viewer.env.PUBLIC_URL) => {
     for (;;) {
-      const listed = (await (await fetch(`${viewer.baseUrl}/v1/instances`, { headers: adminAuth })).json()) as {
-        data: { instances: Array<{ publicUrl: string; idleAgents: Array<{ idle: number }> }> }
-      }
-      const entry = listed.data.instances.find((instance) => instance.publicUrl === on)
+      const entry = (await listInstances(viewer.baseUrl)).find((instance) => instance.publicUrl === on)
       if (entry !== undefined && entry.idleAgents.reduce((sum, env) => sum + env.idle, 0) >= count) return
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
