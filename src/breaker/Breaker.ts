@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto"
-import { Effect, Fiber, Schedule } from "effect"
+import { Effect, Fiber, Schedule, Scope } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { StoreError } from "../core/StoreError.js"
@@ -185,22 +185,28 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     }
 
     /** Calls `handler` (synchronously) for every trip of the environment, from any instance, while the scope lives. */
+    /** Until the scope closes, `handler` hears this environment's trips from other instances. */
     const subscribeTrips = (agentId: string, environmentId: string, handler: (trip: BreakerTrip) => void) =>
-      Effect.acquireRelease(
-        Effect.sync(() => {
-          const key = environmentKey(agentId, environmentId)
-          let listeners = handlers.get(key)
-          if (listeners === undefined) handlers.set(key, (listeners = new Set()))
-          listeners.add(handler)
-          return key
-        }),
-        (key) =>
-          Effect.sync(() => {
-            const listeners = handlers.get(key)
-            listeners?.delete(handler)
-            if (listeners?.size === 0) handlers.delete(key)
+      // Scope.addFinalizer, not acquireRelease: one per session, and nothing of the fiber's
+      // state is needed to remove a listener (Effect.addFinalizer would keep a copy of it).
+      Effect.flatMap(Effect.scope, (scope) =>
+        Effect.uninterruptible(
+          Effect.suspend(() => {
+            const key = environmentKey(agentId, environmentId)
+            let listeners = handlers.get(key)
+            if (listeners === undefined) handlers.set(key, (listeners = new Set()))
+            listeners.add(handler)
+            return Scope.addFinalizer(
+              scope,
+              Effect.sync(() => {
+                const current = handlers.get(key)
+                current?.delete(handler)
+                if (current?.size === 0) handlers.delete(key)
+              })
+            )
           })
-      ).pipe(Effect.asVoid)
+        )
+      )
 
     return {
       recordTimeout,

@@ -1,4 +1,4 @@
-import { Effect, Fiber, Queue, type Scope } from "effect"
+import { Effect, Fiber, Runtime, Scope } from "effect"
 import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
 import type { BreakerTrip } from "./BreakerStore.js"
 
@@ -61,6 +61,8 @@ export interface WatchdogOptions {
    * expiring deadline then waits (a frame at a time) for the verdict instead of counting.
    */
   readonly agentStarting?: () => boolean
+  /** The session's runtime, to fork the watchdog's fibers on (default: the one it is started in). */
+  readonly runtime?: Runtime.Runtime<never>
   /** Observes each recorded occurrence (tests, benchmarks). */
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
 }
@@ -84,13 +86,30 @@ const VERDICT_POLL_MS = 20
 /** ...but not for ever (an agent stream that stops mid-frame-run never settles). */
 const MAX_VERDICT_POLLS = 25
 
+/**
+ * A session's watchdog is a plain object while nothing needs doing, which is most of a call: no
+ * fiber of its own waits for events (docs/design.md, "Per-call state"). An event, an alarm or a
+ * trip heard wakes it: a fiber is forked from the session's runtime (so the session's Clock,
+ * logger and supervisor apply) and evaluates (`step`) until nothing is left to do but wait, then
+ * ends. At most one such fiber runs per session, so evaluations never overlap; a wake-up while one
+ * runs is kept (one, as a token) and makes it evaluate again before it ends. The alarm is a
+ * sleeping fiber, forked the same way, only while a deadline is timed. Both are interrupted when
+ * the session's scope closes.
+ */
 export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<ResponseWatchdog, never, Breaker | Scope.Scope> =>
+  Effect.flatMap(Breaker, (breaker) => makeResponseWatchdog(breaker, options))
+
+/**
+ * startResponseWatchdog with the breaker given: a session's watchdog is built in the session's
+ * own context, not in a copy of it with the breaker added, which its fibers would then keep.
+ */
+export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions): Effect.Effect<ResponseWatchdog, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const breaker = yield* Breaker
     const clock = yield* Effect.clock
     const { agentId, environmentId, sessionId } = options.session
-    const wakeups = yield* Queue.sliding<true>(1)
-    const wake = () => void Queue.unsafeOffer(wakeups, true)
+    // Its fibers are forked on the session's runtime: the session's Clock, logger (with the
+    // session's annotations) and supervisor apply to them.
+    const fork = Runtime.runFork(options.runtime ?? (yield* Effect.runtime<never>()))
 
     const state = {
       awaiting: false,
@@ -105,8 +124,12 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       rescued: false,
       /** The session ended: nothing is timed any more. */
       stopped: false,
+      /** The evaluations failed (logged once): the watchdog no longer runs. */
+      broken: false,
       occurrences: 0,
-      verdictPolls: 0
+      verdictPolls: 0,
+      /** A wake-up not yet taken by an evaluation. */
+      woken: false
     }
 
     let settings: BreakerSettings = { timeoutSeconds: 0, threshold: 1, windowSeconds: 60 }
@@ -131,6 +154,7 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
         )
       )
 
+    /** The deadline passed: one occurrence (or, while the agent's audio is just starting, a short wait for its verdict). */
     const expire = Effect.gen(function* () {
       if (state.verdictPolls < MAX_VERDICT_POLLS && options.agentStarting?.() === true) {
         state.verdictPolls++
@@ -162,6 +186,7 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       state.deadline = deadline + fresh.timeoutSeconds * 1000
     })
 
+    /** One evaluation; true when nothing is left to do until the next wake-up. */
     const step = Effect.gen(function* () {
       if (state.clearPending) {
         state.clearPending = false
@@ -171,36 +196,68 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       if (trip !== undefined) {
         state.environmentTrip = undefined
         if (state.awaiting && clock.unsafeCurrentTimeMillis() >= state.firstDeadline) {
-          return yield* rescue({
+          yield* rescue({
             reason: "environment",
             count: trip.count,
             threshold: trip.threshold,
             trippedBy: trip.sessionId,
             timeoutSeconds: settings.timeoutSeconds
           })
+          return false
         }
       }
-      if (!state.awaiting) return yield* Effect.zipRight(cancelAlarm, Queue.take(wakeups))
+      if (!state.awaiting) return yield* Effect.as(cancelAlarm, true)
       if (state.armedGeneration !== state.generation) {
         const generation = state.generation
         const fresh = yield* loadSettings
-        if (generation !== state.generation) return
+        if (generation !== state.generation) return false
         state.armedGeneration = generation
         state.deadline = fresh.timeoutSeconds > 0 ? state.turnEndAt + fresh.timeoutSeconds * 1000 : Infinity
         state.firstDeadline = state.deadline
       }
-      if (state.deadline === Infinity) return yield* Effect.zipRight(cancelAlarm, Queue.take(wakeups))
-      if (state.deadline > clock.unsafeCurrentTimeMillis()) {
-        // Wait for the deadline or an event, whichever comes first; then evaluate afresh.
-        yield* alarmAt(state.deadline)
-        return yield* Queue.take(wakeups)
-      }
+      if (state.deadline === Infinity) return yield* Effect.as(cancelAlarm, true)
+      // Wait for the deadline or an event, whichever comes first; then evaluate afresh.
+      if (state.deadline > clock.unsafeCurrentTimeMillis()) return yield* Effect.as(alarmAt(state.deadline), true)
       yield* expire
+      return false
     })
 
-    // The alarm: at most one sleeping child of the watchdog's fiber, which wakes the loop when
-    // its time comes. An alarm already due no later than the deadline is kept (the loop, woken
-    // early, sets the next one); a later one is replaced; nothing left to time cancels it.
+    // The evaluating fiber: steps until one leaves nothing to do and no wake-up is waiting.
+    let evaluating: Fiber.RuntimeFiber<void> | undefined
+    const evaluate: Effect.Effect<void, unknown> = Effect.suspend(() => {
+      if (state.rescued || state.stopped) return Effect.void
+      state.woken = false
+      return Effect.flatMap(step, (idle) => (idle && !state.woken ? Effect.void : evaluate))
+    })
+    const evaluation: Effect.Effect<void> = evaluate.pipe(
+      Effect.catchAllCause((cause) =>
+        Effect.zipRight(
+          Effect.sync(() => void (state.broken = true)),
+          Effect.logError("response watchdog stopped", { agentId, environmentId, sessionId }, cause)
+        )
+      ),
+      // Ended (or cut): the alarm of a watchdog that no longer evaluates has nothing to wake.
+      Effect.ensuring(
+        Effect.suspend(() => {
+          running = false
+          evaluating = undefined
+          return state.rescued || state.stopped || state.broken ? cancelAlarm : Effect.void
+        })
+      )
+    )
+    // A forked fiber runs at once, up to its first wait, and may even finish before `fork` returns.
+    let running = false
+    const wake = () => {
+      state.woken = true
+      if (running || state.broken || state.rescued || state.stopped) return
+      running = true
+      const fiber = fork(evaluation)
+      if (running) evaluating = fiber
+    }
+
+    // The alarm: at most one sleeping fiber, which wakes the watchdog when its time comes. An
+    // alarm already due no later than the deadline is kept (the watchdog, woken early, sets the
+    // next one); a later one is replaced; nothing left to time cancels it.
     let alarm: Fiber.RuntimeFiber<void> | undefined
     let alarmDueMs = Infinity
     const alarmAt = (dueMs: number): Effect.Effect<void> =>
@@ -218,8 +275,11 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
           )
         )
         return (previous === undefined ? Effect.void : Fiber.interrupt(previous)).pipe(
-          Effect.zipRight(Effect.fork(ring)),
-          Effect.map((fiber) => void (alarm = fiber))
+          Effect.map(() => {
+            const fiber = fork(ring)
+            // An alarm already due may have rung (and cleared itself) before `fork` returned.
+            if (fiber.unsafePoll() === null) alarm = fiber
+          })
         )
       })
 
@@ -231,9 +291,16 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
       return Fiber.interrupt(ringing)
     })
 
-    yield* Effect.whileLoop({ while: () => !state.rescued && !state.stopped, body: () => step, step: () => {} }).pipe(
-      Effect.catchAllCause((cause) => Effect.logError("response watchdog stopped", { agentId, environmentId, sessionId }, cause)),
-      Effect.forkScoped
+    // The session's scope closes: whatever still runs for this watchdog stops with it.
+    yield* Effect.flatMap(Effect.scope, (scope) =>
+      Scope.addFinalizer(
+        scope,
+        Effect.suspend(() => {
+          state.stopped = true
+          const running = evaluating
+          return Effect.zipRight(running === undefined ? Effect.void : Fiber.interrupt(running), cancelAlarm)
+        })
+      )
     )
 
     yield* breaker.subscribeTrips(agentId, environmentId, (trip) => {
@@ -276,7 +343,11 @@ export const startResponseWatchdog = (options: WatchdogOptions): Effect.Effect<R
         state.stopped = true
         state.awaiting = false
         nextGeneration()
-        wake()
+        // Nothing is timed any more: the alarm goes (the evaluating fiber, if any, ends at its next step).
+        const ringing = alarm
+        alarm = undefined
+        alarmDueMs = Infinity
+        ringing?.unsafeInterruptAsFork(ringing.id())
       },
       get occurrences() {
         return state.occurrences

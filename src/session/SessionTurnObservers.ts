@@ -1,4 +1,4 @@
-import { Effect, FiberSet, Layer } from "effect"
+import { Effect, Fiber, Layer, Runtime, Scope } from "effect"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { HardError } from "../core/HardError.js"
 import { Sessions } from "./Sessions.js"
@@ -21,41 +21,51 @@ export const SessionTurnObserversLive = Layer.effect(
     return TurnObservers.of({
       forSession: (info, control) =>
         Effect.gen(function* () {
-          // The session's turn writes run in the session's scope: interrupted, if still running, when it closes.
-          const fork = yield* FiberSet.makeRuntime<never>()
+          // The session's turn writes run on the session's runtime, one at a time, each in a fiber
+          // of its own (no fiber waits between them); one still running when the session's scope
+          // closes is interrupted.
+          const runtime = yield* Effect.runtime<never>()
+          const fork = Runtime.runFork(runtime)
           let turns: () => ReadonlyArray<TurnRecord> = () => []
-          let writing = false
+          let writing: Fiber.RuntimeFiber<void> | undefined
+          let busy = false
           let pending = false
+          yield* Effect.flatMap(Effect.scope, (scope) =>
+            Scope.addFinalizer(
+              scope,
+              Effect.suspend(() => (writing === undefined ? Effect.void : Fiber.interrupt(writing)))
+            )
+          )
+          const written = () => {
+            writing = undefined
+            busy = false
+            if (pending) {
+              pending = false
+              persist()
+            }
+          }
           const persist = (): void => {
-            if (writing) {
+            if (busy) {
               pending = true
               return
             }
-            writing = true
-            fork(
+            busy = true
+            const fiber = fork(
               sessions
                 .update(info.agentId, info.sessionId, (current) =>
                   // A session already closed keeps the turns its ending recorded.
                   current.status === "active" ? { ...current, turns: [...turns()] } : current
                 )
-                .pipe(
-                  Effect.ignore,
-                  Effect.ensuring(
-                    Effect.sync(() => {
-                      writing = false
-                      if (pending) {
-                        pending = false
-                        persist()
-                      }
-                    })
-                  )
-                )
+                .pipe(Effect.ignore, Effect.ensuring(Effect.sync(written)))
             )
+            // The embedded store writes at once: the fiber may have finished (and the next begun) already.
+            if (fiber.unsafePoll() === null) writing = fiber
           }
           const watched = yield* timing.watchCall({
             agentId: info.agentId,
             environmentId: info.environmentId,
             sessionId: info.sessionId,
+            runtime,
             onTrip: (trip) => void control.fail(new HardError({ kind: "agent_unresponsive", message: describeNoResponseTrip(trip) })),
             onTurnsChanged: persist
           })

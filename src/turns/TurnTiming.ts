@@ -1,7 +1,7 @@
-import { Effect, Runtime, type Scope } from "effect"
+import { Effect, Runtime, Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
-import { type OccurrenceRecorded, type NoResponseTrip, startResponseWatchdog } from "../breaker/ResponseWatchdog.js"
+import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
 import { TurnTracker } from "./TurnTracker.js"
@@ -16,6 +16,8 @@ export interface WatchCallOptions {
   /** The environment's breaker settings; defaults to reading the environment afresh each evaluation. */
   readonly settings?: Effect.Effect<BreakerSettings, unknown>
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
+  /** The session's runtime, for the watch's fibers (default: the one watchCall runs in). */
+  readonly runtime?: Runtime.Runtime<never>
   /** Called (synchronously, on the media path: keep it cheap) after a turn is added or updated. */
   readonly onTurnsChanged?: () => void
 }
@@ -46,17 +48,18 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
     const watchCall = (options: WatchCallOptions): Effect.Effect<WatchedCall, never, Scope.Scope> =>
       Effect.gen(function* () {
         const { agentId, environmentId, sessionId } = options
-        const runtime = yield* Effect.runtime<never>()
+        const runtime = options.runtime ?? (yield* Effect.runtime<never>())
         const records: Array<TurnRecord> = []
         let tracker: TurnTracker | undefined
 
-        const watchdog = yield* startResponseWatchdog({
+        const watchdog = yield* makeResponseWatchdog(breaker, {
           session: { agentId, environmentId, sessionId },
           settings: options.settings ?? breaker.settingsFor(agentId, environmentId),
+          runtime,
           onTrip: options.onTrip,
           agentStarting: () => tracker?.agentStarting === true,
           ...(options.onOccurrence ? { onOccurrence: options.onOccurrence } : {})
-        }).pipe(Effect.provideService(Breaker, breaker))
+        })
 
         const update = (index: number, change: (record: TurnRecord) => TurnRecord) => {
           for (let i = records.length - 1; i >= 0; i--) {
@@ -123,7 +126,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           watchdog.stop()
           calls.close()
         }
-        yield* Effect.addFinalizer(() => Effect.sync(close))
+        yield* Effect.flatMap(Effect.scope, (scope) => Scope.addFinalizer(scope, Effect.sync(close)))
         const observer: TurnObserver = {
           callerAudio: (frame, atMs) => calls.callerAudio(frame, atMs),
           callerDtmf: (digit, atMs) => calls.callerDtmf(digit, atMs),
