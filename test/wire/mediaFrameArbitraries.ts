@@ -110,7 +110,14 @@ const plainText = (maxLength: number) =>
     { weight: 1, arbitrary: fc.tuple(fc.stringMatching(/^[A-Za-z0-9]{0,12}$/), fc.constantFrom(...oddChars)).map(([a, b]) => a + b) }
   )
 
-const track = fc.oneof(fc.constantFrom("inbound", "outbound", "inbound_track", "outbound_track", "", "Inbound", "inbound "), plainText(20))
+/** Text at the scanner's length limit for text fields (256), or just past it. */
+const longText = fc.integer({ min: 254, max: 258 }).map((length) => "s".repeat(length))
+
+const track = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom("inbound", "outbound", "inbound_track", "outbound_track", "", "Inbound", "inbound ") },
+  { weight: 6, arbitrary: plainText(20) },
+  { weight: 1, arbitrary: longText }
+)
 
 const base64Body = (maxLength: number) => fc.array(fc.constantFrom(...BASE64), { maxLength }).map((chars) => chars.join(""))
 
@@ -129,7 +136,11 @@ const payload = fc.oneof(
   }
 )
 
-const stream = fc.oneof({ weight: 4, arbitrary: fc.constantFrom(TWILIO_STREAM_SID, TELNYX_STREAM_ID) }, { weight: 2, arbitrary: plainText(30) })
+const stream = fc.oneof(
+  { weight: 8, arbitrary: fc.constantFrom(TWILIO_STREAM_SID, TELNYX_STREAM_ID) },
+  { weight: 4, arbitrary: plainText(30) },
+  { weight: 1, arbitrary: longText }
+)
 
 const fields: fc.Arbitrary<CanonicalFields> = fc.record({
   sequence: numberText,
