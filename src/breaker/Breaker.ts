@@ -98,7 +98,13 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
         }).pipe(Effect.zipRight(Effect.forkIn(recover, scope)), Effect.asVoid)
       })
 
-    /** The store call, or the local fallback while the store is away or too slow. */
+    /**
+     * The store call, or the local fallback while the store is away or too slow. An in-process
+     * store is not timed: a timeout (two fibers and a timer per call) would guard nothing there.
+     * The environments' store is embedded exactly when the breaker's is (one REDIS_URL decides
+     * every store, layers.ts), so the settings read below follows the same rule.
+     */
+    const timed = store.inProcess !== true
     const guarded = <A, E1, E2>(
       remote: Effect.Effect<A, E1>,
       fallback: Effect.Effect<A, E2>,
@@ -107,8 +113,12 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
       Effect.suspend(() =>
         degraded
           ? fallback
-          : remote.pipe(
-              Effect.timeoutFail({ duration: timeout, onTimeout: () => new StoreError({ operation: `${operation} (timed out)` }) }),
+          : (timed
+              ? remote.pipe(
+                  Effect.timeoutFail({ duration: timeout, onTimeout: () => new StoreError({ operation: `${operation} (timed out)` }) })
+                )
+              : remote
+            ).pipe(
               Effect.catchIf(
                 (error): error is Extract<E1 | StoreError, StoreError> => error instanceof StoreError,
                 (error) => Effect.zipRight(degrade(error), fallback)

@@ -44,6 +44,11 @@ export interface BreakerWindowState {
  * while its age is at most the window; older ones are dropped.
  */
 export interface BreakerStoreShape {
+  /**
+   * The store lives in this process (the embedded store): its operations never wait on anything,
+   * so the breaker runs them without a timeout (BREAKER_STORE_TIMEOUT guards a remote store).
+   */
+  readonly inProcess?: boolean
   /** Records (or refreshes) the session's occurrence, drops expired ones, and returns how many remain. */
   readonly recordOccurrence: (
     agentId: string,

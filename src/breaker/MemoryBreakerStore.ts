@@ -26,6 +26,7 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
   }
 
   return BreakerStore.of({
+    inProcess: true,
     recordOccurrence: (agentId, environmentId, sessionId, windowSeconds) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         const key = environmentKey(agentId, environmentId)
