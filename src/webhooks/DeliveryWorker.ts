@@ -260,7 +260,9 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
     )
 
     yield* fill.pipe(
-      Effect.flatMap((sleepMs) => Effect.ignore(Effect.timeout(Queue.take(signal), sleepMs))),
+      // timeoutOption, not timeout: waking at the end of the poll interval is the usual case, not
+      // an error to build (a TimeoutException and its stack twice a second on an idle instance).
+      Effect.flatMap((sleepMs) => Effect.asVoid(Effect.timeoutOption(Queue.take(signal), sleepMs))),
       Effect.forever,
       Effect.forkScoped
     )
