@@ -2,15 +2,6 @@ import { Effect } from "effect"
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client"
 
 /**
- * How often the event-loop delay monitor behind `callgate_nodejs_eventloop_lag_*` samples, ms.
- * prom-client's default (10) wakes an idle process 200 times a second: 10 ms of CPU per second
- * of an idle instance, measured, two thirds of all it spends idle. At 50 ms a stall of any
- * length still shows in the histogram (each late sample records how late it was), at a fifth
- * of the wake-ups.
- */
-export const EVENT_LOOP_SAMPLE_MS = 50
-
-/**
  * The process's Prometheus registry. Each concern registers its own instruments on `registry`
  * (prom-client, the standard Node client) so `/metrics` serves them all. A fresh registry per
  * service instance keeps tests that build several apps in one process from colliding.
@@ -18,7 +9,7 @@ export const EVENT_LOOP_SAMPLE_MS = 50
 export class Metrics extends Effect.Service<Metrics>()("callgate/Metrics", {
   sync: () => {
     const registry = new Registry()
-    collectDefaultMetrics({ register: registry, prefix: "callgate_", eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS })
+    collectDefaultMetrics({ register: registry, prefix: "callgate_" })
     const httpRequests = new Counter({
       name: "callgate_http_requests_total",
       help: "HTTP requests by method, route and status code",
