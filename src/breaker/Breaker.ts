@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto"
-import { Effect, Fiber, Schedule, Scope } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
+import { addScopeFinalizer } from "../core/SessionFibers.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { StoreError } from "../core/StoreError.js"
@@ -110,21 +111,18 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
       fallback: Effect.Effect<A, E2>,
       operation: string
     ): Effect.Effect<A, Exclude<E1, StoreError> | E2> =>
-      Effect.suspend(() =>
-        degraded
-          ? fallback
-          : (timed
-              ? remote.pipe(
-                  Effect.timeoutFail({ duration: timeout, onTimeout: () => new StoreError({ operation: `${operation} (timed out)` }) })
-                )
-              : remote
-            ).pipe(
-              Effect.catchIf(
-                (error): error is Extract<E1 | StoreError, StoreError> => error instanceof StoreError,
-                (error) => Effect.zipRight(degrade(error), fallback)
-              )
-            )
-      )
+      Effect.suspend(() => {
+        if (degraded) return fallback
+        const bounded = timed
+          ? remote.pipe(Effect.timeoutFail({ duration: timeout, onTimeout: () => new StoreError({ operation: `${operation} (timed out)` }) }))
+          : remote
+        return bounded.pipe(
+          Effect.catchIf(
+            (error): error is Extract<E1 | StoreError, StoreError> => error instanceof StoreError,
+            (error) => Effect.zipRight(degrade(error), fallback)
+          )
+        )
+      })
 
     // Hear trips from every instance; keep trying while Redis is away. Start-up waits briefly
     // for the subscription so early trips are not missed, but never blocks on a dead store.
@@ -195,27 +193,22 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     }
 
     /** Calls `handler` (synchronously) for every trip of the environment, from any instance, while the scope lives. */
-    /** Until the scope closes, `handler` hears this environment's trips from other instances. */
     const subscribeTrips = (agentId: string, environmentId: string, handler: (trip: BreakerTrip) => void) =>
-      // Scope.addFinalizer, not acquireRelease: one per session, and nothing of the fiber's
-      // state is needed to remove a listener (Effect.addFinalizer would keep a copy of it).
-      Effect.flatMap(Effect.scope, (scope) =>
-        Effect.uninterruptible(
-          Effect.suspend(() => {
-            const key = environmentKey(agentId, environmentId)
-            let listeners = handlers.get(key)
-            if (listeners === undefined) handlers.set(key, (listeners = new Set()))
-            listeners.add(handler)
-            return Scope.addFinalizer(
-              scope,
-              Effect.sync(() => {
-                const current = handlers.get(key)
-                current?.delete(handler)
-                if (current?.size === 0) handlers.delete(key)
-              })
-            )
-          })
-        )
+      // One per session: a plain scope finalizer rather than acquireRelease (addScopeFinalizer).
+      Effect.uninterruptible(
+        Effect.suspend(() => {
+          const key = environmentKey(agentId, environmentId)
+          let listeners = handlers.get(key)
+          if (listeners === undefined) handlers.set(key, (listeners = new Set()))
+          listeners.add(handler)
+          return addScopeFinalizer(
+            Effect.sync(() => {
+              const current = handlers.get(key)
+              current?.delete(handler)
+              if (current?.size === 0) handlers.delete(key)
+            })
+          )
+        })
       )
 
     return {

@@ -1,4 +1,5 @@
-import { Effect, Fiber, Runtime, Scope } from "effect"
+import { Effect, Fiber, Runtime, type Scope } from "effect"
+import { addScopeFinalizer, whileRunning } from "../core/SessionFibers.js"
 import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
 import type { BreakerTrip } from "./BreakerStore.js"
 
@@ -251,8 +252,7 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
       state.woken = true
       if (running || state.broken || state.rescued || state.stopped) return
       running = true
-      const fiber = fork(evaluation)
-      if (running) evaluating = fiber
+      evaluating = whileRunning(fork(evaluation))
     }
 
     // The alarm: at most one sleeping fiber, which wakes the watchdog when its time comes. An
@@ -275,32 +275,30 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
           )
         )
         return (previous === undefined ? Effect.void : Fiber.interrupt(previous)).pipe(
-          Effect.map(() => {
-            const fiber = fork(ring)
-            // An alarm already due may have rung (and cleared itself) before `fork` returned.
-            if (fiber.unsafePoll() === null) alarm = fiber
-          })
+          // An alarm already due may have rung (and cleared itself) before `fork` returned.
+          Effect.map(() => void (alarm = whileRunning(fork(ring))))
         )
       })
 
-    const cancelAlarm: Effect.Effect<void> = Effect.suspend(() => {
+    /** Forgets the alarm; returns its fiber, for the caller to interrupt. */
+    const dropAlarm = () => {
       const ringing = alarm
-      if (ringing === undefined) return Effect.void
       alarm = undefined
       alarmDueMs = Infinity
-      return Fiber.interrupt(ringing)
+      return ringing
+    }
+    const cancelAlarm: Effect.Effect<void> = Effect.suspend(() => {
+      const ringing = dropAlarm()
+      return ringing === undefined ? Effect.void : Fiber.interrupt(ringing)
     })
 
     // The session's scope closes: whatever still runs for this watchdog stops with it.
-    yield* Effect.flatMap(Effect.scope, (scope) =>
-      Scope.addFinalizer(
-        scope,
-        Effect.suspend(() => {
-          state.stopped = true
-          const running = evaluating
-          return Effect.zipRight(running === undefined ? Effect.void : Fiber.interrupt(running), cancelAlarm)
-        })
-      )
+    yield* addScopeFinalizer(
+      Effect.suspend(() => {
+        state.stopped = true
+        const current = evaluating
+        return Effect.zipRight(current === undefined ? Effect.void : Fiber.interrupt(current), cancelAlarm)
+      })
     )
 
     yield* breaker.subscribeTrips(agentId, environmentId, (trip) => {
@@ -344,9 +342,7 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
         state.awaiting = false
         nextGeneration()
         // Nothing is timed any more: the alarm goes (the evaluating fiber, if any, ends at its next step).
-        const ringing = alarm
-        alarm = undefined
-        alarmDueMs = Infinity
+        const ringing = dropAlarm()
         ringing?.unsafeInterruptAsFork(ringing.id())
       },
       get occurrences() {

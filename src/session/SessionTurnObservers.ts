@@ -1,4 +1,5 @@
-import { Effect, Fiber, Layer, Runtime, Scope } from "effect"
+import { Effect, Fiber, Layer, Runtime } from "effect"
+import { addScopeFinalizer, whileRunning } from "../core/SessionFibers.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { HardError } from "../core/HardError.js"
 import { Sessions } from "./Sessions.js"
@@ -30,12 +31,7 @@ export const SessionTurnObserversLive = Layer.effect(
           let writing: Fiber.RuntimeFiber<void> | undefined
           let busy = false
           let pending = false
-          yield* Effect.flatMap(Effect.scope, (scope) =>
-            Scope.addFinalizer(
-              scope,
-              Effect.suspend(() => (writing === undefined ? Effect.void : Fiber.interrupt(writing)))
-            )
-          )
+          yield* addScopeFinalizer(Effect.suspend(() => (writing === undefined ? Effect.void : Fiber.interrupt(writing))))
           const written = () => {
             writing = undefined
             busy = false
@@ -50,6 +46,7 @@ export const SessionTurnObserversLive = Layer.effect(
               return
             }
             busy = true
+            // The embedded store writes at once: the fiber may have finished (and the next begun) already.
             const fiber = fork(
               sessions
                 .update(info.agentId, info.sessionId, (current) =>
@@ -58,8 +55,8 @@ export const SessionTurnObserversLive = Layer.effect(
                 )
                 .pipe(Effect.ignore, Effect.ensuring(Effect.sync(written)))
             )
-            // The embedded store writes at once: the fiber may have finished (and the next begun) already.
-            if (fiber.unsafePoll() === null) writing = fiber
+            // Not `writing = whileRunning(fiber)`: a write that finished at once may have begun the next one.
+            if (whileRunning(fiber) !== undefined) writing = fiber
           }
           const watched = yield* timing.watchCall({
             agentId: info.agentId,

@@ -1,6 +1,7 @@
-import { Effect, Runtime, Scope } from "effect"
+import { Effect, Runtime, type Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
+import { addScopeFinalizer } from "../core/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
@@ -126,7 +127,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           watchdog.stop()
           calls.close()
         }
-        yield* Effect.flatMap(Effect.scope, (scope) => Scope.addFinalizer(scope, Effect.sync(close)))
+        yield* addScopeFinalizer(Effect.sync(close))
         const observer: TurnObserver = {
           callerAudio: (frame, atMs) => calls.callerAudio(frame, atMs),
           callerDtmf: (digit, atMs) => calls.callerDtmf(digit, atMs),
