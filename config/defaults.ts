@@ -10,6 +10,8 @@ export const defaults = {
   LOG_LEVEL: "info",
   /** Every Redis key and channel callgate uses starts with this, so several deployments can share one Redis. */
   REDIS_KEY_PREFIX: "callgate:",
+  REDIS_WAIT_REPLICAS: "auto",
+  REDIS_WAIT_TIMEOUT: "1s",
   TWILIO_API_BASE_URL: "https://api.twilio.com",
   TELNYX_API_BASE_URL: "https://api.telnyx.com/v2",
   /** The carrier of an outbound call whose request names none: twilio or telnyx. */

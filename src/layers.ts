@@ -41,6 +41,9 @@ import { RedisOutboxStoreLive } from "./store/RedisOutboxStore.js"
 import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
 import { RedisSpentTokenStoreLive } from "./store/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./store/RedisInstanceStore.js"
+import { RedisCallLeaseStoreLive } from "./store/RedisCallLeaseStore.js"
+import { MemoryCallLeaseStoreLive } from "./fleet/MemoryCallLeaseStore.js"
+import { CallLeases } from "./fleet/CallLeases.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
@@ -89,7 +92,8 @@ export const StoresLive = whenRedis(
     RedisOutboxStoreLive,
     RedisSessionStoreLive,
     RedisSpentTokenStoreLive,
-    RedisInstanceStoreLive
+    RedisInstanceStoreLive,
+    RedisCallLeaseStoreLive
   ).pipe(Layer.provide(RedisConnectionLive)),
   Layer.mergeAll(
     MemoryEnvironmentStoreLive,
@@ -97,7 +101,8 @@ export const StoresLive = whenRedis(
     MemoryOutboxStoreLive,
     MemorySessionStoreLive,
     MemorySpentTokenStoreLive,
-    MemoryInstanceStoreLive
+    MemoryInstanceStoreLive,
+    MemoryCallLeaseStoreLive
   )
 )
 
@@ -139,9 +144,10 @@ export const TurnsLive = TurnTiming.Default.pipe(
 
 /**
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
- * the background with its idle dial-in agents, and placement at the call entry.
+ * the background with its idle dial-in agents, placement at the call entry, and the fleet-wide
+ * call limits' leases.
  */
-export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+export const FleetLive = Layer.mergeAll(Placement.Default, CallLeases.Default).pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its

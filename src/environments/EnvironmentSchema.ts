@@ -63,6 +63,9 @@ export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as co
 export const MaxConcurrentOutboundCalls = intBetween(1, 1000)
 export const DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS = 10
 
+/** Calls of an environment, inbound and outbound, live at once across the fleet (docs/scaling.md, "Fleet-wide call limits"). */
+export const MaxConcurrentCalls = intBetween(1, 100_000)
+
 /**
  * An environment as stored. Secrets are sealed (see SecretBox); `version` increases with every
  * write so stores can refuse a write based on a stale read.
@@ -85,7 +88,9 @@ export const StoredEnvironment = Schema.Struct({
   errorFallbackWebhookSecretSealed: Schema.NullOr(Schema.String),
   agentUrl: Schema.NullOr(Schema.String),
   /** Absent on environments stored before outbound calls existed: the default applies. */
-  maxConcurrentOutboundCalls: Schema.optional(Schema.Number)
+  maxConcurrentOutboundCalls: Schema.optional(Schema.Number),
+  /** Absent on environments stored before the limit existed: no limit. */
+  maxConcurrentCalls: Schema.optional(Schema.NullOr(Schema.Number))
 })
 export type StoredEnvironment = typeof StoredEnvironment.Type
 
@@ -108,7 +113,13 @@ export const EnvironmentView = Schema.Struct({
   errorFallbackTimeWindow: Schema.Number,
   errorFallbackWebhookSecret: Schema.NullOr(Schema.String),
   agentUrl: Schema.NullOr(Schema.String),
-  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" })
+  maxConcurrentOutboundCalls: Schema.Number.annotations({
+    description: "Outbound calls placed or live at once across the fleet (1 to 1000, default 10); beyond it, placing a call answers 429"
+  }),
+  maxConcurrentCalls: Schema.NullOr(Schema.Number).annotations({
+    description:
+      "Calls, inbound and outbound together, live at once across the fleet (1 to 100000; null, the default: no limit). Beyond it, placing a call answers 429 and an inbound call gets the error fallback (endReason concurrency_limit)"
+  })
 }).annotations({ identifier: "Environment" })
 export type EnvironmentView = typeof EnvironmentView.Type
 
@@ -133,7 +144,8 @@ const patchFields = {
     })
   ),
   agentUrl: Schema.optional(Schema.NullOr(WssUrl)),
-  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls)
+  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls),
+  maxConcurrentCalls: Schema.optional(Schema.NullOr(MaxConcurrentCalls))
 }
 
 /** The message a body that is not an object gets (nested fields keep their own messages). */

@@ -2,6 +2,8 @@ import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.j
 import type { AfterStream } from "../../session/AfterStream.js"
 import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import type { Placement } from "../../fleet/Placement.js"
+import type { CallLeases } from "../../fleet/CallLeases.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
@@ -36,6 +38,8 @@ export type TelephonyEntryServices =
   | AfterStream
   | EntryBackgroundWork
   | Placement
+  | CallLeases
+  | ErrorFallback
   | AuthThrottle
 
 const internalError: EntryResponse = {

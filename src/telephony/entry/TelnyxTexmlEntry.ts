@@ -2,7 +2,8 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal } from "./CallAdmission.js"
+import { answerCarrier, rescueOverLimit } from "./EntryFallback.js"
 import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
@@ -47,6 +48,24 @@ export const telnyxTexmlEntry = (
       direction: directionOf(call.Direction),
       accountSid: call.AccountSid
     })
+    if (admission._tag === "OverLimit") {
+      // Over the environment's limit: the error fallback is the answer (docs/scaling.md, "Fleet-wide call limits").
+      const answer = answerCarrier()
+      yield* rescueOverLimit(
+        {
+          agentId,
+          environmentId,
+          sessionId: admission.sessionId,
+          call: { kind: "telnyx-texml", callId: call.CallSid, accountSid: call.AccountSid },
+          from: call.From ?? null,
+          to: call.To ?? null,
+          direction: directionOf(call.Direction)
+        },
+        admission.limit,
+        answer.carrier
+      )
+      return markupAnswer(answer.markup())
+    }
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(
       {
