@@ -85,6 +85,9 @@ export interface Environment {
   readonly errorFallbackTimeWindow: number
   readonly errorFallbackWebhookSecret: string | null
   readonly agentUrl: string | null
+  readonly maxConcurrentOutboundCalls: number
+  /** Calls live at once across the fleet, inbound and outbound; null: no limit. */
+  readonly maxConcurrentCalls: number | null
 }
 
 export interface AgentList {

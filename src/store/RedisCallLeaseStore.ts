@@ -10,6 +10,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+-- A set lives as long as its longest lease (an empty one goes at once).
+local function keep(key)
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[2] then redis.call('PEXPIRE', key, math.max(1, tonumber(top[2]) - now)) end
+end
 `
 
 /**
@@ -26,21 +31,21 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
 end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if ARGV[2] == 'outbound' then redis.call('ZADD', KEYS[2], now + ttl, ARGV[1]) end
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
+keep(KEYS[1])
+keep(KEYS[2])
 return 1
 `
 
 /** KEYS: calls, outbound. ARGV: ttl ms, then session ids. Only leases still there are extended (ZADD XX). */
 const RENEW = `${PRELUDE}
 local ttl = tonumber(ARGV[1])
-local until = now + ttl
+local expiry = now + ttl
 for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', until, ARGV[i])
-  redis.call('ZADD', KEYS[2], 'XX', until, ARGV[i])
+  redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i])
+  redis.call('ZADD', KEYS[2], 'XX', expiry, ARGV[i])
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
-if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+keep(KEYS[1])
+keep(KEYS[2])
 return 1
 `
 
