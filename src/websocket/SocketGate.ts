@@ -84,6 +84,13 @@ export interface GateSettings {
 
 export class SocketGate {
   private tokens: number
+  /** When the bucket was last refilled (by the ticker, or by `admit` once it ran dry). */
+  private lastRefillMs: number
+  /**
+   * Until then the bucket may hold more than its burst: what a stall of this process let queue up
+   * (at most the sustained rate over the stall) is not a flood. Past it, back to the burst.
+   */
+  private stallCreditUntilMs = Number.NEGATIVE_INFINITY
   private messages = 0
   private messagesAtLastTick = 0
   private lastActiveMs: number
@@ -97,9 +104,15 @@ export class SocketGate {
     readonly settings: GateSettings,
     openedAtMs: number,
     /** Told once, when a limit is exceeded (metrics). */
-    private readonly report?: (limit: GateLimit) => void
+    private readonly report?: (limit: GateLimit) => void,
+    /**
+     * The clock, read only when the bucket runs dry: the frames a stall of this process queued can
+     * arrive before the ticker has run, and are measured against the time they took to queue.
+     */
+    private readonly now?: () => number
   ) {
     this.tokens = settings.burst
+    this.lastRefillMs = openedAtMs
     this.lastActiveMs = openedAtMs
     this.handshakeDeadlineMs = settings.handshakeTimeoutMs === undefined ? undefined : openedAtMs + settings.handshakeTimeoutMs
   }
@@ -111,6 +124,11 @@ export class SocketGate {
     if (this.expired !== undefined) return false
     this.messages++
     if (--this.tokens >= 0) return true
+    if (this.now !== undefined) {
+      this.tokens++
+      this.refill(this.now())
+      if (--this.tokens >= 0) return true
+    }
     this.expire("rate", `message rate limit exceeded (${this.settings.rate}/s, burst ${this.settings.burst})`)
     return false
   }
@@ -127,11 +145,38 @@ export class SocketGate {
     return this.expired !== undefined
   }
 
-  /** The ticker: refills the bucket for `elapsedMs` and enforces the deadlines at `nowMs`. */
+  /**
+   * The bucket gains the sustained rate over the time since its last refill, up to the burst. A
+   * refill `STALL_MS` or more after the last one means this process stalled (the ticker runs every
+   * 100 ms while the loop turns): the peer's frames of that time sat unread in the kernel, so the
+   * bucket gains the whole stall's worth above what it held (capped at the burst), and keeps any
+   * of it unspent for as long again, while the backlog is read. A peer that really floods is
+   * measured over time this process was reading, and cut as before.
+   */
+  private refill(nowMs: number): void {
+    const elapsedMs = nowMs - this.lastRefillMs
+    if (elapsedMs <= 0) return
+    this.lastRefillMs = nowMs
+    const { rate, burst } = this.settings
+    const gained = (rate * elapsedMs) / 1000
+    if (elapsedMs >= STALL_MS) {
+      this.tokens = Math.min(burst, this.tokens) + gained
+      this.stallCreditUntilMs = nowMs + elapsedMs
+    } else if (this.tokens > burst && nowMs < this.stallCreditUntilMs) {
+      // What is left of a stall's credit is kept; the rate adds nothing above the burst.
+    } else {
+      this.tokens = Math.min(burst, this.tokens + gained)
+    }
+  }
+
+  /**
+   * The ticker: refills the bucket and enforces the deadlines at `nowMs`; `elapsedMs` is the time
+   * since the ticker's previous tick (a stall of this process when it reaches STALL_MS).
+   */
   tick(nowMs: number, elapsedMs: number): void {
     if (this.expired !== undefined) return
-    const { rate, burst, idleTimeoutMs } = this.settings
-    this.tokens = Math.min(burst, this.tokens + (rate * elapsedMs) / 1000)
+    const { idleTimeoutMs } = this.settings
+    this.refill(nowMs)
     if (elapsedMs >= STALL_MS) {
       this.lastActiveMs = nowMs
       if (this.handshakeDeadlineMs !== undefined) this.handshakeDeadlineMs += elapsedMs

@@ -79,7 +79,12 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
     return {
       /** A gate for a new socket, watched until it closes. Synchronous: call it in the upgrade handler. */
       gate: (side: GuardedSide): SocketGate => {
-        const gate = new SocketGate(settingsFor(side), clock.unsafeCurrentTimeMillis(), (limit) => cut.inc({ side, limit }))
+        const gate = new SocketGate(
+          settingsFor(side),
+          clock.unsafeCurrentTimeMillis(),
+          (limit) => cut.inc({ side, limit }),
+          () => clock.unsafeCurrentTimeMillis()
+        )
         if (gates.size === 0) Queue.unsafeOffer(wakeups, true)
         gates.add(gate)
         return gate
