@@ -60,13 +60,17 @@ export class AgentConnection implements WireListener, AgentLink {
       this.encoder.start(++this.sequence, {
         ...this.stopFields,
         customParameters: {
-          // The placer's metadata first: callgate's own parameters cannot be overridden by it.
+          // The entry URL's parameters and the placer's metadata first: callgate's own parameters cannot be overridden by them.
+          ...start.customParameters,
           ...start.metadata,
           sessionId: start.sessionId,
           agentId: start.agentId,
           environmentId: start.environmentId,
           from: start.from,
           to: start.to,
+          // The names Pipecat's telephony runner reads.
+          from_number: start.from,
+          to_number: start.to,
           direction: start.direction,
           provider: start.provider
         }

@@ -19,7 +19,7 @@ import {
  * plus three extensions from the agent. See docs/calls.md, "Agents".
  *
  * callgate -> agent: `connected`, `start` (customParameters: sessionId, agentId, environmentId,
- * from, to, direction, provider), `media`, `dtmf`, `mark` (echoes), `stop`; then callgate closes.
+ * from, to, from_number, to_number, direction, provider, and the entry URL's custom parameters), `media`, `dtmf`, `mark` (echoes), `stop`; then callgate closes.
  * agent -> callgate: `media`, `mark`, `clear`, and `hangup`, `transfer`, `error`.
  */
 export const AgentHangup = Schema.Struct({ event: Schema.Literal("hangup") })
@@ -56,6 +56,10 @@ export const AgentStartParameters = Schema.Struct({
   environmentId: Schema.String,
   from: Schema.String,
   to: Schema.String,
+  /** `from` again, under the name Pipecat's telephony runner reads. */
+  from_number: Schema.String,
+  /** `to` again, under the name Pipecat's telephony runner reads. */
+  to_number: Schema.String,
   direction: Schema.Literal("inbound", "outbound"),
   provider: Schema.Literal("twilio", "telnyx")
 })

@@ -64,6 +64,8 @@ export interface AgentStart {
   readonly streamSid: string
   /** The placer's metadata of an outbound call, added to the `start` customParameters. */
   readonly metadata?: Readonly<Record<string, string>> | undefined
+  /** The entry URL's extra query parameters, added to the `start` customParameters. */
+  readonly customParameters?: Readonly<Record<string, string>> | undefined
 }
 
 /** What the session asks of the agent connection. */
@@ -91,6 +93,8 @@ export interface StreamOpening {
   readonly from?: string | undefined
   readonly to?: string | undefined
   readonly direction?: "inbound" | "outbound" | undefined
+  /** The entry URL's extra query parameters (EntryWire.entryCustomParameters), carried by the session token. */
+  readonly customParameters?: Readonly<Record<string, string>> | undefined
   /** The carrier's id of this media stream (Twilio streamSid, Telnyx stream_id). */
   readonly streamSid: string
   /** Set for an outbound call callgate placed: the session waiting for this stream. */

@@ -29,4 +29,6 @@ export interface SessionInfo {
   readonly createdAt: Date
   /** An outbound call's metadata, as given when it was placed. */
   readonly metadata?: Readonly<Record<string, string>> | undefined
+  /** The entry URL's extra query parameters, for the agent's `start.customParameters`. */
+  readonly customParameters?: Readonly<Record<string, string>> | undefined
 }

@@ -115,7 +115,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         streamSid: opening.streamSid,
         reservedAgent: opening.reservedAgent,
         createdAt: outbound?.createdAt ?? new Date(),
-        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {})
+        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
+        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {})
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
       const relay = new CallSession(info, opening.carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))

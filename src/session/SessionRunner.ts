@@ -65,7 +65,8 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           direction: info.direction,
           provider: info.provider,
           streamSid,
-          metadata: info.metadata
+          metadata: info.metadata,
+          customParameters: info.customParameters
         })
       }).pipe(
         Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),

@@ -31,11 +31,15 @@ export const twilioSignature = (authToken: string, url: string, params: Readonly
     )
     .digest("base64")
 
-/** The entry endpoint for a provider, with the agent and environment in its query. */
-export const entryUrl = (gatewayUrl: string, path: string, agentId: string, environmentId: string) => {
+/**
+ * The entry endpoint for a provider, with the agent and environment in its query, then any custom
+ * parameters (`&lang=es`: the agent finds them in `start.customParameters`).
+ */
+export const entryUrl = (gatewayUrl: string, path: string, agentId: string, environmentId: string, parameters: Readonly<Record<string, string>> = {}) => {
   const url = new URL(path, gatewayUrl.endsWith("/") ? gatewayUrl : `${gatewayUrl}/`)
   url.searchParams.set("agentId", agentId)
   url.searchParams.set("environmentId", environmentId)
+  for (const [name, value] of Object.entries(parameters)) url.searchParams.append(name, value)
   return url.toString()
 }
 

@@ -67,6 +67,8 @@ export interface TelnyxTexmlCallOptions extends SimCallOptions {
   readonly streamVia?: "texml" | "gateway"
   readonly encoding?: "PCMU" | "audio/x-mulaw"
   readonly webhookParams?: Readonly<Record<string, string>>
+  /** Custom parameters on the TeXML URL's query (`&lang=es`). */
+  readonly entryParameters?: Readonly<Record<string, string>>
   /** Like Telnyx, go on to the TeXML's `<Redirect>` when the gateway ends the stream (see placeTwilioCall); signed like the webhook. */
   readonly followRedirect?: boolean
 }
@@ -97,7 +99,7 @@ export const placeTelnyxTexmlCall = async (options: TelnyxTexmlCallOptions): Pro
     ...(options.signingKey ? telnyxSignatureHeaders(options.signingKey, body) : {}),
     ...options.webhookHeaders?.(body)
   }
-  const answer = await postEntryWebhook(entryUrl(options.gatewayUrl, "telephony/telnyx/texml", options.agentId, options.environmentId), params, headers, body)
+  const answer = await postEntryWebhook(entryUrl(options.gatewayUrl, "telephony/telnyx/texml", options.agentId, options.environmentId, options.entryParameters), params, headers, body)
   const connectUrl = options.streamVia === "gateway" ? onGatewayOrigin(answer.stream.url, options.gatewayUrl) : answer.stream.url
   const dialect = telnyxDialect({
     streamId: uuid(),

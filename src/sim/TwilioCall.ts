@@ -53,6 +53,8 @@ export interface TwilioCallOptions extends SimCallOptions {
   readonly streamVia?: "twiml" | "gateway"
   /** More webhook parameters (e.g. CallerName), or overrides of the defaults. */
   readonly webhookParams?: Readonly<Record<string, string>>
+  /** Custom parameters on the voice webhook URL's query (`&lang=es`), as a number's webhook may carry them. */
+  readonly entryParameters?: Readonly<Record<string, string>>
   /**
    * Like Twilio, go on to the TwiML's `<Redirect>` when the gateway ends the stream (closes it or
    * dies): `call.redirected` has the answer. The request goes where the redirect names (moved onto
@@ -70,7 +72,7 @@ export const placeTwilioCall = async (options: TwilioCallOptions): Promise<SimCa
   const callSid = options.callSid ?? twilioSid("CA")
   const accountSid = options.accountSid ?? twilioSid("AC")
   const path = "telephony/twilio/voice"
-  const url = entryUrl(options.gatewayUrl, path, options.agentId, options.environmentId)
+  const url = entryUrl(options.gatewayUrl, path, options.agentId, options.environmentId, options.entryParameters)
   const params: Record<string, string> = {
     CallSid: callSid,
     AccountSid: accountSid,
@@ -83,7 +85,7 @@ export const placeTwilioCall = async (options: TwilioCallOptions): Promise<SimCa
     ApiVersion: "2010-04-01",
     ...options.webhookParams
   }
-  const signedWebhookUrl = entryUrl(options.publicUrl ?? options.gatewayUrl, path, options.agentId, options.environmentId)
+  const signedWebhookUrl = entryUrl(options.publicUrl ?? options.gatewayUrl, path, options.agentId, options.environmentId, options.entryParameters)
   const headers: Record<string, string> = options.authToken !== undefined ? { "X-Twilio-Signature": twilioSignature(options.authToken, signedWebhookUrl, params) } : {}
   const answer = await postEntryWebhook(url, params, headers)
   const connectUrl = options.streamVia === "gateway" ? onGatewayOrigin(answer.stream.url, options.gatewayUrl) : answer.stream.url

@@ -171,6 +171,8 @@ describe.each<StoreKind>(["memory", "redis"])("outbound calls, %s store", (store
         environmentId: env.environmentId,
         from: OUR_NUMBER,
         to: CUSTOMER,
+        from_number: OUR_NUMBER,
+        to_number: CUSTOMER,
         direction: "outbound",
         provider: "twilio"
       })

@@ -84,6 +84,10 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     return { _tag: "Admitted", token, sessionId, streamBase: publicWsUrl(placed.publicUrl), instanceId: placed.instanceId } as Admission
   })
 
+/** The claims field for an entry URL's custom parameters: none when it has none (a token no larger than before). */
+export const withCustomParameters = (parameters: Readonly<Record<string, string>>): { customParameters?: Record<string, string> } =>
+  Object.keys(parameters).length > 0 ? { customParameters: { ...parameters } } : {}
+
 /** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */
 export const decodeEntry = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =>
   Schema.decodeUnknown(schema)(value).pipe(
