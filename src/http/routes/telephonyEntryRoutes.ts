@@ -75,8 +75,6 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
   const route = <E>(path: string, handle: (request: EntryRequest) => Effect.Effect<EntryResponse, E, TelephonyEntryServices>) =>
     // Unauthenticated (signatures are checked inside): a small body limit (docs/security.md).
     app.post(path, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
-      const wait = throttle.retryAfter(request.ip)
-      if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
       const response = await run(
         handle(toEntryRequest(request)).pipe(
           Effect.catchAllCause((cause) =>
@@ -86,7 +84,12 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
           )
         )
       )
-      if (response.status === 401) throttle.failed(request.ip)
+      // A bad signature counts against the address; past its limit it is answered 429. A signed
+      // request is answered whatever its address's failures (docs/security.md).
+      if (response.status === 401) {
+        const wait = throttle.refused(request.ip)
+        if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
+      }
       return reply.code(response.status).header("content-type", `${response.contentType}; charset=utf-8`).send(response.body)
     })
 
