@@ -1,6 +1,6 @@
 import { Duration, Effect, Option, Queue, Schedule } from "effect"
-import { environmentKey } from "../core/EnvironmentKey.js"
-import { logStoreFailure } from "../core/StoreError.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
+import { logStoreFailure } from "../kernel/StoreError.js"
 import { AgentPool } from "../agent/AgentPool.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"

@@ -1,7 +1,7 @@
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
-import { isStoreUnreachable } from "../core/StoreError.js"
+import { isStoreUnreachable } from "../kernel/StoreError.js"
 import { OrphanReconciler } from "./OrphanReconciler.js"
 import { SessionEndJournal, storeAddress } from "./SessionEndJournal.js"
 

@@ -1,6 +1,6 @@
 import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import { isStoreUnreachable } from "../core/StoreError.js"
+import { isStoreUnreachable } from "../kernel/StoreError.js"
 import { Environments } from "../environments/Environments.js"
 import { hostOf, MAX_RECORDED_ATTEMPTS, type StoredAttempt, type StoredDelivery } from "./Delivery.js"
 import { CANCEL_REASONS, Deliveries } from "./Deliveries.js"
