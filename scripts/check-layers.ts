@@ -16,7 +16,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["observability", "secrets", "core"],
   ["wire", "sim"],
   ["environments"],
-  ["apikeys", "webhooks", "breaker"],
+  ["apikeys", "webhooks", "breaker", "recording"],
   ["turns", "fallback", "agent"],
   ["session"],
   ["fleet"],
