@@ -1,9 +1,9 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
-import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
-import { accountSidOf } from "../core/TwilioIds.js"
-import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
-import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
+import type { AgentEvents, AgentLink, AgentStart } from "../kernel/CallLegs.js"
+import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
+import { accountSidOf } from "../kernel/TwilioIds.js"
+import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
+import { twilioInboundEncoder } from "../frames/TwilioFrames.js"
 import {
   AGENT_MESSAGE_EVENTS,
   AgentMessage,
@@ -12,7 +12,7 @@ import {
   isAgentMediaFrame,
   isRecordingEvent,
   recordingPausedOf
-} from "./AgentDialect.js"
+} from "../frames/AgentDialect.js"
 
 const isMedia = isAgentMediaFrame
 const scanner = agentMediaScanner
@@ -68,13 +68,17 @@ export class AgentConnection implements WireListener, AgentLink {
       this.encoder.start(++this.sequence, {
         ...this.stopFields,
         customParameters: {
-          // The placer's metadata first: callgate's own parameters cannot be overridden by it.
+          // The entry URL's parameters and the placer's metadata first: callgate's own parameters cannot be overridden by them.
+          ...start.customParameters,
           ...start.metadata,
           sessionId: start.sessionId,
           agentId: start.agentId,
           environmentId: start.environmentId,
           from: start.from,
           to: start.to,
+          // The names Pipecat's telephony runner reads.
+          from_number: start.from,
+          to_number: start.to,
           direction: start.direction,
           provider: start.provider
         }

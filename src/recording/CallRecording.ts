@@ -1,4 +1,4 @@
-import { MAX_MEDIA_BYTES } from "../wire/MediaFields.js"
+import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { FRAME_BYTES, MULAW_SILENCE, MULAW_TO_PCM, SAMPLE_RATE } from "./Wav.js"
 
 /** A stretch the agent asked not to record, in ms from the start of the recording; `endMs` null while it lasts. */

@@ -1,4 +1,4 @@
-import type { CallerEvents, CarrierLeg, LegFault } from "../core/CallLegs.js"
+import type { CallerEvents, CarrierLeg, LegFault } from "../kernel/CallLegs.js"
 import type { CallRecording } from "./CallRecording.js"
 
 /**

@@ -8,8 +8,8 @@ import parseRange from "range-parser"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import type { CarrierLeg } from "../core/CallLegs.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import type { CarrierLeg } from "../kernel/CallLegs.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { RecordingMode } from "../environments/EnvironmentSchema.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
@@ -402,6 +402,10 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
     /** The recording's bytes (the whole file, or one range of it): disk first, then the bucket. */
     const read = (agentId: string, sessionId: string, rangeHeader: string | undefined) =>
       Effect.gen(function* () {
+        const running = live.get(sessionId)
+        if (running !== undefined && running.info.agentId === agentId && (yield* Effect.promise(() => running.decided))) {
+          return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
+        }
         const paths = pathsOf(settings.dir, agentId, sessionId)
         const local = yield* Effect.promise(() => readMeta(paths.meta))
         const names = objectNamesOf(agentId, sessionId)

@@ -2,8 +2,8 @@ import { randomBytes } from "node:crypto"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberMap, Option, Queue } from "effect"
 import { AgentConnector } from "../agent/AgentConnector.js"
 import { AppConfig } from "../config/AppConfig.js"
-import { HardError } from "../core/HardError.js"
-import { CloseCode } from "../core/WireSocket.js"
+import { HardError } from "../kernel/HardError.js"
+import { CloseCode } from "../frames/WireSocket.js"
 import { type CallSession, SessionEnding } from "./CallSession.js"
 import { SessionLifecycle } from "./SessionLifecycle.js"
 import type { Session } from "./SessionSchema.js"
@@ -65,7 +65,8 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           direction: info.direction,
           provider: info.provider,
           streamSid,
-          metadata: info.metadata
+          metadata: info.metadata,
+          customParameters: info.customParameters
         })
       }).pipe(
         Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),

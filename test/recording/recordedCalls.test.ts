@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { MULAW_TO_LINEAR } from "../../src/sim/Mulaw.js"
+import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
 import { parseWav } from "../../src/recording/Wav.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 import {

@@ -1,7 +1,7 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
 import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
-import { newSessionId } from "../../core/SessionInfo.js"
+import { newSessionId } from "../../kernel/SessionInfo.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Placement } from "../../fleet/Placement.js"
@@ -83,6 +83,10 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     })
     return { _tag: "Admitted", token, sessionId, streamBase: publicWsUrl(placed.publicUrl), instanceId: placed.instanceId } as Admission
   })
+
+/** The claims field for an entry URL's custom parameters: none when it has none (a token no larger than before). */
+export const withCustomParameters = (parameters: Readonly<Record<string, string>>): { customParameters?: Record<string, string> } =>
+  Object.keys(parameters).length > 0 ? { customParameters: { ...parameters } } : {}
 
 /** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */
 export const decodeEntry = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =>

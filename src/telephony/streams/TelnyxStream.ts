@@ -1,7 +1,7 @@
 import { Either } from "effect"
-import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
-import { timestampOf } from "../../wire/MediaFields.js"
-import type { WireSocket } from "../../core/WireSocket.js"
+import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
+import { timestampOf } from "../../frames/MediaFields.js"
+import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
@@ -12,7 +12,7 @@ import {
   TelnyxInbound,
   telnyxMediaScanner,
   telnyxOutboundEncoder
-} from "../../wire/TelnyxFrames.js"
+} from "../../frames/TelnyxFrames.js"
 
 type TelnyxStartFrame = Extract<TelnyxInbound, { event: "start" }>
 

@@ -1,7 +1,7 @@
 import { Either, Option } from "effect"
-import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
-import { timestampOf } from "../../wire/MediaFields.js"
-import type { WireSocket } from "../../core/WireSocket.js"
+import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
+import { timestampOf } from "../../frames/MediaFields.js"
+import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
@@ -10,7 +10,7 @@ import {
   TwilioInbound,
   twilioMediaScanner,
   twilioOutboundEncoder
-} from "../../wire/TwilioFrames.js"
+} from "../../frames/TwilioFrames.js"
 
 type TwilioStart = Extract<TwilioInbound, { event: "start" }>["start"]
 
