@@ -1,13 +1,22 @@
+import type { Readable } from "node:stream"
 import type { Effect, Schema } from "effect"
 import type { Principal } from "../apikeys/ApiKeys.js"
 import type { RouteError } from "./DomainErrors.js"
 
-/** What a route's handler is given: its params, query and body decoded by its schemas, and who calls. */
+/** What a route's handler is given: its params, query and body decoded by its schemas, the request's headers, and who calls. */
 export interface RouteInput<P, Q, B> {
   readonly params: P
   readonly query: Q
   readonly body: B
   readonly principal: Principal
+  readonly headers: Readonly<Record<string, string | ReadonlyArray<string> | undefined>>
+}
+
+/** What a `produces` route's handler returns: sent as is, without the JSON envelope. */
+export interface RawResponse {
+  readonly status: 200 | 206 | 416
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: Readable | undefined
 }
 
 /** A route's declaration, typed from its schemas: the handler's input is what the schemas decode, its answer what `response` encodes. */
@@ -22,6 +31,8 @@ export interface RouteDefinition<P, Q, B, A, R> {
   readonly body?: Schema.Schema<B, any>
   readonly response?: Schema.Schema<A, any>
   readonly successStatus?: 200 | 201 | 202 | 204
+  /** A route answering bytes, not JSON: its handler returns a RawResponse (the OpenAPI document names the type). */
+  readonly produces?: { readonly contentType: string; readonly description: string }
   readonly handler: (input: RouteInput<P, Q, B>) => Effect.Effect<A, RouteError, R>
 }
 

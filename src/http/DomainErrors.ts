@@ -5,6 +5,7 @@ import type { OutboundNotConfigured, OutboundPlacementFailed, TooManyOutboundCal
 import type { InvalidEnvironment } from "../environments/EnvironmentPatch.js"
 import type { EnvironmentNotFound } from "../environments/Environments.js"
 import type { StoreError } from "../kernel/StoreError.js"
+import type { RecordingInProgress, RecordingNotFound, RecordingUnavailable } from "../recording/Recordings.js"
 import type { InvalidSessionCursor, SessionNotFound } from "../session/Sessions.js"
 import type { DeliveryNotFound, DeliveryNotRetryable } from "../webhooks/Deliveries.js"
 import { ApiError } from "./ApiError.js"
@@ -22,6 +23,9 @@ export type DomainError =
   | DeliveryNotRetryable
   | SessionNotFound
   | InvalidSessionCursor
+  | RecordingNotFound
+  | RecordingInProgress
+  | RecordingUnavailable
   | ApiKeyNotFound
   | TooManyOutboundCalls
   | OutboundNotConfigured
@@ -47,6 +51,9 @@ const domainErrors: { readonly [Tag in DomainError["_tag"]]: (error: Extract<Dom
     ApiError.of("VALIDATION_FAILED", "cursor is not a cursor returned by this endpoint", [
       { field: "cursor", message: "is not a cursor returned by this endpoint" }
     ]),
+  RecordingNotFound: (e) => ApiError.of("NOT_FOUND", `Session ${e.sessionId} of agent ${e.agentId} has no recording.`),
+  RecordingInProgress: (e) => ApiError.of("CONFLICT", `Session ${e.sessionId} is still being recorded; retry when the call has ended.`),
+  RecordingUnavailable: () => ApiError.of("UNAVAILABLE", "The recordings bucket is unavailable; retry later."),
   ApiKeyNotFound: (e) => ApiError.of("NOT_FOUND", `API key ${e.keyId} was not found.`),
   TooManyOutboundCalls: (e) =>
     ApiError.of(

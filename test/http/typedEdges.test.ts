@@ -9,6 +9,7 @@ import { apiRoute } from "../../src/http/ApiRoute.js"
 import { type DomainError, toApiError } from "../../src/http/DomainErrors.js"
 import { HardError } from "../../src/kernel/HardError.js"
 import { StoreError } from "../../src/kernel/StoreError.js"
+import { RecordingInProgress, RecordingNotFound, RecordingUnavailable } from "../../src/recording/Recordings.js"
 import { InvalidSessionCursor, SessionNotFound } from "../../src/session/Sessions.js"
 import { DeliveryNotFound, DeliveryNotRetryable } from "../../src/webhooks/Deliveries.js"
 
@@ -21,6 +22,9 @@ const oneOfEach: { readonly [Tag in DomainError["_tag"]]: Extract<DomainError, {
   DeliveryNotRetryable: new DeliveryNotRetryable({ deliveryId: "d1", why: "it was delivered" }),
   SessionNotFound: new SessionNotFound({ agentId: "ag", sessionId: "s1" }),
   InvalidSessionCursor: new InvalidSessionCursor(),
+  RecordingNotFound: new RecordingNotFound({ agentId: "ag", sessionId: "s1" }),
+  RecordingInProgress: new RecordingInProgress({ agentId: "ag", sessionId: "s1" }),
+  RecordingUnavailable: new RecordingUnavailable({ message: "bucket down" }),
   ApiKeyNotFound: new ApiKeyNotFound({ keyId: "k1" }),
   TooManyOutboundCalls: new TooManyOutboundCalls({ environmentId: "env", limit: 10 }),
   OutboundNotConfigured: new OutboundNotConfigured({ provider: "twilio", missing: "TWILIO_ACCOUNT_SID" }),
