@@ -5,9 +5,9 @@
  */
 import { EventEmitter } from "node:events"
 import { type RawData, WebSocket } from "ws"
-import { nowUs, writeStamp } from "../../src/sim/FrameStamp.js"
-import { FramePacer } from "../../src/sim/FramePacer.js"
-import { FRAME_BYTES, padToFrames } from "../../src/sim/Mulaw.js"
+import { nowUs, writeStamp } from "../../sim/FrameStamp.js"
+import { FramePacer } from "../../sim/FramePacer.js"
+import { FRAME_BYTES, padToFrames } from "../../sim/Mulaw.js"
 
 /** The `start` frame's content that matters to an agent. */
 export interface CallStart {

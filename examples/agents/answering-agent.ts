@@ -10,8 +10,8 @@
  */
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { readUlawFile } from "../../src/sim/AudioSource.js"
-import { durationMs } from "../../src/sim/Mulaw.js"
+import { readUlawFile } from "../../sim/AudioSource.js"
+import { durationMs } from "../../sim/Mulaw.js"
 import { AgentHost, type AgentConnectionOptions, connectionFlags, isMain, optionalNumber, readFlags, stopOnSignal } from "./agent-host.js"
 import type { AgentCall, CallStart } from "./agent-runtime.js"
 import { EnergyTurnDetector, type TurnDetectorOptions } from "./energy-turn-detector.js"

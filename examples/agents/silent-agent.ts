@@ -5,7 +5,7 @@
  *
  *   npx tsx examples/agents/silent-agent.ts --agent agent_1 --environment env_1 --key $KEY --stream noise
  */
-import { comfortNoise, silence } from "../../src/sim/AudioSource.js"
+import { comfortNoise, silence } from "../../sim/AudioSource.js"
 import { AgentHost, type AgentConnectionOptions, connectionFlags, isMain, readFlags, stopOnSignal } from "./agent-host.js"
 import type { AgentCall, CallStart } from "./agent-runtime.js"
 

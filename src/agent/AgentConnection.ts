@@ -1,10 +1,10 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
-import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
-import { accountSidOf } from "../core/TwilioIds.js"
-import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
-import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
-import { AGENT_MESSAGE_EVENTS, AgentMessage, agentMediaScanner, isAgentMediaFrame } from "./AgentDialect.js"
+import type { AgentEvents, AgentLink, AgentStart } from "../kernel/CallLegs.js"
+import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
+import { accountSidOf } from "../kernel/TwilioIds.js"
+import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
+import { twilioInboundEncoder } from "../frames/TwilioFrames.js"
+import { AGENT_MESSAGE_EVENTS, AgentMessage, agentMediaScanner, isAgentMediaFrame } from "../frames/AgentDialect.js"
 
 const isMedia = isAgentMediaFrame
 const scanner = agentMediaScanner

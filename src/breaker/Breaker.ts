@@ -1,13 +1,13 @@
 import { randomUUID } from "node:crypto"
 import { Effect, Fiber, Schedule } from "effect"
-import { addScopeFinalizer } from "../core/SessionFibers.js"
+import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
-import { StoreError } from "../core/StoreError.js"
+import { StoreError } from "../kernel/StoreError.js"
 import { BreakerMetrics } from "./BreakerMetrics.js"
 import { type BreakerTrip, BreakerStore } from "./BreakerStore.js"
 import { makeMemoryBreakerStore } from "./MemoryBreakerStore.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 
 /** An environment's no-response breaker settings (docs/turns-and-breaker.md, "Parameters"), read afresh for every evaluation. */
 export interface BreakerSettings {

@@ -1,5 +1,5 @@
 import { Data, Either } from "effect"
-import { describeRefusal, hostRefusal } from "../core/AddressPolicy.js"
+import { describeRefusal, hostRefusal } from "../egress/AddressPolicy.js"
 import { isE164, isHttpsUrl, type StoredEnvironment, type UpdateEnvironmentBody } from "./EnvironmentSchema.js"
 
 export interface FieldProblem {

@@ -1,5 +1,5 @@
 import { Duration, Effect, Option, Queue, Schedule } from "effect"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { AgentPool } from "../agent/AgentPool.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"

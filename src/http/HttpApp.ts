@@ -34,7 +34,7 @@ import { isTwilioApiUrl, registerTwilioCallRoutes, sendTwilioError } from "./rou
 import { TwilioErrors } from "../calls/TwilioCallWire.js"
 import type { OutboundCalls } from "../calls/OutboundCalls.js"
 import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.js"
-import type { SocketGuards } from "../ws/SocketGuards.js"
+import type { SocketGuards } from "../websocket/SocketGuards.js"
 
 /** The services the HTTP edge calls into. */
 export type HttpServices = AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore

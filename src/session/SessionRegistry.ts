@@ -1,18 +1,18 @@
 import { Deferred, Effect, Either, Exit, FiberId, Option, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
 import { Metrics } from "../observability/Metrics.js"
-import { providerOf } from "../core/Carrier.js"
-import type { StreamOpening } from "../core/CallLegs.js"
-import { newSessionId, type SessionInfo } from "../core/SessionInfo.js"
-import { CloseCode } from "../core/WireSocket.js"
-import type { FrameProblem } from "../wire/FrameDecoding.js"
+import { providerOf } from "../kernel/Carrier.js"
+import type { StreamOpening } from "../kernel/CallLegs.js"
+import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
+import { CloseCode } from "../frames/WireSocket.js"
+import type { FrameProblem } from "../frames/FrameDecoding.js"
 import { CallSession, SessionEnding } from "./CallSession.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
 import { SessionRunner } from "./SessionRunner.js"
 import type { Session } from "./SessionSchema.js"
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
-export { newSessionId } from "../core/SessionInfo.js"
+export { newSessionId } from "../kernel/SessionInfo.js"
 
 /** An outbound call callgate placed, waiting for its media stream (the carrier answered it). */
 export interface OutboundExpectation {

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest"
-import { entryUrl, twilioSid } from "../../src/sim/CallEntry.js"
+import { entryUrl, twilioSid } from "../../sim/CallEntry.js"
 import { EntryPaths } from "../../src/telephony/entry/EntryWire.js"
 import { type RedisServer, startRedisServer } from "../support/redisServer.js"
 import { framesLost, type Rig, startRig, until } from "../faults/faultRig.js"

@@ -3,10 +3,10 @@ import { afterEach, describe, expect, it, vi } from "vitest"
 import { WebSocket } from "ws"
 import { type AnsweringAgentOptions, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
 import { startSilentAgent } from "../../examples/agents/silent-agent.js"
-import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
-import { twilioDialect } from "../../src/sim/CarrierDialect.js"
-import { readStamp } from "../../src/sim/FrameStamp.js"
-import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
+import { readUlawFile, silence } from "../../sim/AudioSource.js"
+import { twilioDialect } from "../../sim/CarrierDialect.js"
+import { readStamp } from "../../sim/FrameStamp.js"
+import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../sim/Mulaw.js"
 import { type FakeGateway, type FakeStream, startFakeGateway } from "./fakeGateway.js"
 
 const audio = (name: string) => readUlawFile(`test/fixtures/audio/${name}.ulaw`)
@@ -51,7 +51,7 @@ const agentMedia = (stream: FakeStream) => stream.events("media").map((m) => Buf
 
 /**
  * The agents' frame clock in the test's hand: `performance.now`, which their FramePacer
- * (src/sim/FramePacer.ts) reads to decide which frames are due, stands still until `advance`
+ * (sim/FramePacer.ts) reads to decide which frames are due, stands still until `advance`
  * moves it. A frame therefore reaches the fake gateway only once the test moved the clock to
  * its due time, whatever the machine's load; `at` stamps each media frame with the clock's value
  * when it arrived.

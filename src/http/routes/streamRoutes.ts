@@ -1,7 +1,7 @@
 import { Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
-import { SocketGuards } from "../../ws/SocketGuards.js"
-import { wsWireSocket } from "../../ws/WsWireSocket.js"
+import { SocketGuards } from "../../websocket/SocketGuards.js"
+import { wsWireSocket } from "../../websocket/WsWireSocket.js"
 import { EntryPaths } from "../../telephony/entry/EntryWire.js"
 import { CarrierStreams } from "../../telephony/streams/CarrierStreams.js"
 

@@ -1,9 +1,9 @@
 import { Either } from "effect"
-import type { CallerEvents, CarrierLeg, LegFault, StreamOpening } from "../../core/CallLegs.js"
-import { type FrameProblem, parseJson } from "../../wire/FrameDecoding.js"
-import { isCallerTrack } from "../../wire/MediaFields.js"
-import type { MediaScanner } from "../../wire/MediaScanner.js"
-import { CloseCode, type WireListener, type WireSocket } from "../../core/WireSocket.js"
+import type { CallerEvents, CarrierLeg, LegFault, StreamOpening } from "../../kernel/CallLegs.js"
+import { type FrameProblem, parseJson } from "../../frames/FrameDecoding.js"
+import { isCallerTrack } from "../../frames/MediaFields.js"
+import type { MediaScanner } from "../../frames/MediaScanner.js"
+import { CloseCode, type WireListener, type WireSocket } from "../../frames/WireSocket.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import type { StreamHost } from "./StreamHost.js"
 
@@ -38,7 +38,7 @@ export type CarrierFrame<Start> =
 
 /**
  * One carrier's media-stream dialect, as the shared leg needs it: its names, its media fast path
- * (src/wire/MediaScanner.ts), its full-parse media guard, and its decoder for everything else.
+ * (src/frames/MediaScanner.ts), its full-parse media guard, and its decoder for everything else.
  */
 export interface CarrierStreamDialect<Start> {
   /** "twilio" or "telnyx": prefixes close reasons. */

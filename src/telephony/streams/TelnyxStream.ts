@@ -1,6 +1,6 @@
 import { Either } from "effect"
-import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
-import type { WireSocket } from "../../core/WireSocket.js"
+import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
+import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
@@ -11,7 +11,7 @@ import {
   TelnyxInbound,
   telnyxMediaScanner,
   telnyxOutboundEncoder
-} from "../../wire/TelnyxFrames.js"
+} from "../../frames/TelnyxFrames.js"
 
 type TelnyxStartFrame = Extract<TelnyxInbound, { event: "start" }>
 

@@ -1,6 +1,6 @@
 import { Either, Option } from "effect"
-import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
-import type { WireSocket } from "../../core/WireSocket.js"
+import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
+import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
@@ -9,7 +9,7 @@ import {
   TwilioInbound,
   twilioMediaScanner,
   twilioOutboundEncoder
-} from "../../wire/TwilioFrames.js"
+} from "../../frames/TwilioFrames.js"
 
 type TwilioStart = Extract<TwilioInbound, { event: "start" }>["start"]
 
