@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest"
-import { entryUrl, twilioSid, twilioSignature } from "../../src/sim/CallEntry.js"
+import { entryUrl, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
 import { EntryPaths } from "../../src/telephony/entry/EntryWire.js"
 import { type RedisServer, startRedisServer } from "../support/redisServer.js"
 import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.js"

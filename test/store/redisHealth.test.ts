@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process"
 import { Effect, Exit, Scope } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
-import { makeRedisConnection, redisHealth } from "../../src/store/RedisConnection.js"
+import { makeRedisConnection, redisHealth } from "../../src/redis/RedisConnection.js"
 import { type RedisCluster, startRedisCluster } from "../support/redisCluster.js"
 import { uniqueId } from "../support/testApp.js"
 
