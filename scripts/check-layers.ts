@@ -16,7 +16,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["observability", "secrets", "kernel", "egress"],
   ["environments"],
   ["frames", "twiml"],
-  ["apikeys", "webhooks", "breaker", "carriers"],
+  ["apikeys", "webhooks", "breaker", "carriers", "recording"],
   ["turns", "fallback", "agent"],
   ["session"],
   ["fleet"],

@@ -34,6 +34,32 @@ export const AgentError = Schema.Struct({
   error: Schema.Struct({ message: Schema.String.pipe(Schema.maxLength(1000)) })
 })
 
+/**
+ * Pause (true) or resume (false) the call's recording (docs/recording.md, "Pausing"). Handled apart
+ * from the other messages: a malformed one is answered with `error` and the call goes on.
+ */
+export const AgentRecording = Schema.Struct({
+  event: Schema.Literal("recording"),
+  recording: Schema.Struct({ paused: Schema.Boolean })
+})
+export const isRecordingEvent = (raw: unknown): boolean =>
+  typeof raw === "object" && raw !== null && (raw as { event?: unknown }).event === "recording"
+const decodeRecording = Schema.decodeUnknownEither(AgentRecording, { onExcessProperty: "error" })
+/** The `paused` flag of a recording event, or why it is not one (the text of the `error` sent back). */
+export const recordingPausedOf = (raw: unknown): boolean | string => {
+  const decoded = decodeRecording(raw)
+  return decoded._tag === "Right"
+    ? decoded.right.recording.paused
+    : 'invalid recording event: expected {"event":"recording","recording":{"paused":true|false}}'
+}
+
+/** callgate -> agent: a request callgate refused without ending the call (a malformed `recording` event). */
+export const CallgateError = Schema.Struct({
+  event: Schema.Literal("error"),
+  error: Schema.Struct({ message: Schema.String })
+})
+export const callgateErrorFrame = (message: string): string => JSON.stringify({ event: "error", error: { message } })
+
 /** Everything an agent may send. */
 export const AgentMessage = Schema.Union(TwilioOutboundMedia, TwilioOutboundMark, TwilioClear, AgentHangup, AgentTransfer, AgentError)
 export type AgentMessage = typeof AgentMessage.Type

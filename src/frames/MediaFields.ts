@@ -36,6 +36,16 @@ export const isBase64Payload = (value: unknown): value is string =>
 
 export const isNumberLike = (value: unknown): boolean => (typeof value === "string" && value.length <= 20) || typeof value === "number"
 
+/**
+ * A media frame's timestamp (ms since the stream began) as a number; -1 when it is absent or not
+ * a whole number of ms the recorder can place (docs/recording.md, "Alignment").
+ */
+export const timestampOf = (value: string | number | undefined): number => {
+  if (value === undefined) return -1
+  const ms = typeof value === "number" ? value : value.length > 0 ? Number(value) : Number.NaN
+  return Number.isSafeInteger(ms) && ms >= 0 ? ms : -1
+}
+
 /** Media of the caller's own track: carriers name it "inbound" or "inbound_track", or leave it out. */
 export const isCallerTrack = (track: string | undefined): boolean =>
   track === undefined || track === "inbound" || track === "inbound_track"

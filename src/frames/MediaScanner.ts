@@ -31,9 +31,9 @@ type FieldKind =
   | "payload"
 
 /** Which result slot a field fills; "skip" checks the field and keeps nothing. */
-type FieldRole = "skip" | "track" | "stream" | "chunk" | "payload"
+type FieldRole = "skip" | "track" | "stream" | "chunk" | "payload" | "timestamp"
 
-const FIELD = /<(digits|chunk|text|payload):(skip|track|stream|chunk|payload)>/g
+const FIELD = /<(digits|chunk|text|payload):(skip|track|stream|chunk|payload|timestamp)>/g
 
 const MAX_DIGITS = 20
 const MAX_CHUNK_DIGITS = 9
@@ -54,6 +54,8 @@ export class ScannedMedia {
   streamEnd = -1
   /** The chunk number, for templates with a "chunk" field; -1 otherwise. */
   chunk = -1
+  /** The frame's timestamp (ms since the stream began), for templates with a "timestamp" field; -1 otherwise. */
+  timestamp = -1
 
   /** The payload as a string (a slice of the frame's text). */
   payload(text: string): string {
@@ -152,7 +154,7 @@ export const makeMediaScanner = (...templates: ReadonlyArray<string>) => {
     if (!template.pattern.test(text)) return false
     // The text is the template: each field runs from the end of its literal to the next quote.
     const { literals, kinds, roles, limits } = template
-    result.trackStart = result.trackEnd = result.streamStart = result.streamEnd = result.chunk = -1
+    result.trackStart = result.trackEnd = result.streamStart = result.streamEnd = result.chunk = result.timestamp = -1
     let at = 0
     for (let field = 0; field < kinds.length; field++) {
       at += literals[field]!.length
@@ -171,6 +173,12 @@ export const makeMediaScanner = (...templates: ReadonlyArray<string>) => {
           result.streamStart = at
           result.streamEnd = end
           break
+        case "timestamp": {
+          let value = 0
+          for (let i = at; i < end; i++) value = value * 10 + (text.charCodeAt(i) - 0x30)
+          result.timestamp = value
+          break
+        }
       }
       if (kinds[field] === "chunk") {
         let value = 0

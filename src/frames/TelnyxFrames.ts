@@ -79,7 +79,7 @@ export const isTelnyxMediaFrame = (raw: unknown): raw is typeof TelnyxMedia.Type
  * number as a string of digits. Anything else takes the full parse.
  */
 export const telnyxMediaScanner = makeMediaScanner(
-  `{"event":"media","sequence_number":"<digits:skip>","media":{"track":"<text:track>","chunk":"<chunk:chunk>","timestamp":"<digits:skip>","payload":"<payload:payload>"},"stream_id":"<text:stream>"}`
+  `{"event":"media","sequence_number":"<digits:skip>","media":{"track":"<text:track>","chunk":"<chunk:chunk>","timestamp":"<digits:timestamp>","payload":"<payload:payload>"},"stream_id":"<text:stream>"}`
 )
 
 export const TelnyxDtmf = Schema.Struct({

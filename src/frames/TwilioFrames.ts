@@ -86,7 +86,7 @@ export const isTwilioMediaFrame = (raw: unknown): raw is typeof TwilioMedia.Type
  * twilioInboundEncoder writes it to agents). Anything else takes the full parse.
  */
 export const twilioMediaScanner = makeMediaScanner(
-  `{"event":"media","sequenceNumber":"<digits:skip>","media":{"track":"<text:track>","chunk":"<digits:skip>","timestamp":"<digits:skip>","payload":"<payload:payload>"},"streamSid":"<text:stream>"}`
+  `{"event":"media","sequenceNumber":"<digits:skip>","media":{"track":"<text:track>","chunk":"<digits:skip>","timestamp":"<digits:timestamp>","payload":"<payload:payload>"},"streamSid":"<text:stream>"}`
 )
 
 /** Every frame Twilio sends to a stream server. */

@@ -15,8 +15,11 @@ export interface LegFault {
 
 /** What the carrier side tells the session (a dialect handler calls these). */
 export interface CallerEvents {
-  /** One inbound audio frame, in order (Telnyx chunks are re-ordered before this). */
-  callerMedia(payload: string): void
+  /**
+   * One inbound audio frame, in order (Telnyx chunks are re-ordered before this), with the
+   * carrier's timestamp (ms since the stream began; -1 when the frame had none).
+   */
+  callerMedia(payload: string, timestampMs: number): void
   callerDtmf(digit: string): void
   /** The carrier played (or cleared) the audio before a mark: the echo the agent waits for. */
   carrierMark(name: string): void
@@ -34,6 +37,8 @@ export interface CarrierLeg {
   close(code: number, reason: string): void
   /** Forward the leg's events to `events` from now on. */
   bind(events: CallerEvents): void
+  /** The agent paused (true) or resumed (false) the call's recording; present on a recorded call's leg (docs/recording.md). */
+  pauseRecording?(paused: boolean): void
 }
 
 /** What the agent side tells the session. */
@@ -48,6 +53,8 @@ export interface AgentEvents {
    */
   agentClosed(): void
   agentTransfer(to: string): void
+  /** `{"event":"recording","recording":{"paused":...}}`: pause or resume the call's recording (docs/recording.md). */
+  agentRecording?(paused: boolean): void
   /** The agent failed: `error` event, protocol violation, socket dropped, stopped reading. */
   agentFailed(fault: LegFault): void
 }

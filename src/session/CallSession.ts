@@ -200,6 +200,10 @@ export class CallSession implements CallerEvents, AgentEvents {
     this.end(SessionEnding.Transfer({ to }))
   }
 
+  agentRecording(paused: boolean): void {
+    if (this.ending === undefined) this.carrier.pauseRecording?.(paused)
+  }
+
   agentFailed(fault: LegFault): void {
     this.end(SessionEnding.Failed({ error: faultError(fault) }))
   }

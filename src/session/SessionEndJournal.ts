@@ -108,7 +108,8 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
               endReason: session.endReason,
               endedAt: session.endedAt,
               fallback: session.fallback ?? current.fallback,
-              turns: job.turns ?? current.turns
+              turns: job.turns ?? current.turns,
+              ...(session.recording !== undefined ? { recording: session.recording } : {})
             }
           }
           if (job.fillFallback === true && current.fallback === null && session.fallback !== null) {
