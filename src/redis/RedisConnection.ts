@@ -1,7 +1,7 @@
 import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { Cluster, Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
-import { StoreError } from "../kernel/StoreError.js"
+import { STORE_UNREACHABLE, StoreError } from "../kernel/StoreError.js"
 import { makeKeys, type RedisKeys } from "./keys.js"
 
 /** One Redis server or a Redis Cluster (ioredis `Cluster`): the same commands for the adapters. */
@@ -178,6 +178,8 @@ export const RedisConnectionLive = Layer.scoped(
   })
 )
 
+const UNREACHABLE_MESSAGES = /enableOfflineQueue|max retries per request|Connection is closed/i
+
 /** Runs an ioredis call as an Effect, mapping rejections to a StoreError that carries no data. */
 export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
   Effect.tryPromise({
@@ -185,7 +187,8 @@ export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
     catch: (cause) =>
       new StoreError({
         operation,
-        // ioredis's words for "refused at once because the connection is down" (see watchConnection).
-        cause: cause instanceof Error && /enableOfflineQueue/.test(cause.message) ? new Error("the store is unreachable") : cause
+        // ioredis's words for "refused at once because the connection is down" (see watchConnection),
+        // "gave up reconnecting for this command" and "the connection closed under it".
+        cause: cause instanceof Error && UNREACHABLE_MESSAGES.test(cause.message) ? new Error(STORE_UNREACHABLE) : cause
       })
   })
