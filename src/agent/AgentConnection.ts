@@ -1,10 +1,18 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
-import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
-import { accountSidOf } from "../core/TwilioIds.js"
-import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
-import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
-import { AGENT_MESSAGE_EVENTS, AgentMessage, agentMediaScanner, isAgentMediaFrame } from "./AgentDialect.js"
+import type { AgentEvents, AgentLink, AgentStart } from "../kernel/CallLegs.js"
+import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
+import { accountSidOf } from "../kernel/TwilioIds.js"
+import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
+import { twilioInboundEncoder } from "../frames/TwilioFrames.js"
+import {
+  AGENT_MESSAGE_EVENTS,
+  AgentMessage,
+  agentMediaScanner,
+  callgateErrorFrame,
+  isAgentMediaFrame,
+  isRecordingEvent,
+  recordingPausedOf
+} from "../frames/AgentDialect.js"
 
 const isMedia = isAgentMediaFrame
 const scanner = agentMediaScanner
@@ -85,6 +93,7 @@ export class AgentConnection implements WireListener, AgentLink {
     if (scanner.scan(text)) return events.agentMedia(scanned.payload(text))
     const raw = parseJson(text)
     if (isMedia(raw)) return events.agentMedia(raw.media.payload)
+    if (isRecordingEvent(raw)) return this.recording(raw, events)
     const decoded = decodeMessage(raw)
     if (Either.isLeft(decoded)) {
       this.state = "done"
@@ -106,6 +115,13 @@ export class AgentConnection implements WireListener, AgentLink {
       case "error":
         return events.agentFailed({ kind: "agent_error", message: `The agent reported an error: ${message.error.message}` })
     }
+  }
+
+  /** Pause or resume the recording; a malformed request gets `error` back and the call goes on. */
+  private recording(raw: unknown, events: AgentEvents) {
+    const paused = recordingPausedOf(raw)
+    if (typeof paused === "string") return this.socket.send(callgateErrorFrame(paused))
+    events.agentRecording?.(paused)
   }
 
   onClose(code: number, _reason: string, fault: string | undefined): void {

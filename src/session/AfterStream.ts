@@ -1,6 +1,6 @@
 import { Duration, Effect, Option } from "effect"
-import type { CallRef, CarrierShape } from "../core/Carrier.js"
-import { HardError } from "../core/HardError.js"
+import type { CallRef, CarrierShape } from "../kernel/Carrier.js"
+import { HardError } from "../kernel/HardError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { INSTANCE_LOST_MESSAGE, OrphanReconciler, sessionInfoOf } from "./OrphanReconciler.js"
 import { SessionEndJournal } from "./SessionEndJournal.js"

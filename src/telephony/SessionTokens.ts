@@ -1,7 +1,7 @@
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto"
 import { Effect, Option, Redacted, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import type { CallKind } from "../core/Carrier.js"
+import type { CallKind } from "../kernel/Carrier.js"
 
 /**
  * Short-lived tokens that callgate's call entry endpoints hand to the carrier (as a stream

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest"
 import { AgentConnection } from "../../src/agent/AgentConnection.js"
-import type { AgentEvents, AgentStart, LegFault } from "../../src/core/CallLegs.js"
-import type { WireListener, WireSocket } from "../../src/core/WireSocket.js"
+import type { AgentEvents, AgentStart, LegFault } from "../../src/kernel/CallLegs.js"
+import type { WireListener, WireSocket } from "../../src/frames/WireSocket.js"
 
 const fakeSocket = () => {
   const sent: Array<string> = []

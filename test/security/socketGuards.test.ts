@@ -2,9 +2,9 @@ import { it } from "@effect/vitest"
 import { Effect, Layer, TestClock } from "effect"
 import { describe, expect, it as plainIt } from "vitest"
 import { AppConfig } from "../../src/config/AppConfig.js"
-import { type GateLimit, SocketGate } from "../../src/core/SocketGate.js"
+import { type GateLimit, SocketGate } from "../../src/websocket/SocketGate.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { SocketGuards } from "../../src/ws/SocketGuards.js"
+import { SocketGuards } from "../../src/websocket/SocketGuards.js"
 import { testConfigLayer } from "../support/testApp.js"
 
 const guardsLayer = (env: Record<string, string> = {}) =>

@@ -1,7 +1,7 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
 import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
-import { newSessionId } from "../../core/SessionInfo.js"
+import { newSessionId } from "../../kernel/SessionInfo.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Placement } from "../../fleet/Placement.js"
