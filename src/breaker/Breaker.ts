@@ -133,7 +133,8 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
       .pipe(
         Effect.tapError((error) =>
           Effect.suspend(() => {
-            if (subscriptionWarned) return Effect.void
+            // While the store is unreachable its connection has said so: nothing to add.
+            if (subscriptionWarned || error.unreachable) return Effect.void
             subscriptionWarned = true
             return Effect.logWarning("breaker trip subscription failed; retrying every second", { operation: error.operation })
           })
