@@ -4,7 +4,7 @@ import { type CallRef, CarrierError, type CarrierShape } from "../kernel/Carrier
 import { TelnyxRest } from "./TelnyxRest.js"
 import { TelnyxTwimlRunner } from "./TelnyxTwimlRunner.js"
 import { translateTwiml } from "../twiml/TwimlCallControl.js"
-import { dialTwiml } from "./TwilioCarrier.js"
+import { dialTwiml } from "../twiml/TwimlBuilder.js"
 
 /**
  * The Telnyx side of the `Carriers` port: TeXML calls get TeXML call updates (Status, Texml);

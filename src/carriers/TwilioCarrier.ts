@@ -4,6 +4,8 @@ import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import { Metrics } from "../observability/Metrics.js"
 import { type CallRef, CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { dialTwiml } from "../twiml/TwimlBuilder.js"
+import { MAX_TWILIO_TWIML_CHARS } from "../twiml/TwimlDocument.js"
 import {
   carrierInstruments,
   type ClassifiedFailure,
@@ -15,9 +17,6 @@ import {
 } from "./CarrierRequest.js"
 
 const TWILIO_ORIGIN = "https://api.twilio.com"
-
-/** Twilio refuses a call update whose Twiml parameter is longer than this. */
-export const MAX_TWILIO_TWIML_CHARS = 4000
 
 /** Twilio's "Call is not in-progress. Cannot redirect.": the call is over. */
 const CALL_NOT_IN_PROGRESS = 21220
@@ -58,13 +57,6 @@ export interface TwilioDial {
   /** Where Twilio reports the call's progress (initiated, ringing, answered, completed). */
   readonly statusCallback: string
   readonly timeoutSeconds: number
-}
-
-/** A TwiML document that moves the call to `to`, showing `callerId` where given. */
-export const dialTwiml = (to: string, callerId?: string): string => {
-  const response = new twilio.twiml.VoiceResponse()
-  response.dial(callerId !== undefined ? { callerId } : {}, to)
-  return response.toString()
 }
 
 /**

@@ -1,5 +1,6 @@
 import { Data, Either } from "effect"
-import { XMLParser, XMLValidator } from "fast-xml-parser"
+import { XMLValidator } from "fast-xml-parser"
+import { nameOf, parseXml, type XmlNode } from "./TwimlDocument.js"
 
 /**
  * TwiML for Telnyx Call Control calls, which have no markup interpreter: the verbs callgate can
@@ -28,22 +29,6 @@ export const MAX_TWIML_BYTES = 64 * 1024
 /** A <Pause> longer than this is refused: a caller should not sit in silence for minutes. */
 export const MAX_PAUSE_SECONDS = 300
 
-type XmlNode = Record<string, unknown> & { readonly ":@"?: Record<string, string> }
-
-const parser = new XMLParser({
-  preserveOrder: true,
-  ignoreAttributes: false,
-  attributeNamePrefix: "",
-  // Entities are never expanded by the parser (no DOCTYPE expansion); the five XML ones and
-  // character references are decoded below.
-  processEntities: false,
-  parseTagValue: false,
-  parseAttributeValue: false,
-  trimValues: true,
-  ignoreDeclaration: true,
-  ignorePiTags: true
-})
-
 const decodeEntities = (text: string) =>
   text.replace(/&(#x[0-9a-fA-F]+|#\d+|amp|lt|gt|quot|apos);/g, (_match, entity: string) => {
     if (entity.startsWith("#x")) return String.fromCodePoint(Number.parseInt(entity.slice(2), 16))
@@ -51,7 +36,6 @@ const decodeEntities = (text: string) =>
     return { amp: "&", lt: "<", gt: ">", quot: '"', apos: "'" }[entity]!
   })
 
-const nameOf = (node: XmlNode) => Object.keys(node).find((key) => key !== ":@")
 const childrenOf = (node: XmlNode): ReadonlyArray<XmlNode> => {
   const name = nameOf(node)
   const value = name !== undefined ? node[name] : undefined
@@ -135,7 +119,7 @@ export const translateTwiml = (twiml: string): Either.Either<ReadonlyArray<CallC
   const text = twiml.trim()
   if (/<!DOCTYPE/i.test(text)) return Either.left(new UnsupportedTwiml({ reason: "documents with a DOCTYPE are not accepted" }))
   if (XMLValidator.validate(text) !== true) return Either.left(new UnsupportedTwiml({ reason: "the document is not well-formed XML" }))
-  const roots = (parser.parse(text) as Array<XmlNode>).filter((node) => nameOf(node) !== "#text")
+  const roots = parseXml(text)
   if (roots.length !== 1 || nameOf(roots[0]!) !== "Response") return Either.left(new UnsupportedTwiml({ reason: "the root element is not <Response>" }))
   const commands: Array<CallControlCommand> = []
   for (const node of childrenOf(roots[0]!)) {

@@ -20,6 +20,7 @@ import { afterStreamEntry } from "../../telephony/entry/AfterStreamEntry.js"
 import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlEntry.js"
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
+import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
 
 /** What the call entry endpoints need from the app's runtime. */
 export type TelephonyEntryServices =
@@ -41,7 +42,7 @@ export type TelephonyEntryServices =
 const internalError: EntryResponse = {
   status: 500,
   contentType: "text/xml",
-  body: '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
+  body: hangupTwiml()
 }
 
 /**
