@@ -1,6 +1,6 @@
 import { Effect, Layer, ManagedRuntime, TestContext } from "effect"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/kernel/Carrier.js"
+import { type CallRef, type CarrierError, Carriers, type CarriersShape } from "../../src/kernel/Carrier.js"
 import { domainLayer } from "../support/testApp.js"
 
 /**
@@ -16,7 +16,7 @@ export type CarrierRuntime = ReturnType<typeof makeCarrierRuntime>
 /** Runs one port operation; the result is an Either so tests can assert on the CarrierError. */
 export const carrierOp = (
   runtime: CarrierRuntime,
-  op: (carriers: CarrierShape) => Effect.Effect<void, CarrierError>
+  op: (carriers: CarriersShape) => Effect.Effect<void, CarrierError>
 ) => runtime.runPromise(Effect.either(Effect.flatMap(Carriers, op)))
 
 export const metricsText = (runtime: CarrierRuntime) => runtime.runPromise(Effect.flatMap(Metrics, (m) => Effect.promise(() => m.registry.metrics())))
