@@ -68,7 +68,8 @@ export class AgentConnection implements WireListener, AgentLink {
           from: start.from,
           to: start.to,
           direction: start.direction,
-          provider: start.provider
+          provider: start.provider,
+          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
         }
       })
     )
