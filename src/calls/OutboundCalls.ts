@@ -1,8 +1,8 @@
 import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import type { CallKind, CallRef, Provider } from "../core/Carrier.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import type { CallKind, CallRef, Provider } from "../kernel/Carrier.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { Environments } from "../environments/Environments.js"
 import { SessionEnding } from "../session/CallSession.js"
 import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
@@ -10,9 +10,9 @@ import { type LiveSession, newSessionId, SessionRegistry } from "../session/Sess
 import type { Session } from "../session/SessionSchema.js"
 import { SessionNotFound, sessionEndedEvent, Sessions } from "../session/Sessions.js"
 import { EntryPaths } from "../telephony/entry/EntryWire.js"
-import { TelnyxCallCommands } from "../telephony/TelnyxCallCommands.js"
-import { TelnyxRest } from "../telephony/TelnyxRest.js"
-import { TwilioCarrier } from "../telephony/TwilioCarrier.js"
+import { TelnyxCallCommands } from "../carriers/TelnyxCallCommands.js"
+import { TelnyxRest } from "../carriers/TelnyxRest.js"
+import { TwilioCarrier } from "../carriers/TwilioCarrier.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import {
   DEFAULT_RING_TIMEOUT_SECONDS,

@@ -63,6 +63,12 @@ export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as co
 export const MaxConcurrentOutboundCalls = intBetween(1, 1000)
 export const DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS = 10
 
+/** Whether the environment's calls are recorded (docs/recording.md). */
+export const RecordingMode = Schema.Literal("off", "on").annotations({
+  message: () => ({ message: "must be one of off, on", override: true })
+})
+export type RecordingMode = typeof RecordingMode.Type
+
 /**
  * An environment as stored. Secrets are sealed (see SecretBox); `version` increases with every
  * write so stores can refuse a write based on a stale read.
@@ -85,7 +91,9 @@ export const StoredEnvironment = Schema.Struct({
   errorFallbackWebhookSecretSealed: Schema.NullOr(Schema.String),
   agentUrl: Schema.NullOr(Schema.String),
   /** Absent on environments stored before outbound calls existed: the default applies. */
-  maxConcurrentOutboundCalls: Schema.optional(Schema.Number)
+  maxConcurrentOutboundCalls: Schema.optional(Schema.Number),
+  /** Absent on environments stored before recording existed: off. */
+  recording: Schema.optional(RecordingMode)
 })
 export type StoredEnvironment = typeof StoredEnvironment.Type
 
@@ -108,7 +116,10 @@ export const EnvironmentView = Schema.Struct({
   errorFallbackTimeWindow: Schema.Number,
   errorFallbackWebhookSecret: Schema.NullOr(Schema.String),
   agentUrl: Schema.NullOr(Schema.String),
-  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" })
+  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" }),
+  recording: RecordingMode.annotations({
+    description: "on: every call of the environment is recorded as a two-channel WAV (docs/recording.md); default off"
+  })
 }).annotations({ identifier: "Environment" })
 export type EnvironmentView = typeof EnvironmentView.Type
 
@@ -133,7 +144,8 @@ const patchFields = {
     })
   ),
   agentUrl: Schema.optional(Schema.NullOr(WssUrl)),
-  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls)
+  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls),
+  recording: Schema.optional(RecordingMode)
 }
 
 /** The message a body that is not an object gets (nested fields keep their own messages). */

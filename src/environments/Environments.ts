@@ -66,7 +66,8 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackTimeWindow: env.errorFallbackTimeWindow,
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
       agentUrl: env.agentUrl,
-      maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS
+      maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
+      recording: env.recording ?? "off"
     })
 
     const blank = (agentId: string, name: string, now: string): StoredEnvironment => ({

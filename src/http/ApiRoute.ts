@@ -1,3 +1,4 @@
+import type { Readable } from "node:stream"
 import type { Effect, Schema } from "effect"
 import type { Principal } from "../apikeys/ApiKeys.js"
 
@@ -18,15 +19,31 @@ export interface ApiRoute<R> {
   readonly body?: Schema.Schema<any, any>
   readonly response?: Schema.Schema<any, any>
   readonly successStatus?: 200 | 201 | 202 | 204
+  /** A route answering bytes, not JSON: its handler returns a RawResponse (the OpenAPI document names the type). */
+  readonly produces?: { readonly contentType: string; readonly description: string }
   readonly handler: (input: {
     readonly params: any
     readonly query: any
     readonly body: any
     readonly principal: Principal
+    readonly headers: Readonly<Record<string, string | ReadonlyArray<string> | undefined>>
   }) => Effect.Effect<unknown, unknown, R>
 }
 
-type Input<P, Q, B> = { readonly params: P; readonly query: Q; readonly body: B; readonly principal: Principal }
+/** What a `produces` route's handler returns: sent as is, without the JSON envelope. */
+export interface RawResponse {
+  readonly status: 200 | 206 | 416
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: Readable | undefined
+}
+
+type Input<P, Q, B> = {
+  readonly params: P
+  readonly query: Q
+  readonly body: B
+  readonly principal: Principal
+  readonly headers: Readonly<Record<string, string | ReadonlyArray<string> | undefined>>
+}
 
 /** Declares a route with its handler's input typed from its schemas. */
 export const apiRoute = <R, P = unknown, Q = unknown, B = unknown>(definition: {
@@ -40,6 +57,7 @@ export const apiRoute = <R, P = unknown, Q = unknown, B = unknown>(definition: {
   readonly body?: Schema.Schema<B, any>
   readonly response?: Schema.Schema<any, any>
   readonly successStatus?: 200 | 201 | 202 | 204
+  readonly produces?: ApiRoute<R>["produces"]
   readonly handler: (input: Input<P, Q, B>) => Effect.Effect<unknown, unknown, R>
 }): ApiRoute<R> => definition as ApiRoute<R>
 

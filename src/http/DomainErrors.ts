@@ -20,6 +20,9 @@ const domainErrors: Readonly<Record<string, (error: any) => ApiError>> = {
     ApiError.of("VALIDATION_FAILED", "cursor is not a cursor returned by this endpoint", [
       { field: "cursor", message: "is not a cursor returned by this endpoint" }
     ]),
+  RecordingNotFound: (e) => ApiError.of("NOT_FOUND", `Session ${e.sessionId} of agent ${e.agentId} has no recording.`),
+  RecordingInProgress: (e) => ApiError.of("CONFLICT", `Session ${e.sessionId} is still being recorded; retry when the call has ended.`),
+  RecordingUnavailable: () => ApiError.of("UNAVAILABLE", "The recordings bucket is unavailable; retry later."),
   ApiKeyNotFound: (e) => ApiError.of("NOT_FOUND", `API key ${e.keyId} was not found.`),
   TooManyOutboundCalls: (e) =>
     ApiError.of(

@@ -2,8 +2,8 @@ import { randomBytes } from "node:crypto"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberMap, Option, Queue } from "effect"
 import { AgentConnector } from "../agent/AgentConnector.js"
 import { AppConfig } from "../config/AppConfig.js"
-import { HardError } from "../core/HardError.js"
-import { CloseCode } from "../core/WireSocket.js"
+import { HardError } from "../kernel/HardError.js"
+import { CloseCode } from "../frames/WireSocket.js"
 import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
 import { type CallSession, SessionEnding } from "./CallSession.js"
 import { SessionLifecycle } from "./SessionLifecycle.js"
@@ -69,7 +69,8 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           provider: info.provider,
           streamSid,
           traceparent,
-          metadata: info.metadata
+          metadata: info.metadata,
+          customParameters: info.customParameters
         })
       }).pipe(
         Effect.catchAll((error) =>

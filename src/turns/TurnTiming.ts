@@ -1,7 +1,7 @@
 import { Effect, Runtime, type Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
-import { addScopeFinalizer } from "../core/SessionFibers.js"
+import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"

@@ -1,6 +1,7 @@
 import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
+import { isStoreUnreachable } from "../kernel/StoreError.js"
 import { Environments } from "../environments/Environments.js"
 import { hostOf, MAX_RECORDED_ATTEMPTS, type StoredAttempt, type StoredDelivery } from "./Delivery.js"
 import { CANCEL_REASONS, Deliveries } from "./Deliveries.js"
@@ -246,6 +247,7 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
 
     /** Claims failing in a row: logged once when they start failing and once when they work again. */
     let claimFailing = false
+    let claimFailureLogged = false
 
     /** Claims until nothing more is due or there is no room; returns how long to sleep. */
     const fill = Effect.gen(function* () {
@@ -257,7 +259,8 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         const batch = yield* store.claim(now, leaseMs, limit, { perHost: perHost * 2, held: heldByHost() })
         if (claimFailing) {
           claimFailing = false
-          yield* Effect.logInfo("claiming webhook deliveries works again")
+          if (claimFailureLogged) yield* Effect.logInfo("claiming webhook deliveries works again")
+          claimFailureLogged = false
         }
         yield* Effect.forEach(batch.claims, (claim) => dispatch(claim, now), { discard: true })
         if (batch.claims.length === limit) continue
@@ -270,6 +273,9 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
       Effect.catchAllCause((cause) => {
         if (claimFailing) return Effect.succeed(pollMs)
         claimFailing = true
+        // The store being unreachable is the store connection's line to log (once each way).
+        if (isStoreUnreachable(cause)) return Effect.succeed(pollMs)
+        claimFailureLogged = true
         return Effect.as(Effect.logWarning("claiming webhook deliveries failed; retrying quietly until it works", cause), pollMs)
       })
     )

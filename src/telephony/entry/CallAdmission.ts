@@ -1,13 +1,13 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
-import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
 import { withCallSpan } from "../../observability/Tracing.js"
-import { newSessionId } from "../../core/SessionInfo.js"
+import { newSessionId } from "../../kernel/SessionInfo.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
 import { Placement } from "../../fleet/Placement.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
+import { connectStreamTwiml, hangupTwiml, sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type EntryResponse } from "./EntryWire.js"
 
 /**
@@ -109,6 +109,10 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
   )
 }
 
+/** The claims field for an entry URL's custom parameters: none when it has none (a token no larger than before). */
+export const withCustomParameters = (parameters: Readonly<Record<string, string>>): { customParameters?: Record<string, string> } =>
+  Object.keys(parameters).length > 0 ? { customParameters: { ...parameters } } : {}
+
 /** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */
 export const decodeEntry = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =>
   Schema.decodeUnknown(schema)(value).pipe(
@@ -129,19 +133,10 @@ export const formParams = (body: unknown): Record<string, string> => {
 const xml = (status: number, body: string): EntryResponse => ({ status, contentType: "text/xml", body })
 
 /** A sentence for the caller, then the call ends. */
-export const sayAndHangup = (status: number, sentence: string): EntryResponse => {
-  const response = new twilio.twiml.VoiceResponse()
-  response.say(sentence)
-  response.hangup()
-  return xml(status, response.toString())
-}
+export const sayAndHangup = (status: number, sentence: string): EntryResponse => xml(status, sayAndHangupTwiml(sentence))
 
 /** A refusal no caller hears (bad signature, malformed request): the call ends. */
-export const hangupOnly = (status: number): EntryResponse => {
-  const response = new twilio.twiml.VoiceResponse()
-  response.hangup()
-  return xml(status, response.toString())
-}
+export const hangupOnly = (status: number): EntryResponse => xml(status, hangupTwiml())
 
 /** The XML answer for an admission that did not go through (200 so the carrier plays it). */
 export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): EntryResponse =>
@@ -149,22 +144,8 @@ export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): En
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")
 
-/**
- * `<Response><Connect><Stream url attributes>` with `<Parameter>`s, then `<Redirect>` to
- * `redirectUrl` (the verb a call goes on to when its stream ends: docs/reliability.md), built with
- * the SDK's TwiML builder.
- */
-export const connectStream = (
-  attributes: Record<string, string>,
-  parameters: ReadonlyArray<readonly [string, string | undefined]>,
-  redirectUrl?: string
-): EntryResponse => {
-  const response = new twilio.twiml.VoiceResponse()
-  const stream = response.connect().stream(attributes as { url: string })
-  for (const [name, value] of parameters) if (value !== undefined) stream.parameter({ name, value })
-  if (redirectUrl !== undefined) response.redirect({ method: "POST" }, redirectUrl)
-  return xml(200, response.toString())
-}
+/** The entry answer that connects the call's media stream (`connectStreamTwiml`). */
+export const connectStream = (...args: Parameters<typeof connectStreamTwiml>): EntryResponse => xml(200, connectStreamTwiml(...args))
 
 /**
  * The `<Redirect>` URL for a call admitted as `sessionId`: any instance answers it, so it names the

@@ -65,6 +65,8 @@ describe("Telnyx media streams end to end", () => {
       environmentId: env.id,
       from: "+13122010094",
       to: "+13122123456",
+      from_number: "+13122010094",
+      to_number: "+13122123456",
       direction: "inbound",
       provider: "telnyx",
       traceparent: `00-${callTraceIds(sessionId).traceId}-${callTraceIds(sessionId).spanId}-00`

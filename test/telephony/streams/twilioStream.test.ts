@@ -58,6 +58,8 @@ describe("Twilio media streams end to end", () => {
       environmentId: env.id,
       from: "+14155550100",
       to: "+14155550111",
+      from_number: "+14155550100",
+      to_number: "+14155550111",
       direction: "inbound",
       provider: "twilio",
       traceparent: `00-${callTraceIds(sessionId).traceId}-${callTraceIds(sessionId).spanId}-00`
