@@ -1,4 +1,4 @@
-import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { Cluster, Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { STORE_UNREACHABLE, StoreError } from "../kernel/StoreError.js"
@@ -51,34 +51,88 @@ export const connectionProblem = (error: unknown): string => {
   return message.replace(/:\/\/[^@\s]*@/g, "://")
 }
 
+/** How often the main connection checks that Redis answers (a PING, bounded by REDIS_COMMAND_TIMEOUT). */
+export const HEALTH_CHECK_INTERVAL_MS = 500
+
+export interface RedisTimeouts {
+  /** REDIS_COMMAND_TIMEOUT: longest one command may take. */
+  readonly commandTimeoutMs: number
+  /** REDIS_CONNECT_TIMEOUT: longest a connection attempt may take. */
+  readonly connectTimeoutMs: number
+}
+
+export const DEFAULT_REDIS_TIMEOUTS: RedisTimeouts = { commandTimeoutMs: 1000, connectTimeoutMs: 2000 }
+
 /**
  * Reports the connection's state changes, one log line each (docs/turns-and-breaker.md, "When
  * Redis is slow or down"): unreachable (with the address and why, never the password) and reachable again
  * (with how long it was away). While it is down, commands fail at once instead of waiting in
  * ioredis's offline queue, so callers (the voice webhook above all) answer 503 without delay.
+ *
+ * A Redis that drops packets closes nothing: the socket stays open and commands wait. So the
+ * connection is also checked every HEALTH_CHECK_INTERVAL_MS with a PING bounded by
+ * REDIS_COMMAND_TIMEOUT: one that gets no answer counts the store unreachable (logged once) and
+ * reconnects, so what follows fails at once until a new connection is ready; an attempt that
+ * stays unready for twice REDIS_CONNECT_TIMEOUT is started again. Returns the stop of the check.
  */
-const watchConnection = (client: RedisClient, address: string, log: (level: "warn" | "info", message: string) => void) => {
+const watchConnection = (
+  client: RedisClient,
+  address: string,
+  timeouts: RedisTimeouts,
+  log: (level: "warn" | "info", message: string) => void
+): (() => void) => {
   // connecting: never connected yet; up: ready; lost: closed, reconnecting, not reported (a quick
   // reconnect says nothing); down: reported unreachable.
   let state: "connecting" | "up" | "lost" | "down" = "connecting"
   let downSince = Date.now()
+  let unreadySince = Date.now()
+  const down = (why: string) => {
+    if (state === "down") return
+    if (state === "up") downSince = Date.now()
+    state = "down"
+    client.options.enableOfflineQueue = false
+    log("warn", `store unreachable at ${address}: ${why}; retrying`)
+  }
   client.on("ready", () => {
     client.options.enableOfflineQueue = true
     if (state === "down") log("info", `store reachable again after ${Math.round((Date.now() - downSince) / 1000)} s`)
     state = "up"
   })
   client.on("close", () => {
+    unreadySince = Date.now()
     if (state !== "up") return
     state = "lost"
     downSince = Date.now()
   })
-  client.on("error", (error: unknown) => {
-    if (state === "down") return
-    if (state === "up") downSince = Date.now()
-    state = "down"
-    client.options.enableOfflineQueue = false
-    log("warn", `store unreachable at ${address}: ${connectionProblem(error)}; retrying`)
-  })
+  client.on("error", (error: unknown) => down(connectionProblem(error)))
+  let checking = false
+  const check = () => {
+    if (checking) return
+    if (client.status !== "ready") {
+      // An attempt that hangs (a ready check whose answer is dropped) is started again.
+      if (state === "down" && Date.now() - unreadySince >= 2 * timeouts.connectTimeoutMs) {
+        unreadySince = Date.now()
+        client.disconnect(true)
+      }
+      return
+    }
+    checking = true
+    client.ping().then(
+      () => {
+        checking = false
+      },
+      (error: unknown) => {
+        checking = false
+        if (!(error instanceof Error) || !/timed out/i.test(error.message) || client.status !== "ready") return
+        down(`no answer within ${timeouts.commandTimeoutMs} ms`)
+        unreadySince = Date.now()
+        client.disconnect(true)
+      }
+    )
+  }
+  const timer = setInterval(check, HEALTH_CHECK_INTERVAL_MS)
+  timer.unref()
+  return () => clearInterval(timer)
 }
 
 const CLUSTER_SCHEME = /^redis-cluster:\/\//i
@@ -109,20 +163,23 @@ export const parseClusterUrl = (url: string) => {
 
 export const isClusterUrl = (url: string) => CLUSTER_SCHEME.test(url)
 
-// Fail commands quickly while Redis is away instead of queueing them for ever: callers
-// (the breaker above all) have local fallbacks and must not stall behind a dead server.
-const commandOptions = { maxRetriesPerRequest: 2, connectTimeout: 2000 } as const
+// Fail commands quickly while Redis is away instead of queueing them for ever, and give every
+// command a time limit: callers (the breaker above all) have local fallbacks and must not stall
+// behind a dead or silent server.
+const commandOptions = (timeouts: RedisTimeouts) =>
+  ({ maxRetriesPerRequest: 2, connectTimeout: timeouts.connectTimeoutMs, commandTimeout: timeouts.commandTimeoutMs }) as const
 
 /** A Redis connection, or a Redis Cluster client for a `redis-cluster://` URL. */
-const connect = (url: string, name: string): RedisClient => {
-  if (!isClusterUrl(url)) return new Redis(url, { connectionName: name, ...commandOptions, enableAutoPipelining: true })
+const connect = (url: string, name: string, timeouts: RedisTimeouts): RedisClient => {
+  const options = commandOptions(timeouts)
+  if (!isClusterUrl(url)) return new Redis(url, { connectionName: name, ...options, enableAutoPipelining: true })
   const { nodes, username, password } = parseClusterUrl(url)
   return new Cluster(nodes, {
     enableAutoPipelining: true,
     scaleReads: "master",
     redisOptions: {
       connectionName: name,
-      ...commandOptions,
+      ...options,
       ...(username !== undefined ? { username } : {}),
       ...(password !== undefined ? { password } : {})
     }
@@ -141,31 +198,55 @@ export const duplicateClient = (
       })
     : client.duplicate({ ...options })
 
-/** Opens a connection; `report`: log its state changes (the main connection only, so each change is one line). */
-const open = (url: string, name: string, report: boolean) =>
+/** Opens a connection; `report`: log its state changes and check it answers (the main connection only, so each change is one line). */
+const open = (url: string, name: string, report: boolean, timeouts: RedisTimeouts) =>
   Effect.acquireRelease(
-    Effect.sync(() => connect(url, name)),
-    (client) => Effect.promise(() => client.quit().catch(() => client.disconnect()))
+    Effect.sync(() => ({ client: connect(url, name, timeouts), stop: [] as Array<() => void> })),
+    ({ client, stop }) =>
+      Effect.promise(() => {
+        for (const f of stop) f()
+        return client.quit().then(
+          () => undefined,
+          () => client.disconnect()
+        )
+      })
   ).pipe(
-    Effect.tap((client) =>
+    Effect.tap(({ client, stop }) =>
       Effect.gen(function* () {
         // ioredis emits "error" for every failed reconnect; without a listener Node would crash.
         client.on("error", () => {})
         if (!report) return
         const runtime = yield* Effect.runtime<never>()
         const runLog = Runtime.runSync(runtime)
-        watchConnection(client, redisAddress(url), (level, message) =>
-          runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message))
+        stop.push(
+          watchConnection(client, redisAddress(url), timeouts, (level, message) =>
+            runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message))
+          )
         )
       })
-    )
+    ),
+    Effect.map(({ client }) => client)
   )
 
-export const makeRedisConnection = (url: string, keyPrefix = "callgate:") =>
+export const makeRedisConnection = (url: string, keyPrefix = "callgate:", timeouts: RedisTimeouts = DEFAULT_REDIS_TIMEOUTS) =>
   Effect.gen(function* () {
-    const client = yield* open(url, "callgate", true)
-    const duplicate = open(url, "callgate-sub", false)
+    const client = yield* open(url, "callgate", true, timeouts)
+    const duplicate = open(url, "callgate-sub", false, timeouts)
     return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix) })
+  })
+
+/**
+ * Whether the store can serve: a Redis answers PING; a Redis Cluster also reports
+ * `cluster_state:ok` (a cluster that lost a slot's primary answers PING but refuses the slot).
+ */
+export const redisHealth = (client: RedisClient) =>
+  Effect.gen(function* () {
+    yield* redisCall("ping", () => client.ping())
+    if (!(client instanceof Cluster)) return
+    const info = yield* redisCall("cluster.info", () => client.cluster("INFO") as Promise<string>)
+    if (!/^cluster_state:ok\s*$/m.test(info)) {
+      return yield* Effect.fail(new StoreError({ operation: "cluster.info", cause: new Error("the cluster reports cluster_state:fail") }))
+    }
   })
 
 /** Connects to `REDIS_URL` (a Redis Cluster for `redis-cluster://` or REDIS_CLUSTER_NODES); only built when it is set. */
@@ -174,7 +255,10 @@ export const RedisConnectionLive = Layer.scoped(
   Effect.gen(function* () {
     const config = yield* AppConfig
     const url = Option.getOrThrowWith(config.redisUrl, () => new Error("REDIS_URL is not set"))
-    return yield* makeRedisConnection(Redacted.value(url), config.redisKeyPrefix)
+    return yield* makeRedisConnection(Redacted.value(url), config.redisKeyPrefix, {
+      commandTimeoutMs: Duration.toMillis(config.redisCommandTimeout),
+      connectTimeoutMs: Duration.toMillis(config.redisConnectTimeout)
+    })
   })
 )
 

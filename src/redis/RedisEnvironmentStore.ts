@@ -1,7 +1,7 @@
 import { Effect, Either, Layer, Option, Schema } from "effect"
 import { StoredEnvironment } from "../environments/EnvironmentSchema.js"
 import { EnvironmentStore } from "../environments/EnvironmentStore.js"
-import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { RedisConnection, redisCall, redisHealth } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
 import { StoreError } from "../kernel/StoreError.js"
 
@@ -83,7 +83,7 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
       )
       return agentIds.flatMap((agentId, i) => (counts[i]! > 0 ? [{ agentId, environments: counts[i]! }] : []))
     }),
-    ping: redisCall("ping", () => client.ping()).pipe(Effect.asVoid)
+    ping: redisHealth(client)
   })
 })
 

@@ -1,6 +1,7 @@
 import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
+import { DEFAULT_WEBHOOK_SIGNATURE_SCHEME } from "../environments/EnvironmentSchema.js"
 import { isStoreUnreachable } from "../kernel/StoreError.js"
 import { Environments } from "../environments/Environments.js"
 import { hostOf, MAX_RECORDED_ATTEMPTS, type StoredAttempt, type StoredDelivery } from "./Delivery.js"
@@ -8,7 +9,8 @@ import { CANCEL_REASONS, Deliveries } from "./Deliveries.js"
 import { type AttemptResult, DeliveryMetrics } from "./DeliveryMetrics.js"
 import { type Claim, OutboxStore } from "./OutboxStore.js"
 import { type SafeHttpError, SafeHttpClient, type SafeResponse } from "./SafeHttpClient.js"
-import { ATTEMPT_HEADER, DELIVERY_ID_HEADER, signatureHeaders } from "./Signing.js"
+import { ATTEMPT_HEADER, DELIVERY_ID_HEADER } from "./Signing.js"
+import { eventSignatureHeaders } from "./StandardSigning.js"
 
 export interface DeliveryWorkerOptions {
   /** How often to look for work enqueued elsewhere (other instances, retries coming due). Default 500 ms. */
@@ -150,8 +152,14 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
           "user-agent": "callgate-webhooks/1",
           [DELIVERY_ID_HEADER]: d.id,
           [ATTEMPT_HEADER]: String(number),
-          // Signed now, with the secret current now: a retry hours later is still fresh.
-          ...signatureHeaders(Option.getOrUndefined(env.right.webhookSecret), Math.floor(startedAt / 1000), d.body)
+          // Signed now, with the secret and scheme current now: a retry hours later is still fresh.
+          ...eventSignatureHeaders(
+            env.right.stored.webhookSignatureScheme ?? DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
+            Option.getOrUndefined(env.right.webhookSecret),
+            d.id,
+            Math.floor(startedAt / 1000),
+            d.body
+          )
         }
         // The attempt is a span of the call's trace; the receiver can join it through `traceparent`.
         const response = yield* Effect.either(

@@ -199,6 +199,15 @@ describe("the dashboard, in chromium", () => {
     expect(await page.getByTestId("webhook-secret").count()).toBe(0)
     expect(await page.content()).not.toContain(webhookSecret)
     expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.webhookUrl).toBe(receiver.url("/events"))
+    // The signature scheme: Standard Webhooks, saved with the URL, shown again after a reload.
+    expect(await page.getByLabel("Signature scheme").inputValue()).toBe("service")
+    await page.getByLabel("Signature scheme").selectOption("both")
+    await page.getByRole("button", { name: "Save" }).click()
+    await page.getByRole("status").getByText("Saved.").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.webhookSignatureScheme).toBe("both")
+    await page.reload()
+    await page.getByRole("button", { name: "Webhook Settings" }).click()
+    expect(await page.getByLabel("Signature scheme").inputValue()).toBe("both")
     await page.getByRole("button", { name: "Webhook Settings" }).click()
   })
 

@@ -190,6 +190,27 @@ describe("error fallback: webhook request", () => {
     ).toBe(true)
   })
 
+  it.each(["standard", "both"] as const)("keeps the interface's scheme when the event webhooks' scheme is %s", async (webhookSignatureScheme) => {
+    const { agentId, environmentId, view } = await environment({
+      errorFallbackType: "webhook",
+      errorFallbackValue: receiver.url("/fallback"),
+      webhookSignatureScheme
+    })
+    expect(view.webhookSignatureScheme).toBe(webhookSignatureScheme)
+    await rescue(sessionFor(agentId, environmentId))
+    const request = receiver.requests[0]!
+    expect(request.headers["webhook-signature"]).toBeUndefined()
+    expect(request.headers["webhook-id"]).toBeUndefined()
+    expect(
+      verifySignature({
+        secret: view.errorFallbackWebhookSecret!,
+        signature: request.headers["x-service-signature"] as string,
+        timestamp: request.headers["x-service-timestamp"] as string,
+        rawBody: request.body
+      })
+    ).toBe(true)
+  })
+
   it("goes unsigned once the secret is cleared", async () => {
     const { agentId, environmentId } = await environment({
       errorFallbackType: "webhook",
