@@ -134,8 +134,8 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
  * the background work carrier webhooks start (Call Control commands, after-stream rescues).
  */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
-  Layer.provideMerge(TelnyxTwimlRunner.Default),
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
+  Layer.provideMerge(Layer.mergeAll(TelnyxCallCommands.Default, TelnyxTwimlRunner.Default)),
   Layer.provideMerge(TelnyxRest.Default)
 )
 
