@@ -20,6 +20,8 @@ import { HttpApp } from "./http/HttpApp.js"
 import { HttpServerLive } from "./http/HttpServer.js"
 import { loggerLayer } from "./observability/Logging.js"
 import { Metrics } from "./observability/Metrics.js"
+import { tracingLayer } from "./observability/Tracing.js"
+import { Recordings } from "./recording/Recordings.js"
 import { SecretBox } from "./secrets/SecretBox.js"
 import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
 import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
@@ -33,31 +35,31 @@ import { SessionRegistry } from "./session/SessionRegistry.js"
 import { SessionRunner } from "./session/SessionRunner.js"
 import { Sessions } from "./session/Sessions.js"
 import { SessionTurnObserversLive } from "./session/SessionTurnObservers.js"
-import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
-import { RedisBreakerStoreLive } from "./store/RedisBreakerStore.js"
-import { RedisConnectionLive } from "./store/RedisConnection.js"
-import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
-import { RedisOutboxStoreLive } from "./store/RedisOutboxStore.js"
-import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
-import { RedisSpentTokenStoreLive } from "./store/RedisSpentTokenStore.js"
-import { RedisInstanceStoreLive } from "./store/RedisInstanceStore.js"
-import { RedisCallLeaseStoreLive } from "./store/RedisCallLeaseStore.js"
-import { MemoryCallLeaseStoreLive } from "./fleet/MemoryCallLeaseStore.js"
-import { CallLeases } from "./fleet/CallLeases.js"
+import { RedisApiKeyStoreLive } from "./redis/RedisApiKeyStore.js"
+import { RedisBreakerStoreLive } from "./redis/RedisBreakerStore.js"
+import { RedisConnectionLive } from "./redis/RedisConnection.js"
+import { RedisEnvironmentStoreLive } from "./redis/RedisEnvironmentStore.js"
+import { RedisOutboxStoreLive } from "./redis/RedisOutboxStore.js"
+import { RedisSessionStoreLive } from "./redis/RedisSessionStore.js"
+import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
+import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
+import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
+import { MemoryCallLeaseStoreLive } from "./session/MemoryCallLeaseStore.js"
+import { CallLeases } from "./session/CallLeases.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
 import { Placement } from "./fleet/Placement.js"
 import { MemorySpentTokenStoreLive } from "./telephony/MemorySpentTokenStore.js"
-import { CarriersLive } from "./telephony/CarriersLive.js"
+import { CarriersLive } from "./carriers/CarriersLive.js"
 import { EntryBackgroundWork } from "./telephony/entry/EntryBackgroundWork.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
 import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
-import { TelnyxCallCommands } from "./telephony/TelnyxCallCommands.js"
-import { TelnyxCarrier } from "./telephony/TelnyxCarrier.js"
-import { TelnyxRest } from "./telephony/TelnyxRest.js"
-import { TelnyxTwimlRunner } from "./telephony/TelnyxTwimlRunner.js"
-import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
+import { TelnyxCallCommands } from "./carriers/TelnyxCallCommands.js"
+import { TelnyxCarrier } from "./carriers/TelnyxCarrier.js"
+import { TelnyxRest } from "./carriers/TelnyxRest.js"
+import { TelnyxTwimlRunner } from "./carriers/TelnyxTwimlRunner.js"
+import { TwilioCarrier } from "./carriers/TwilioCarrier.js"
 import { TurnTiming } from "./turns/TurnTiming.js"
 import { VoiceActivity } from "./turns/VoiceActivity.js"
 import { Deliveries, OutboxLive } from "./webhooks/Deliveries.js"
@@ -65,8 +67,8 @@ import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
 import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
 import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
 import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
-import { SocketGuards } from "./ws/SocketGuards.js"
-import { WsAgentDialerLive } from "./ws/WsAgentDialer.js"
+import { SocketGuards } from "./websocket/SocketGuards.js"
+import { WsAgentDialerLive } from "./websocket/WsAgentDialer.js"
 
 /**
  * The one production layer graph (docs/design.md, "One wiring"). `src/main.ts` launches `appLayer`;
@@ -114,6 +116,12 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
   Layer.provide(AppConfig.Default)
 )
 
+/**
+ * Traces as the standard OTEL_* variables say (observability/Tracing.ts): exported over OTLP/HTTP when
+ * an endpoint is set, ids only (for logs and `traceparent`) when not.
+ */
+export const TracingLive = tracingLayer
+
 /** Configuration, logs, metrics, secrets at rest and the stores. */
 export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default).pipe(
   Layer.provideMerge(AppConfig.Default)
@@ -131,8 +139,8 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
  * the background work carrier webhooks start (Call Control commands, after-stream rescues).
  */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
-  Layer.provideMerge(TelnyxTwimlRunner.Default),
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
+  Layer.provideMerge(Layer.mergeAll(TelnyxCallCommands.Default, TelnyxTwimlRunner.Default)),
   Layer.provideMerge(TelnyxRest.Default)
 )
 
@@ -149,6 +157,9 @@ export const TurnsLive = TurnTiming.Default.pipe(
  */
 export const FleetLive = Layer.mergeAll(Placement.Default, CallLeases.Default).pipe(Layer.provideMerge(InstanceRegistry.Default))
 
+/** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
+export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
+
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
@@ -159,8 +170,8 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
-  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
-  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default))
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
+  Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */
@@ -177,7 +188,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
   Layer.provideMerge(TelephonyLive),
   Layer.provideMerge(DomainLive),
   Layer.provideMerge(FoundationLive),
-  Layer.provide(LoggingLive)
+  Layer.provide(Layer.merge(LoggingLive, TracingLive))
 )
 
 /**

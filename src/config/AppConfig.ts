@@ -181,6 +181,12 @@ const settings = Config.all({
     Config.withDefault(defaults.REDIS_KEY_PREFIX),
     check("REDIS_KEY_PREFIX", "must be 1 to 64 letters, digits or _ - . : without braces", (text: string) => /^[A-Za-z0-9_.:-]{1,64}$/.test(text))
   ),
+  redisCommandTimeout: duration("REDIS_COMMAND_TIMEOUT").pipe(
+    check("REDIS_COMMAND_TIMEOUT", "must be between 50ms and 60s", (d: Duration.Duration) => Duration.toMillis(d) >= 50 && Duration.toMillis(d) <= 60_000)
+  ),
+  redisConnectTimeout: duration("REDIS_CONNECT_TIMEOUT").pipe(
+    check("REDIS_CONNECT_TIMEOUT", "must be between 100ms and 60s", (d: Duration.Duration) => Duration.toMillis(d) >= 100 && Duration.toMillis(d) <= 60_000)
+  ),
   twilioAccountSid: Config.option(Config.string("TWILIO_ACCOUNT_SID")),
   twilioAuthToken: optionalSecret("TWILIO_AUTH_TOKEN"),
   twilioApiBaseUrl: httpUrl("TWILIO_API_BASE_URL"),
@@ -290,6 +296,9 @@ export const sentinelUrl = (s: {
 const checkCombination = (given: Settings): Either.Either<Settings, ConfigError.ConfigError> => {
   if (Option.isSome(given.redisUrl) && Option.isSome(given.redisClusterNodes)) {
     return Either.left(ConfigError.InvalidData(["REDIS_CLUSTER_NODES"], "set either REDIS_URL or REDIS_CLUSTER_NODES, not both"))
+  }
+  if (Duration.toMillis(given.redisWaitTimeout) >= Duration.toMillis(given.redisCommandTimeout)) {
+    return Either.left(ConfigError.InvalidData(["REDIS_WAIT_TIMEOUT"], "must be shorter than REDIS_COMMAND_TIMEOUT (WAIT is a Redis command too)"))
   }
   if (Option.isSome(given.redisSentinels) !== Option.isSome(given.redisSentinelName)) {
     return Either.left(ConfigError.InvalidData([Option.isSome(given.redisSentinels) ? "REDIS_SENTINEL_NAME" : "REDIS_SENTINELS"], "is required with Redis Sentinel (set REDIS_SENTINELS and REDIS_SENTINEL_NAME together)"))

@@ -1,9 +1,9 @@
 import { Data } from "effect"
-import { MAX_MEDIA_BYTES } from "../wire/MediaFields.js"
+import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../core/CallLegs.js"
-import { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../kernel/CallLegs.js"
+import { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 
 /** How a session ends; decided once, by whichever comes first. */
 export type SessionEnding = Data.TaggedEnum<{
@@ -198,6 +198,10 @@ export class CallSession implements CallerEvents, AgentEvents {
 
   agentTransfer(to: string): void {
     this.end(SessionEnding.Transfer({ to }))
+  }
+
+  agentRecording(paused: boolean): void {
+    if (this.ending === undefined) this.carrier.pauseRecording?.(paused)
   }
 
   agentFailed(fault: LegFault): void {

@@ -4,16 +4,17 @@ import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { Metrics } from "../observability/Metrics.js"
-import { Carriers, type CarrierError } from "../core/Carrier.js"
+import { Carriers, type CarrierError } from "../kernel/Carrier.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { Recordings } from "../recording/Recordings.js"
 import { SessionEndJournal } from "./SessionEndJournal.js"
 import type { CallSession, SessionEnding } from "./CallSession.js"
-import { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { Session } from "./SessionSchema.js"
 import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
 import { type ObservedSession, type SessionControl, TurnObservers, unobserved } from "./TurnObservers.js"
-import { CloseCode } from "../core/WireSocket.js"
+import { CloseCode } from "../frames/WireSocket.js"
 
 /** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
 const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
@@ -58,6 +59,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
     const metrics = yield* Metrics
     const journal = yield* SessionEndJournal
     const { instanceId } = yield* InstanceIdentity
+    const recordings = yield* Recordings
 
     const ended = new Counter({
       name: "callgate_sessions_ended_total",
@@ -163,10 +165,12 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
         // hand the call to TwiML, and is closed once the ending has been acted on.
         relay.release(CloseCode.normal, "the call ended")
+        const recording = yield* recordings.finish(info.sessionId)
         const outcome = yield* settle(relay, ending)
         relay.carrier.close(CloseCode.normal, "the call ended")
         const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: observed.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
+        yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {
           yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
         }
@@ -178,7 +182,8 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
             status: end.status,
             endReason: end.endReason,
             endedAt: end.endedAt.toISOString(),
-            fallback: end.fallback ?? null
+            fallback: end.fallback ?? null,
+            ...(Option.isSome(recording) ? { recording: recording.value } : {})
           },
           ...(end.turns !== undefined ? { turns: end.turns } : {})
         })

@@ -1,18 +1,19 @@
 import { Deferred, Effect, Either, Exit, FiberId, Option, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
 import { Metrics } from "../observability/Metrics.js"
-import { providerOf } from "../core/Carrier.js"
-import type { StreamOpening } from "../core/CallLegs.js"
-import { newSessionId, type SessionInfo } from "../core/SessionInfo.js"
-import { CloseCode } from "../core/WireSocket.js"
-import type { FrameProblem } from "../wire/FrameDecoding.js"
+import { providerOf } from "../kernel/Carrier.js"
+import type { StreamOpening } from "../kernel/CallLegs.js"
+import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
+import { CloseCode } from "../frames/WireSocket.js"
+import type { FrameProblem } from "../frames/FrameDecoding.js"
 import { CallSession, SessionEnding } from "./CallSession.js"
+import { Recordings } from "../recording/Recordings.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
 import { SessionRunner } from "./SessionRunner.js"
 import type { Session } from "./SessionSchema.js"
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
-export { newSessionId } from "../core/SessionInfo.js"
+export { newSessionId } from "../kernel/SessionInfo.js"
 
 /** An outbound call callgate placed, waiting for its media stream (the carrier answered it). */
 export interface OutboundExpectation {
@@ -47,6 +48,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     const runner = yield* SessionRunner
     const metrics = yield* Metrics
     const callEvents = yield* CarrierCallEvents
+    const recordings = yield* Recordings
 
     const bySession = new Map<string, CallSession>()
     const settledBy = new Map<string, Deferred.Deferred<Option.Option<Session>>>()
@@ -115,11 +117,13 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         streamSid: opening.streamSid,
         reservedAgent: opening.reservedAgent,
         createdAt: outbound?.createdAt ?? new Date(),
-        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {})
+        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
+        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {})
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
-      const relay = new CallSession(info, opening.carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
-      opening.carrier.bind(relay)
+      const carrier = recordings.tap(info, opening.carrier)
+      const relay = new CallSession(info, carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
+      carrier.bind(relay)
       bySession.set(info.sessionId, relay)
       settledBy.set(info.sessionId, Deferred.unsafeMake<Option.Option<Session>>(FiberId.none))
       byCall.set(info.call.callId, relay)

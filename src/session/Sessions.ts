@@ -55,7 +55,8 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     direction: session.direction,
     provider: session.provider,
     callId: session.callId,
-    ...(session.endReason !== null ? { endReason: session.endReason } : {})
+    ...(session.endReason !== null ? { endReason: session.endReason } : {}),
+    ...(session.recording !== undefined ? { recording: session.recording } : {})
   }
 }
 

@@ -1,8 +1,8 @@
 import { Context, type Effect, type Scope } from "effect"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
-import type { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import type { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 
 /** What an observer may do to its session: fail it (returns true when this decided the ending). */
 export interface SessionControl {

@@ -1,9 +1,9 @@
 import { Layer } from "effect"
 import { inject } from "vitest"
-import { CallLeaseStore } from "../../src/fleet/CallLeaseStore.js"
-import { makeMemoryCallLeaseStore } from "../../src/fleet/MemoryCallLeaseStore.js"
-import { makeRedisCallLeaseStore } from "../../src/store/RedisCallLeaseStore.js"
-import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
+import { CallLeaseStore } from "../../src/session/CallLeaseStore.js"
+import { makeMemoryCallLeaseStore } from "../../src/session/MemoryCallLeaseStore.js"
+import { makeRedisCallLeaseStore } from "../../src/redis/RedisCallLeaseStore.js"
+import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConnection.js"
 import { uniqueId } from "../support/testApp.js"
 import { callLeaseStoreContract } from "./CallLeaseStore.contract.js"
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest"
-import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/core/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/kernel/CallLegs.js"
 import { CallSession, type SessionEnding } from "../../src/session/CallSession.js"
-import type { SessionInfo } from "../../src/core/SessionInfo.js"
+import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
 import type { TurnObserver } from "../../src/turns/TurnObserver.js"
 
 const info: SessionInfo = {

@@ -1,7 +1,7 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import type { CallKind } from "../../core/Carrier.js"
+import type { CallKind } from "../../kernel/Carrier.js"
 import { AfterStream } from "../../session/AfterStream.js"
 import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"

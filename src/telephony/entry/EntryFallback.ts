@@ -1,12 +1,11 @@
 import { Effect } from "effect"
-import twilio from "twilio"
-import type { CallRef, CarrierShape } from "../../core/Carrier.js"
-import { HardError } from "../../core/HardError.js"
+import type { CallRef, CarrierShape } from "../../kernel/Carrier.js"
+import { HardError } from "../../kernel/HardError.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import { sessionInfoOf } from "../../session/OrphanReconciler.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import type { Session } from "../../session/SessionSchema.js"
-import { hangupOnly } from "./CallAdmission.js"
+import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
 
 /**
  * A carrier adapter that answers the call's request instead of calling REST: what the error
@@ -17,13 +16,11 @@ export const answerCarrier = () => {
   const carrier: CarrierShape = {
     hangup: () =>
       Effect.sync(() => {
-        markup = hangupOnly(200).body
+        markup = hangupTwiml()
       }),
     transfer: (_call, to, callerId) =>
       Effect.sync(() => {
-        const response = new twilio.twiml.VoiceResponse()
-        response.dial(callerId === undefined ? {} : { callerId }, to)
-        markup = response.toString()
+        markup = dialTwiml(to, callerId)
       }),
     applyTwiml: (_call, twiml) =>
       Effect.sync(() => {

@@ -2,9 +2,10 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 import { answerCarrier, rescueOverLimit } from "./EntryFallback.js"
-import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
  * `POST /telephony/telnyx/texml?agentId=..&environmentId=..`, a TeXML application's voice URL.
@@ -30,9 +31,10 @@ export const telnyxTexmlEntry = (
     }
     const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
     const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, formParams(request.body)))
-    if (Either.isLeft(query) || Either.isLeft(form)) {
+    const custom = entryCustomParameters(request.query)
+    if (Either.isLeft(query) || Either.isLeft(form) || "problem" in custom) {
       yield* Effect.logWarning("telnyx TeXML request refused: malformed", {
-        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
+        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : "problem" in custom ? `query: ${custom.problem}` : ""
       })
       return hangupOnly(400)
     }
@@ -46,7 +48,8 @@ export const telnyxTexmlEntry = (
       from: call.From,
       to: call.To,
       direction: directionOf(call.Direction),
-      accountSid: call.AccountSid
+      accountSid: call.AccountSid,
+      ...withCustomParameters(custom.parameters)
     })
     if (admission._tag === "OverLimit") {
       // Over the environment's limit: the error fallback is the answer (docs/scaling.md, "Fleet-wide call limits").
