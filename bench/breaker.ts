@@ -38,7 +38,8 @@ import { SecretBox } from "../src/secrets/SecretBox.js"
 import { MemoryEnvironmentStoreLive } from "../src/environments/MemoryEnvironmentStore.js"
 import { RedisConnectionLive } from "../src/redis/RedisConnection.js"
 import { TurnTiming, type WatchedCall } from "../src/turns/TurnTiming.js"
-import { MU_LAW_TO_PCM, VoiceActivity } from "../src/turns/VoiceActivity.js"
+import { MULAW_TO_PCM } from "../src/audio/Mulaw.js"
+import { VoiceActivity } from "../src/turns/VoiceActivity.js"
 import { addCall, classifyCall, emptyAccount, type PlayedSentence, type TurnAccount } from "./turnAccounting.js"
 
 export interface BreakerBenchOptions {
@@ -92,7 +93,7 @@ const loudSpan = (audio: Uint8Array) => {
   let last = -1
   for (let i = 0; i + FRAME <= audio.length; i += FRAME) {
     let power = 0
-    for (let j = 0; j < FRAME; j++) power += MU_LAW_TO_PCM[audio[i + j]!]! ** 2
+    for (let j = 0; j < FRAME; j++) power += MULAW_TO_PCM[audio[i + j]!]! ** 2
     if (power / FRAME > 1000) {
       if (first < 0) first = i / FRAME
       last = i / FRAME
