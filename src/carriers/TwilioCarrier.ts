@@ -57,6 +57,8 @@ export interface TwilioDial {
   /** Where Twilio reports the call's progress (initiated, ringing, answered, completed). */
   readonly statusCallback: string
   readonly timeoutSeconds: number
+  /** Answering-machine detection, asynchronous: the verdict is posted to `amdCallback`. */
+  readonly machineDetection?: { readonly mode: "Enable" | "DetectMessageEnd"; readonly amdCallback: string } | undefined
 }
 
 /**
@@ -142,7 +144,15 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
               statusCallback: dial.statusCallback,
               statusCallbackMethod: "POST",
               statusCallbackEvent: ["initiated", "ringing", "answered", "completed"],
-              timeout: dial.timeoutSeconds
+              timeout: dial.timeoutSeconds,
+              ...(dial.machineDetection !== undefined
+                ? {
+                    machineDetection: dial.machineDetection.mode,
+                    asyncAmd: "true",
+                    asyncAmdStatusCallback: dial.machineDetection.amdCallback,
+                    asyncAmdStatusCallbackMethod: "POST"
+                  }
+                : {})
             }),
           catch: classifyTwilioFailure
         })
