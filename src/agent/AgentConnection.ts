@@ -83,7 +83,8 @@ export class AgentConnection implements WireListener, AgentLink {
           to_number: start.to,
           direction: start.direction,
           provider: start.provider,
-          ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {})
+          ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {}),
+          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
         }
       })
     )

@@ -93,13 +93,6 @@ export const telnyxUnanswered = (cause: string | undefined): UnansweredReason =>
 
 export type MachineDetection = "off" | "detect" | "detect-message-end"
 
-/** Twilio's MachineDetection for callgate's setting (AsyncAmd is always on: the callee is never kept waiting). */
-export const twilioMachineDetection = (detection: MachineDetection): "Enable" | "DetectMessageEnd" | undefined =>
-  detection === "detect" ? "Enable" : detection === "detect-message-end" ? "DetectMessageEnd" : undefined
-
-/** Telnyx's answering_machine_detection: greeting_end reports the end of a machine's greeting, always. */
-export const telnyxMachineDetection = (detection: MachineDetection): "detect" | "greeting_end" | undefined =>
-  detection === "detect" ? "detect" : detection === "detect-message-end" ? "greeting_end" : undefined
 
 /** Twilio's AnsweredBy: human, machine_start, machine_end_beep, machine_end_silence, machine_end_other, fax, unknown. */
 export const twilioVerdict = (answeredBy: string): MachineVerdict => ({

@@ -1,7 +1,7 @@
 import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import type { CallKind, CallRef, Provider } from "../kernel/Carrier.js"
+import { type CallKind, type CallRef, Carriers, type Provider } from "../kernel/Carrier.js"
 import type { MachineVerdict } from "../kernel/CallLegs.js"
 import { verdictFields } from "../session/SessionLifecycle.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
@@ -11,10 +11,7 @@ import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
 import { type LiveSession, newSessionId, SessionRegistry } from "../session/SessionRegistry.js"
 import type { Session } from "../session/SessionSchema.js"
 import { SessionNotFound, sessionEndedEvent, Sessions } from "../session/Sessions.js"
-import { EntryPaths } from "../telephony/entry/EntryWire.js"
-import { TelnyxCallCommands } from "../carriers/TelnyxCallCommands.js"
-import { TelnyxRest } from "../carriers/TelnyxRest.js"
-import { TwilioCarrier } from "../carriers/TwilioCarrier.js"
+import { EntryPaths } from "../kernel/EntryPaths.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import {
   DEFAULT_RING_TIMEOUT_SECONDS,
@@ -23,10 +20,8 @@ import {
   type MachineDetection,
   type PlaceCallBody,
   telnyxAnsweredBy,
-  telnyxMachineDetection,
-  telnyxUnanswered,
-  twilioMachineDetection,
   twilioVerdict,
+  telnyxUnanswered,
   TooManyOutboundCalls,
   twilioUnanswered,
   type UnansweredReason
@@ -68,9 +63,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const sessions = yield* Sessions
     const registry = yield* SessionRegistry
     const outbox = yield* Outbox
-    const twilio = yield* TwilioCarrier
-    const telnyxCommands = yield* TelnyxCallCommands
-    const telnyxRest = yield* TelnyxRest
+    const carriers = yield* Carriers
     const callEvents = yield* CarrierCallEvents
     const runFork = yield* FiberSet.makeRuntime<never>()
 
@@ -135,7 +128,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const stopAtCarrier = (call: Placed) =>
       call.call === undefined
         ? Effect.void
-        : Effect.either(call.call.kind === "twilio" ? twilio.cancel(call.call) : telnyxRest.hangup(call.call.callId)).pipe(
+        : Effect.either(carriers.cancel(call.call)).pipe(
             Effect.flatMap((stopped) =>
               stopped._tag === "Left" ? Effect.logWarning("stopping the outbound call at the carrier failed", { sessionId: call.sessionId, error: stopped.left.message }) : Effect.void
             )
@@ -175,7 +168,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       inUse.set(key, (inUse.get(key) ?? 0) + 1)
 
       const sessionId = newSessionId()
-      const kind: CallKind = provider === "twilio" ? "twilio" : "telnyx-call-control"
+      const kind = provider === "twilio" ? "twilio" : "telnyx-call-control"
       const machineDetection = body.machineDetection ?? "off"
       const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing", machineDetection, verdict: undefined }
       placed.set(sessionId, call)
@@ -211,29 +204,15 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       const base = publicUrl.current()
       const timeoutSeconds = body.timeoutSeconds ?? DEFAULT_RING_TIMEOUT_SECONDS
       const dialed = yield* Effect.either(
-        provider === "twilio"
-          ? twilio
-              .placeCall({
-                to: body.to,
-                from: body.from,
-                url: `${base}${EntryPaths.twilioVoice}?${query}`,
-                statusCallback: `${base}${TWILIO_STATUS_PATH}?${query}`,
-                timeoutSeconds,
-                machineDetection: Option.getOrUndefined(
-                  Option.map(Option.fromNullable(twilioMachineDetection(machineDetection)), (mode) => ({ mode, amdCallback: `${base}${TWILIO_AMD_PATH}?${query}` }))
-                )
-              })
-              .pipe(Effect.map((created): CallRef => ({ kind, callId: created.callSid, accountSid: created.accountSid })))
-          : telnyxCommands
-              .dial({
-                connectionId: Option.getOrThrow(config.telnyxConnectionId),
-                to: body.to,
-                from: body.from,
-                webhookUrl: `${base}${EntryPaths.telnyxCallControl}?${query}`,
-                timeoutSecs: timeoutSeconds,
-                answeringMachineDetection: telnyxMachineDetection(machineDetection)
-              })
-              .pipe(Effect.map((callControlId): CallRef => ({ kind, callId: callControlId })))
+        carriers.place({
+          kind,
+          to: body.to,
+          from: body.from,
+          answerUrl: `${base}${kind === "twilio" ? EntryPaths.twilioVoice : EntryPaths.telnyxCallControl}?${query}`,
+          statusUrl: `${base}${EntryPaths.twilioStatus}?${query}`,
+          timeoutSeconds,
+          machineDetection: machineDetection === "off" ? undefined : { mode: machineDetection, resultUrl: `${base}${EntryPaths.twilioAmd}?${query}` }
+        })
       )
       if (dialed._tag === "Left") {
         yield* endUnanswered(call, "carrier_failed")
@@ -370,9 +349,3 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     return { place, twilioStatus, twilioAmd, cancel } as const
   })
 }) {}
-
-/** Where Twilio reports the progress of calls callgate placed. */
-export const TWILIO_STATUS_PATH = "/telephony/twilio/status"
-
-/** Where Twilio posts the asynchronous answering-machine verdict (AnsweredBy) of calls callgate placed. */
-export const TWILIO_AMD_PATH = "/telephony/twilio/amd"

@@ -1,7 +1,8 @@
 import { Effect, Either, Runtime, Schema } from "effect"
 import type { FastifyInstance } from "fastify"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
-import { OutboundCalls, TWILIO_AMD_PATH, TWILIO_STATUS_PATH } from "../../calls/OutboundCalls.js"
+import { OutboundCalls } from "../../calls/OutboundCalls.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { CallParams, PlaceCallBody } from "../../calls/OutboundCallWire.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
@@ -84,7 +85,7 @@ export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Ru
       )
       return reply.code(204).send()
     })
-  callback(TWILIO_STATUS_PATH, "status callback", StatusForm, (calls, sessionId, form) => calls.twilioStatus(sessionId, form.CallSid, form.CallStatus))
+  callback(EntryPaths.twilioStatus, "status callback", StatusForm, (calls, sessionId, form) => calls.twilioStatus(sessionId, form.CallSid, form.CallStatus))
   // The asynchronous answering-machine verdict (AsyncAmdStatusCallback) of a call placed with machineDetection.
-  callback(TWILIO_AMD_PATH, "AMD callback", AmdForm, (calls, sessionId, form) => calls.twilioAmd(sessionId, form.CallSid, form.AnsweredBy))
+  callback(EntryPaths.twilioAmd, "AMD callback", AmdForm, (calls, sessionId, form) => calls.twilioAmd(sessionId, form.CallSid, form.AnsweredBy))
 }
