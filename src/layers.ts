@@ -20,6 +20,7 @@ import { HttpApp } from "./http/HttpApp.js"
 import { HttpServerLive } from "./http/HttpServer.js"
 import { loggerLayer } from "./observability/Logging.js"
 import { Metrics } from "./observability/Metrics.js"
+import { tracingLayer } from "./observability/Tracing.js"
 import { Recordings } from "./recording/Recordings.js"
 import { SecretBox } from "./secrets/SecretBox.js"
 import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
@@ -110,6 +111,12 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
   Layer.provide(AppConfig.Default)
 )
 
+/**
+ * Traces as the standard OTEL_* variables say (observability/Tracing.ts): exported over OTLP/HTTP when
+ * an endpoint is set, ids only (for logs and `traceparent`) when not.
+ */
+export const TracingLive = tracingLayer
+
 /** Configuration, logs, metrics, secrets at rest and the stores. */
 export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default).pipe(
   Layer.provideMerge(AppConfig.Default)
@@ -127,8 +134,8 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
  * the background work carrier webhooks start (Call Control commands, after-stream rescues).
  */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
-  Layer.provideMerge(TelnyxTwimlRunner.Default),
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
+  Layer.provideMerge(Layer.mergeAll(TelnyxCallCommands.Default, TelnyxTwimlRunner.Default)),
   Layer.provideMerge(TelnyxRest.Default)
 )
 
@@ -172,7 +179,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
   Layer.provideMerge(TelephonyLive),
   Layer.provideMerge(DomainLive),
   Layer.provideMerge(FoundationLive),
-  Layer.provide(LoggingLive)
+  Layer.provide(Layer.merge(LoggingLive, TracingLive))
 )
 
 /**

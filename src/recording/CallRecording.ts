@@ -106,7 +106,7 @@ export class CallRecording {
       }
       at = this.base
     }
-    if (at + length - from > this.base + WINDOW_SAMPLES && !this.makeRoom(at + length - from)) {
+    if (at + length - from > this.base + WINDOW_SAMPLES && !this.makeRoom(at, at + length - from)) {
       this.droppedFrames++
       return
     }
@@ -239,14 +239,15 @@ export class CallRecording {
    * audio is settled early, once per flush at most (so one write a second still holds); the gap
    * between is never written, and reads as silence.
    */
-  private makeRoom(needEnd: number): boolean {
+  private makeRoom(at: number, needEnd: number): boolean {
     if (this.jumpedAtFlush === this.flushes) return false
     this.jumpedAtFlush = this.flushes
     const settledEnd = Math.max(this.clock, Math.min(this.agentCursor, this.base + WINDOW_SAMPLES))
     const out = this.settle((bytes) => Buffer.allocUnsafe(bytes), settledEnd)
     this.early = this.merge(this.early, out, (bytes) => Buffer.allocUnsafe(bytes))
-    if (needEnd - WINDOW_SAMPLES > this.base) {
-      this.base = needEnd - WINDOW_SAMPLES
+    // The window starts again at the frame (the gap before it is never written), with room ahead.
+    if (at > this.base) {
+      this.base = at
       // Agent audio that would land before the new window is part of the gap.
       if (this.agentCursor < this.base) this.agentCursor = this.base
     }

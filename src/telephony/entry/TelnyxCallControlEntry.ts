@@ -7,12 +7,12 @@ import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
 import {
   CallControlCallPayload,
   CallControlWebhook,
   directionOf,
   entryCustomParameters,
-  EntryPaths,
   EntryQuery,
   type EntryRequest,
   type EntryResponse
