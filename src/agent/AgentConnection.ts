@@ -80,7 +80,8 @@ export class AgentConnection implements WireListener, AgentLink {
           from_number: start.from,
           to_number: start.to,
           direction: start.direction,
-          provider: start.provider
+          provider: start.provider,
+          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
         }
       })
     )

@@ -87,6 +87,8 @@ export const AgentStartParameters = Schema.Struct({
   /** `to` again, under the name Pipecat's telephony runner reads. */
   to_number: Schema.String,
   direction: Schema.Literal("inbound", "outbound"),
-  provider: Schema.Literal("twilio", "telnyx")
+  provider: Schema.Literal("twilio", "telnyx"),
+  /** W3C trace context of the call's session span (docs/observability.md, "Joining an agent's trace"). */
+  traceparent: Schema.optional(Schema.String)
 })
 export type AgentStartParameters = typeof AgentStartParameters.Type

@@ -69,6 +69,8 @@ export interface AgentStart {
   readonly direction: "inbound" | "outbound"
   readonly provider: Provider
   readonly streamSid: string
+  /** W3C trace context of the session span, for the agent to start its own spans from. */
+  readonly traceparent?: string | undefined
   /** The placer's metadata of an outbound call, added to the `start` customParameters. */
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The entry URL's extra query parameters, added to the `start` customParameters. */

@@ -170,6 +170,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         relay.carrier.close(CloseCode.normal, "the call ended")
         const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: observed.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
+        yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {
           yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
         }

@@ -1,3 +1,4 @@
+import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { DEFAULT_WEBHOOK_SIGNATURE_SCHEME } from "../environments/EnvironmentSchema.js"
@@ -160,8 +161,11 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
             d.body
           )
         }
+        // The attempt is a span of the call's trace; the receiver can join it through `traceparent`.
         const response = yield* Effect.either(
-          http.post(url, { headers, body: d.body, timeout, maxResponseBytes: RESPONSE_BYTES_KEPT })
+          Effect.flatMap(traceparentHeader, (trace) =>
+            http.post(url, { headers: { ...headers, ...trace }, body: d.body, timeout, maxResponseBytes: RESPONSE_BYTES_KEPT })
+          )
         )
         const endedAt = yield* Clock.currentTimeMillis
         const verdict = judgeAttempt(response)
@@ -188,6 +192,12 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
           error: verdict.error,
           outcome: next.state === "pending" ? "retry" : next.state === "delivered" ? "delivered" : next.state === "failed" ? "failed" : "exhausted"
         }
+        yield* Effect.annotateCurrentSpan({
+          "callgate.delivery.attempt": number,
+          "callgate.delivery.outcome": record.outcome,
+          ...(verdict.statusCode !== null ? { "http.response.status_code": verdict.statusCode } : {}),
+          ...(verdict.error !== null ? { "callgate.delivery.error": verdict.error } : {})
+        })
         yield* settle(claim, {
           ...d,
           ...next,
@@ -207,6 +217,11 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
             deliveryId: claim.delivery.id
           }, cause)
         ),
+        Effect.annotateLogs({ sessionId: claim.delivery.sessionId, deliveryId: claim.delivery.id }),
+        withCallSpan(claim.delivery.sessionId, "callgate.webhook.delivery", {
+          kind: "client",
+          attributes: { "callgate.session.id": claim.delivery.sessionId, "callgate.delivery.id": claim.delivery.id }
+        }),
         Effect.asVoid
       )
 
