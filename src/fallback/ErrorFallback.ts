@@ -4,6 +4,9 @@ import { Environments } from "../environments/Environments.js"
 import type { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { Carriers, type CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { OwnershipLease } from "../kernel/OwnershipLease.js"
+import { SessionFencing } from "../kernel/SessionFencing.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import { FallbackMetrics } from "./FallbackMetrics.js"
@@ -61,6 +64,33 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
     const http = yield* SafeHttpClient
     const config = yield* AppConfig
     const metrics = yield* FallbackMetrics
+    const fencing = yield* SessionFencing
+    const lease = yield* OwnershipLease
+    const { instanceId } = yield* InstanceIdentity
+
+    /**
+     * Whether this instance may act on the session's call through its carrier: it claims the
+     * rescue in the store first (docs/reliability.md, "Fencing"), so a call is rescued at most
+     * once whoever rescues it. A store that cannot answer leaves it to this instance while its
+     * hold on its calls lasts (no other instance can have claimed them yet), or when no other
+     * instance is live to do it.
+     */
+    const fenced = (session: SessionInfo) =>
+      fencing.claimRescue({ agentId: session.agentId, sessionId: session.sessionId }, instanceId).pipe(
+        Effect.flatMap((won) =>
+          won ? Effect.succeed(true) : Effect.as(Effect.logWarning("not rescuing the call: another instance claimed its rescue first"), false)
+        ),
+        Effect.catchAll((error) =>
+          lease.mayActAlone()
+            ? Effect.as(Effect.logWarning("the store did not take the rescue claim; rescuing on this instance's hold", { error: error.message }), true)
+            : Effect.as(
+                Effect.logWarning("not rescuing the call: the store did not take the rescue claim and this instance's hold has run out", {
+                  error: error.message
+                }),
+                false
+              )
+        )
+      )
 
     const nowIso = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
 
@@ -71,6 +101,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
      */
     const rescueWith = (session: SessionInfo, error: HardError, carrier: CarrierShape): Effect.Effect<RescueOutcome> =>
       Effect.gen(function* () {
+        if (!(yield* fenced(session))) return {}
         const startedMs = yield* Clock.currentTimeMillis
         const startedAt = new Date(startedMs).toISOString()
         let carrierRequestAt: string | null = null
