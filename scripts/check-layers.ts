@@ -16,12 +16,13 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["observability", "secrets", "kernel", "egress"],
   ["environments"],
   ["frames", "twiml"],
-  ["apikeys", "webhooks", "breaker", "carriers", "recording"],
+  ["apikeys", "webhooks", "breaker", "recording"],
   ["turns", "fallback", "agent"],
   ["session"],
-  ["fleet"],
+  ["fleet", "calls"],
+  ["carriers"],
   ["telephony"],
-  ["redis", "websocket", "calls"],
+  ["redis", "websocket"],
   ["http"],
   ["(root)"]
 ]

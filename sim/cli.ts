@@ -11,8 +11,10 @@ import { twilioSid } from "./CallEntry.js"
 import { type SimCall, SimError, redactUrl } from "./SimCall.js"
 import { placeTelnyxTexmlCall } from "./TelnyxCall.js"
 import { placeTwilioCall } from "./TwilioCall.js"
+import { runCarrierCli } from "./carrierCli.js"
 
 const USAGE = `Usage: callgate-sim --agent ID --environment ID [options]
+       callgate-sim carrier [options]     a local carrier for outbound calls (carrier --help)
 
 Places one simulated inbound call on a running callgate and prints what happened.
 
@@ -346,7 +348,7 @@ const apiClient = (gateway: string, key: string, agentId: string, environmentId:
   }
 }
 
-main().then(
+;(process.argv[2] === "carrier" ? runCarrierCli(process.argv.slice(3)) : main()).then(
   (code) => process.exit(code),
   (error) => fail(`unexpected failure: ${(error as Error).stack ?? error}`, 1)
 )

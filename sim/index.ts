@@ -40,4 +40,13 @@ export { runScript, type ScriptStep, type StepOutcome } from "./Script.js"
 export { parseStreamMarkup, type StreamInstruction } from "./StreamMarkup.js"
 export { connectTelnyxStream, placeTelnyxTexmlCall, telnyxSignatureHeaders, type TelnyxStreamOptions, type TelnyxTexmlCallOptions } from "./TelnyxCall.js"
 export { connectTwilioStream, placeTwilioCall, type TwilioCallOptions, type TwilioStreamOptions } from "./TwilioCall.js"
+export {
+  startTwilioCarrier,
+  TwilioCarrier,
+  twimlVerbs,
+  type CalleeBehaviour,
+  type CarrierCall,
+  type TwilioCarrierEvents,
+  type TwilioCarrierOptions
+} from "./TwilioCarrier.js"
 export { AudioFormatError, makeWav, wavToMulaw } from "./Wav.js"

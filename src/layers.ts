@@ -20,6 +20,7 @@ import { HttpApp } from "./http/HttpApp.js"
 import { HttpServerLive } from "./http/HttpServer.js"
 import { loggerLayer } from "./observability/Logging.js"
 import { Metrics } from "./observability/Metrics.js"
+import { tracingLayer } from "./observability/Tracing.js"
 import { Recordings } from "./recording/Recordings.js"
 import { SecretBox } from "./secrets/SecretBox.js"
 import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
@@ -115,6 +116,12 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
   Layer.provide(AppConfig.Default)
 )
 
+/**
+ * Traces as the standard OTEL_* variables say (observability/Tracing.ts): exported over OTLP/HTTP when
+ * an endpoint is set, ids only (for logs and `traceparent`) when not.
+ */
+export const TracingLive = tracingLayer
+
 /** Configuration, logs, metrics, secrets at rest and the stores. */
 export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default, OwnershipLease.Default).pipe(
   Layer.provideMerge(AppConfig.Default)
@@ -132,8 +139,8 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
  * the background work carrier webhooks start (Call Control commands, after-stream rescues).
  */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
-  Layer.provideMerge(TelnyxTwimlRunner.Default),
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
+  Layer.provideMerge(Layer.mergeAll(TelnyxCallCommands.Default, TelnyxTwimlRunner.Default)),
   Layer.provideMerge(TelnyxRest.Default)
 )
 
@@ -149,6 +156,9 @@ export const TurnsLive = TurnTiming.Default.pipe(
  */
 export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
 
+/** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
+export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
+
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
@@ -159,8 +169,8 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
-  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
-  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default, Recordings.Default))
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
+  Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */
@@ -177,7 +187,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
   Layer.provideMerge(TelephonyLive),
   Layer.provideMerge(DomainLive),
   Layer.provideMerge(FoundationLive),
-  Layer.provide(LoggingLive)
+  Layer.provide(Layer.merge(LoggingLive, TracingLive))
 )
 
 /**

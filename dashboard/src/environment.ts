@@ -1,7 +1,7 @@
 import { html } from "htm/preact"
 import { useCallback, useMemo, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session } from "./api.js"
+import { api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
 import { barsPath, Chart, Confirm, Dialog, ErrorLine, Field, fieldErrors, href, SecretOnce, time, usePoll } from "./components.js"
 import { DeliveryTable, SessionTable } from "./pages.js"
 import { answeredTurns, histogram, perMinutePercentiles, sessionCounts } from "./stats.js"
@@ -23,11 +23,41 @@ const recentSessions = async (agentId: string, environmentId: string): Promise<A
   return all.filter((s) => Date.parse(s.createdAt) >= since || s.status === "active")
 }
 
+// ---- Recording ----
+
+/** The environment's `recording` field: every call recorded, or none (docs/recording.md). */
+const RecordingSetting = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
+  const { env, onSaved } = props
+  const [busy, setBusy] = useState(false)
+  const [error, setError] = useState<unknown>(null)
+  const change = async (event: Event) => {
+    const recording = (event.currentTarget as HTMLSelectElement).value
+    setBusy(true)
+    setError(null)
+    try {
+      onSaved(await api.updateEnvironment(env.agentId, env.id, { recording }))
+    } catch (failure) {
+      setError(failure)
+    } finally {
+      setBusy(false)
+    }
+  }
+  return html`<label>
+      <span class="sr-only">Recording</span>
+      <select name="recording" value=${env.recording} disabled=${busy} onChange=${change}>
+        <option value="off">Off</option>
+        <option value="on">On: record every call</option>
+      </select>
+    </label>
+    <${ErrorLine} error=${error} />`
+}
+
 // ---- Webhook Settings ----
 
 const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
   const { env } = props
   const [url, setUrl] = useState(env.webhookUrl ?? "")
+  const [scheme, setScheme] = useState<WebhookSignatureScheme>(env.webhookSignatureScheme)
   const [error, setError] = useState<unknown>(null)
   const [secret, setSecret] = useState<string | null>(null)
   const [status, setStatus] = useState<string | null>(null)
@@ -38,7 +68,7 @@ const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) 
     setError(null)
     setStatus(null)
     try {
-      const next = await api.updateEnvironment(env.agentId, env.id, { webhookUrl: url.trim() })
+      const next = await api.updateEnvironment(env.agentId, env.id, { webhookUrl: url.trim(), webhookSignatureScheme: scheme })
       if (next.webhookSecret !== undefined) setSecret(next.webhookSecret)
       setStatus("Saved.")
       props.onSaved(next)
@@ -82,7 +112,17 @@ const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) 
             aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
             onInput=${(e: Event) => setUrl((e.target as HTMLInputElement).value)} />`}
       <//>
-      <${ErrorLine} error=${error} fields=${["webhookUrl"]} />
+      <${Field} id="webhook-scheme" label="Signature scheme" field="webhookSignatureScheme" errors=${errors}
+        hint="Standard Webhooks: webhook-id, webhook-timestamp and webhook-signature, for receivers that verify with its libraries.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<select id="webhook-scheme" value=${scheme} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+            onChange=${(e: Event) => setScheme((e.target as HTMLSelectElement).value as WebhookSignatureScheme)}>
+            <option value="service">X-Service-Signature (default)</option>
+            <option value="standard">Standard Webhooks</option>
+            <option value="both">Both</option>
+          </select>`}
+      <//>
+      <${ErrorLine} error=${error} fields=${["webhookUrl", "webhookSignatureScheme"]} />
       <div class="actions">
         <button type="submit" class="primary">Save</button>
         ${env.webhookSecretLast4 !== null ? html`<button type="button" onClick=${() => setConfirm("regenerate")}>Regenerate secret</button>` : null}
@@ -375,6 +415,8 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
             <dt>Error fallback</dt>
             <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s</dd>
+            <dt>Recording</dt>
+            <dd><${RecordingSetting} env=${env} onSaved=${setEnv} /></dd>
           </dl>
           ${showWebhook ? html`<${WebhookSettings} env=${env} onSaved=${setEnv} />` : null}
           <${Dialog} title="Error Fallback Settings" open=${showFailover} onClose=${closeFailover}>

@@ -13,11 +13,13 @@ export const CarriersLive = Layer.effect(
   Effect.gen(function* () {
     const twilio = yield* TwilioCarrier
     const telnyx = yield* TelnyxCarrier
-    const carrierOf = (call: CallRef) => (call.kind === "twilio" ? twilio : telnyx)
+    const carrierOf = (call: Pick<CallRef, "kind">) => (call.kind === "twilio" ? twilio : telnyx)
     return Carriers.of({
       hangup: (call) => carrierOf(call).hangup(call),
       transfer: (call, to, callerId) => carrierOf(call).transfer(call, to, callerId),
-      applyTwiml: (call, twiml) => carrierOf(call).applyTwiml(call, twiml)
+      applyTwiml: (call, twiml) => carrierOf(call).applyTwiml(call, twiml),
+      place: (dial) => carrierOf(dial).place(dial),
+      cancel: (call) => carrierOf(call).cancel(call)
     })
   })
 )

@@ -1,6 +1,8 @@
-import { Effect, Either } from "effect"
+import { Effect, Either, Option } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
-import { type CallRef, CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { type CallRef, CarrierError, type CarriersShape, type OutboundDial } from "../kernel/Carrier.js"
+import { TelnyxCallCommands } from "./TelnyxCallCommands.js"
 import { TelnyxRest } from "./TelnyxRest.js"
 import { TelnyxTwimlRunner } from "./TelnyxTwimlRunner.js"
 import { translateTwiml } from "../twiml/TwimlCallControl.js"
@@ -9,11 +11,14 @@ import { dialTwiml } from "../twiml/TwimlBuilder.js"
 /**
  * The Telnyx side of the `Carriers` port: TeXML calls get TeXML call updates (Status, Texml);
  * Call Control calls get commands (hangup, transfer) and translated TwiML (TelnyxTwimlRunner).
+ * Outbound calls are placed as Call Control dials on TELNYX_CONNECTION_ID.
  */
 export class TelnyxCarrier extends Effect.Service<TelnyxCarrier>()("callgate/TelnyxCarrier", {
   effect: Effect.gen(function* () {
+    const config = yield* AppConfig
     const rest = yield* TelnyxRest
     const runner = yield* TelnyxTwimlRunner
+    const commands = yield* TelnyxCallCommands
 
     const hangup = (call: CallRef) =>
       call.kind === "telnyx-call-control"
@@ -41,6 +46,27 @@ export class TelnyxCarrier extends Effect.Service<TelnyxCarrier>()("callgate/Tel
       return Effect.zipRight(runner.cancel(call.callId), runner.run(call.callId, translated.right))
     }
 
-    return { hangup, transfer, applyTwiml } as const satisfies CarrierShape
+    const place = (dial: OutboundDial): Effect.Effect<CallRef, CarrierError> =>
+      Option.match(config.telnyxConnectionId, {
+        onNone: () => Effect.fail(new CarrierError({ provider: "telnyx", operation: "dial", detail: "not configured: TELNYX_CONNECTION_ID is not set", retryable: false })),
+        onSome: (connectionId) =>
+          commands
+            .dial({
+              connectionId,
+              to: dial.to,
+              from: dial.from,
+              webhookUrl: dial.answerUrl,
+              timeoutSecs: dial.timeoutSeconds,
+              // greeting_end always reports the end of a machine's greeting (call.machine.greeting.ended).
+              answeringMachineDetection:
+                dial.machineDetection === undefined ? undefined : dial.machineDetection.mode === "detect" ? "detect" : "greeting_end"
+            })
+            .pipe(Effect.map((callControlId): CallRef => ({ kind: "telnyx-call-control", callId: callControlId })))
+      })
+
+    const cancel = (call: CallRef) =>
+      call.kind === "telnyx-call-control" ? rest.hangup(call.callId) : rest.texmlUpdate("cancel", call, { Status: "canceled" }, true)
+
+    return { hangup, transfer, applyTwiml, place, cancel } as const satisfies CarriersShape
   })
 }) {}

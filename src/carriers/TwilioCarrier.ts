@@ -3,7 +3,7 @@ import twilio from "twilio"
 import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import { Metrics } from "../observability/Metrics.js"
-import { type CallRef, CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { type CallRef, CarrierError, type CarriersShape, type OutboundDial } from "../kernel/Carrier.js"
 import { dialTwiml } from "../twiml/TwimlBuilder.js"
 import { MAX_TWILIO_TWIML_CHARS } from "../twiml/TwimlDocument.js"
 import {
@@ -48,20 +48,10 @@ const classifyTwilioFailure = (error: unknown): ClassifiedFailure => {
   return classifyStatus(status, detail)
 }
 
-/** What placing an outbound call through Twilio's Calls API needs. */
-export interface TwilioDial {
-  readonly to: string
-  readonly from: string
-  /** The voice URL Twilio fetches once the call is answered (callgate's voice entry). */
-  readonly url: string
-  /** Where Twilio reports the call's progress (initiated, ringing, answered, completed). */
-  readonly statusCallback: string
-  readonly timeoutSeconds: number
-}
-
 /**
- * The Twilio side of the `Carriers` port: Programmable Voice call updates through the twilio SDK.
- * hangup = Status=completed; transfer = Twiml with <Dial>; applyTwiml = Twiml as given.
+ * The Twilio side of the `Carriers` port: Programmable Voice through the twilio SDK.
+ * hangup = Status=completed; transfer = Twiml with <Dial>; applyTwiml = Twiml as given;
+ * place = Calls.create; cancel = Status=canceled.
  */
 export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/TwilioCarrier", {
   effect: Effect.gen(function* () {
@@ -124,8 +114,8 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
 
     const applyTwiml = (call: CallRef, twiml: string) => applyDocument("applyTwiml", call, twiml)
 
-    /** Calls.create; answers the new CallSid. Not repeated after an ambiguous failure: that could place two calls. */
-    const placeCall = (dial: TwilioDial): Effect.Effect<{ readonly callSid: string; readonly accountSid: string }, CarrierError> => {
+    /** Calls.create; answers the new call. Not repeated after an ambiguous failure: that could place two calls. */
+    const place = (dial: OutboundDial): Effect.Effect<CallRef, CarrierError> => {
       if (typeof client === "string") return Effect.fail(notConfigured("placeCall"))
       return runCarrierRequestFor(instruments, {
         provider: "twilio",
@@ -137,22 +127,30 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
             client.sdk.api.v2010.accounts(client.accountSid).calls.create({
               to: dial.to,
               from: dial.from,
-              url: dial.url,
+              url: dial.answerUrl,
               method: "POST",
-              statusCallback: dial.statusCallback,
+              statusCallback: dial.statusUrl,
               statusCallbackMethod: "POST",
               statusCallbackEvent: ["initiated", "ringing", "answered", "completed"],
-              timeout: dial.timeoutSeconds
+              timeout: dial.timeoutSeconds,
+              // Always asynchronous: the callee is connected at once and the verdict is posted to resultUrl.
+              ...(dial.machineDetection !== undefined
+                ? {
+                    machineDetection: dial.machineDetection.mode === "detect" ? "Enable" : "DetectMessageEnd",
+                    asyncAmd: "true",
+                    asyncAmdStatusCallback: dial.machineDetection.resultUrl,
+                    asyncAmdStatusCallbackMethod: "POST"
+                  }
+                : {})
             }),
           catch: classifyTwilioFailure
         })
-      }).pipe(Effect.map((created) => ({ callSid: created.sid, accountSid: client.accountSid })))
+      }).pipe(Effect.map((created): CallRef => ({ kind: "twilio", callId: created.sid, accountSid: client.accountSid })))
     }
 
     /** Cancels a call that is queued or ringing (Twilio: Status=canceled). */
     const cancel = (call: CallRef) => updateCall("cancel", call, { status: "canceled" }, true)
 
-    const port: CarrierShape = { hangup, transfer, applyTwiml }
-    return { ...port, placeCall, cancel } as const
+    return { hangup, transfer, applyTwiml, place, cancel } as const satisfies CarriersShape
   })
 }) {}

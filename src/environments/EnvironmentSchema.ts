@@ -57,6 +57,18 @@ export const FallbackTimeout = intBetween(0, 30)
 export const FallbackThreshold = intBetween(1, 20)
 export const FallbackWindow = intBetween(60, 3600)
 
+/**
+ * How event webhooks are signed (docs/webhooks.md, "Signature schemes"): `service`, the interface's
+ * `X-Service-Signature` / `X-Service-Timestamp`; `standard`, Standard Webhooks' `webhook-id`,
+ * `webhook-timestamp`, `webhook-signature: v1,<base64>`; `both`, every header. The error fallback
+ * webhook always uses `service`.
+ */
+export const WebhookSignatureScheme = Schema.Literal("service", "standard", "both").annotations({
+  message: () => ({ message: "must be one of service, standard, both", override: true })
+})
+export type WebhookSignatureScheme = typeof WebhookSignatureScheme.Type
+export const DEFAULT_WEBHOOK_SIGNATURE_SCHEME: WebhookSignatureScheme = "service"
+
 export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as const
 
 /** Outbound calls of an environment placed or live at once (docs/calls.md, "Placing outbound calls"). */
@@ -92,6 +104,8 @@ export const StoredEnvironment = Schema.Struct({
   agentUrl: Schema.NullOr(Schema.String),
   /** Absent on environments stored before outbound calls existed: the default applies. */
   maxConcurrentOutboundCalls: Schema.optional(Schema.Number),
+  /** Absent on environments stored before the field existed: `service`. */
+  webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
   /** Absent on environments stored before recording existed: off. */
   recording: Schema.optional(RecordingMode)
 })
@@ -109,6 +123,9 @@ export const EnvironmentView = Schema.Struct({
     description: "Present only in the response that generated the secret"
   }),
   webhookSecretLast4: Schema.NullOr(Schema.String),
+  webhookSignatureScheme: WebhookSignatureScheme.annotations({
+    description: "How event webhooks are signed: service (X-Service-Signature, default), standard (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature v1) or both"
+  }),
   errorFallbackType: FallbackType,
   errorFallbackValue: Schema.NullOr(Schema.String),
   errorFallbackTimeout: Schema.Number,
@@ -132,6 +149,7 @@ const patchFields = {
       message: () => "only null is accepted (it clears the secret); use regenerate-webhook-secret for a new one"
     })
   ),
+  webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
   errorFallbackType: Schema.optional(FallbackType),
   errorFallbackValue: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048)))),
   errorFallbackTimeout: Schema.optional(FallbackTimeout),

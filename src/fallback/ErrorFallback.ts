@@ -8,6 +8,7 @@ import { Carriers, type CarrierError, type CarrierShape } from "../kernel/Carrie
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { SessionFencing } from "../kernel/SessionFencing.js"
+import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import { FallbackMetrics } from "./FallbackMetrics.js"
@@ -131,15 +132,17 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         const startedMs = yield* Clock.currentTimeMillis
         const startedAt = new Date(startedMs).toISOString()
         let carrierRequestAt: string | null = null
+        let carrierRequestName: string | null = null
         /** Marks the moment a carrier request decides the call, for the trigger-to-carrier metric. */
-        const carrierRequest = <A>(request: Effect.Effect<A, CarrierError>) =>
+        const carrierRequest = <A>(name: string, request: Effect.Effect<A, CarrierError>) =>
           Effect.gen(function* () {
             const at = yield* Clock.currentTimeMillis
             carrierRequestAt ??= new Date(at).toISOString()
+            carrierRequestName ??= name
             metrics.observeCarrierDelay(error.kind, (at - startedMs) / 1000)
             return yield* request
           })
-        const hangup = carrierRequest(carrier.hangup(session.call)).pipe(
+        const hangup = carrierRequest("hangup", carrier.hangup(session.call)).pipe(
           Effect.tapError((e) => Effect.logWarning("hanging up the call failed", { error: e.message })),
           Effect.either
         )
@@ -150,7 +153,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
 
         const decide = Effect.gen(function* () {
           if (type === "phone" && Option.isSome(value)) {
-            const moved = yield* carrierRequest(carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
+            const moved = yield* carrierRequest("transfer", carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
             if (moved._tag === "Right") return decision({ outcome: "transferred" })
             if (hasRedirect && redirectable(moved.left)) {
               keepForRedirect(session.sessionId, dialTwiml(value.value, agentNumberOf(session)))
@@ -163,9 +166,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             const body = JSON.stringify(fallbackWebhookBody(session, error))
             const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
             const secret = Option.getOrUndefined(environment.value.errorFallbackWebhookSecret)
+            const trace = yield* traceparentHeader
             const answer = yield* http
               .post(fallbackUrl(value.value, error.message), {
-                headers: { "content-type": "application/json", ...signatureHeaders(secret, timestamp, body) },
+                headers: { "content-type": "application/json", ...signatureHeaders(secret, timestamp, body), ...trace },
                 body,
                 timeout: config.fallbackWebhookTimeout,
                 maxResponseBytes: MAX_FALLBACK_BODY_BYTES
@@ -180,7 +184,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             const read = classifyFallbackAnswer({ status, body: answer.right.body.toString("utf8"), truncated: answer.right.truncated })
             switch (read._tag) {
               case "Markup": {
-                const applied = yield* carrierRequest(carrier.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
+                const applied = yield* carrierRequest("applyTwiml", carrier.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
                 if (applied._tag === "Right") return decision({ outcome: "markup_applied", webhookStatus: status })
                 if (hasRedirect && applied.left.unexpected !== true && redirectable(applied.left)) {
                   keepForRedirect(session.sessionId, read.twiml)
@@ -224,6 +228,13 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
           via: decided.redirected === true ? "redirect" : via
         }
         metrics.countFallback(error.kind, type, decided.outcome)
+        yield* Effect.annotateCurrentSpan({
+          "callgate.rescue.type": type,
+          "callgate.rescue.outcome": decided.outcome,
+          ...(carrierRequestName !== null ? { "callgate.rescue.carrier_request": carrierRequestName } : {}),
+          ...(carrierRequestAt !== null ? { "callgate.rescue.carrier_request_at": carrierRequestAt } : {}),
+          ...(decided.webhookStatus !== undefined ? { "callgate.rescue.webhook_status": decided.webhookStatus } : {})
+        })
         yield* Effect.logInfo("error fallback ran", { trigger: error.kind, type, outcome: decided.outcome, via: record.via })
         return { fallback: record }
       }).pipe(
@@ -234,7 +245,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             Effect.zipRight(Effect.ignore(carrier.hangup(session.call))),
             Effect.as({})
           )
-        )
+        ),
+        withCallSpan(session.sessionId, "callgate.rescue", {
+          attributes: { "callgate.session.id": session.sessionId, "callgate.rescue.trigger": error.kind }
+        })
       )
 
     const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> => rescueWith(session, error, carriers, "rest")

@@ -44,7 +44,7 @@ export class CarrierError extends Data.TaggedError("CarrierError")<{
   }
 }
 
-/** What callgate asks of a carrier for one live call. */
+/** What callgate asks of a carrier for one live call (a rescue may answer it without REST: AfterStreamEntry). */
 export interface CarrierShape {
   /** Ends the call. Already ended counts as done. */
   readonly hangup: (call: CallRef) => Effect.Effect<void, CarrierError>
@@ -57,5 +57,30 @@ export interface CarrierShape {
   readonly applyTwiml: (call: CallRef, twiml: string) => Effect.Effect<void, CarrierError>
 }
 
+/** An outbound call to place: Twilio Calls API, or a Telnyx Call Control dial on TELNYX_CONNECTION_ID. */
+export interface OutboundDial {
+  readonly kind: Extract<CallKind, "twilio" | "telnyx-call-control">
+  readonly to: string
+  readonly from: string
+  /** Where the carrier asks what to do once the call is answered (callgate's entry for this call). */
+  readonly answerUrl: string
+  /** Where Twilio reports the call's progress (initiated, ringing, answered, completed); Telnyx reports to `answerUrl`. */
+  readonly statusUrl: string
+  readonly timeoutSeconds: number
+  /**
+   * The carrier's answering-machine detection, asynchronous (docs/calls.md, "Answering-machine
+   * detection"); Twilio posts the verdict to `resultUrl`, Telnyx to `answerUrl`.
+   */
+  readonly machineDetection?: { readonly mode: "detect" | "detect-message-end"; readonly resultUrl: string } | undefined
+}
+
+/** The carriers' REST APIs: the live-call requests, and placing and canceling calls. */
+export interface CarriersShape extends CarrierShape {
+  /** Places the call; answers where it is. Never repeated after an ambiguous failure: that could place two calls. */
+  readonly place: (dial: OutboundDial) => Effect.Effect<CallRef, CarrierError>
+  /** Stops a call that is not answered yet (Twilio Status=canceled, Telnyx hang-up). Already ended counts as done. */
+  readonly cancel: (call: CallRef) => Effect.Effect<void, CarrierError>
+}
+
 /** Dispatches to the Twilio or Telnyx adapter by `CallRef.kind`. */
-export class Carriers extends Context.Tag("callgate/Carriers")<Carriers, CarrierShape>() {}
+export class Carriers extends Context.Tag("callgate/Carriers")<Carriers, CarriersShape>() {}

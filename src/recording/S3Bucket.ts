@@ -76,6 +76,10 @@ export class S3Bucket {
   ) {
     this.client = new S3Client({
       region: credentials.region,
+      // Checksums only where S3 requires them: the SDK's default (CRC32 on every request) is not
+      // understood by every S3-compatible service, and the TLS/TCP checks already cover transport.
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
       ...(location.endpoint !== undefined ? { endpoint: location.endpoint, forcePathStyle: true } : {}),
       ...(credentials.accessKeyId !== undefined && credentials.secretAccessKey !== undefined
         ? {
@@ -93,15 +97,20 @@ export class S3Bucket {
     return `${this.location.prefix}${name}`
   }
 
-  /** Streams the file at `path` to `name` as a multipart upload. */
-  async uploadFile(name: string, path: string, contentType: string): Promise<void> {
+  /** Streams the file at `path` to `name` as a multipart upload (one PutObject when it fits one part); returns the parts sent. */
+  async uploadFile(name: string, path: string, contentType: string): Promise<number> {
     const upload = new Upload({
       client: this.client,
       params: { Bucket: this.location.bucket, Key: this.key(name), Body: createReadStream(path), ContentType: contentType },
       queueSize: 2,
       leavePartsOnError: false
     })
+    let parts = 0
+    upload.on("httpUploadProgress", (progress) => {
+      parts = Math.max(parts, progress.part ?? 0)
+    })
     await upload.done()
+    return parts
   }
 
   async putJson(name: string, value: unknown): Promise<void> {

@@ -11,6 +11,7 @@ import { SessionEndJournal } from "./SessionEndJournal.js"
 import type { CallSession, SessionEnding } from "./CallSession.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
+import type { AnsweredBy, MachineVerdict } from "../kernel/CallLegs.js"
 import type { Session } from "./SessionSchema.js"
 import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
 import { type ObservedSession, type SessionControl, TurnObservers, unobserved } from "./TurnObservers.js"
@@ -40,8 +41,13 @@ export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
   ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
   ...(instanceId !== undefined ? { instanceId } : {}),
   callKind: info.call.kind,
-  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {})
+  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
+  ...verdictFields(info.answeredBy)
 })
+
+/** The session record's fields for a machine-detection verdict. */
+export const verdictFields = (verdict: MachineVerdict | undefined): { answeredBy?: AnsweredBy; answeredByDetail?: string } =>
+  verdict === undefined ? {} : { answeredBy: verdict.answeredBy, answeredByDetail: verdict.detail }
 
 /**
  * The slow, effectful steps of a session around the synchronous relay: record it, find its
@@ -178,6 +184,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         relay.carrier.close(CloseCode.normal, "the call ended")
         const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: observed.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
+        yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {
           yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
         }
@@ -190,6 +197,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
             endReason: end.endReason,
             endedAt: end.endedAt.toISOString(),
             fallback: end.fallback ?? null,
+            ...verdictFields(relay.answeredBy),
             ...(Option.isSome(recording) ? { recording: recording.value } : {})
           },
           ...(end.turns !== undefined ? { turns: end.turns } : {})

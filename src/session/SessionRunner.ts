@@ -4,6 +4,7 @@ import { AgentConnector } from "../agent/AgentConnector.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { HardError } from "../kernel/HardError.js"
 import { CloseCode } from "../frames/WireSocket.js"
+import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
 import { type CallSession, SessionEnding } from "./CallSession.js"
 import { SessionLifecycle } from "./SessionLifecycle.js"
 import type { Session } from "./SessionSchema.js"
@@ -51,10 +52,12 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
     yield* nextExpiry.pipe(Effect.forever, Effect.forkScoped)
 
     /** Finds the agent and connects it, unless the session ends first. */
-    const connectAgent = (relay: CallSession, streamSid: string) =>
+    const connectAgent = (relay: CallSession, streamSid: string, traceparent: string) =>
       Effect.gen(function* () {
         const target = yield* lifecycle.agentTarget(relay.info)
+        yield* Effect.annotateCurrentSpan("callgate.agent.mode", target.agentUrl === null ? "dial_in" : "dial_out")
         const agent = yield* connector.acquire(target)
+        yield* Effect.annotateCurrentSpan("callgate.agent.outcome", "connected")
         const { info } = relay
         relay.attachAgent(agent, {
           sessionId: info.sessionId,
@@ -65,11 +68,17 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           direction: info.direction,
           provider: info.provider,
           streamSid,
+          traceparent,
           metadata: info.metadata,
           customParameters: info.customParameters
         })
       }).pipe(
-        Effect.catchAll((error) => Effect.sync(() => relay.end(SessionEnding.Failed({ error })))),
+        Effect.catchAll((error) =>
+          Effect.zipRight(
+            Effect.annotateCurrentSpan("callgate.agent.outcome", error.kind),
+            Effect.sync(() => relay.end(SessionEnding.Failed({ error })))
+          )
+        ),
         // A bug must not leave the caller waiting for an agent until the maximum duration.
         Effect.catchAllDefect((defect) =>
           Effect.zipRight(
@@ -85,7 +94,10 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
     const runSession = (relay: CallSession, ended: Deferred.Deferred<SessionEnding>): Effect.Effect<Session> =>
       Effect.gen(function* () {
         // The caller is on the line: the agent is sought first, the record is written beside it.
-        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid()))
+        // The agent leg is a span of its own, open until the session's scope closes.
+        const session = yield* Effect.currentSpan.pipe(Effect.orDie)
+        const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": relay.info.sessionId } })
+        const connecting = yield* Effect.fork(connectAgent(relay, newStreamSid(), traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
         const recording = yield* Effect.fork(lifecycle.begin(relay.info))
         const observed = yield* lifecycle.observerFor(relay.info, {
           fail: (error) => {
@@ -111,7 +123,15 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
             relay.carrier.close(CloseCode.goingAway, "callgate is shutting down")
           })
         ),
-        Effect.annotateLogs({ sessionId: relay.info.sessionId, agentId: relay.info.agentId, environmentId: relay.info.environmentId })
+        Effect.annotateLogs({ sessionId: relay.info.sessionId, agentId: relay.info.agentId, environmentId: relay.info.environmentId }),
+        withSessionSpan(relay.info.sessionId, {
+          "callgate.session.id": relay.info.sessionId,
+          "callgate.agent.id": relay.info.agentId,
+          "callgate.environment.id": relay.info.environmentId,
+          "callgate.provider": relay.info.provider,
+          "callgate.direction": relay.info.direction,
+          "callgate.call.id": relay.info.call.callId
+        })
       )
 
     /**

@@ -1,3 +1,4 @@
+import { callTraceIds } from "../../src/observability/Tracing.js"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ApiKeys } from "../../src/apikeys/ApiKeys.js"
@@ -174,7 +175,8 @@ describe.each<StoreKind>(["memory", "redis"])("outbound calls, %s store", (store
         from_number: OUR_NUMBER,
         to_number: CUSTOMER,
         direction: "outbound",
-        provider: "twilio"
+        provider: "twilio",
+        traceparent: `00-${callTraceIds(placed.id).traceId}-${callTraceIds(placed.id).spanId}-00`
       })
       expect(await sessionOf(env, placed.id)).toMatchObject({ status: "active", createdAt: placed.createdAt })
 

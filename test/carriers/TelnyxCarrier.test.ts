@@ -1,6 +1,6 @@
 import { Effect, Either, TestClock } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
-import type { CallRef } from "../../src/kernel/Carrier.js"
+import { type CallRef, Carriers } from "../../src/kernel/Carrier.js"
 import { TelnyxCallCommands } from "../../src/carriers/TelnyxCallCommands.js"
 import { TelnyxTwimlRunner } from "../../src/carriers/TelnyxTwimlRunner.js"
 import { translateTwiml } from "../../src/twiml/TwimlCallControl.js"
@@ -202,8 +202,37 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
     })
   })
 
+  describe("outbound calls (the port's place and cancel)", () => {
+    const dial = { kind: "telnyx-call-control", to: "+14155550199", from: "+14155550111", answerUrl: "https://callgate.example/telephony/telnyx/call-control?sessionId=s1", statusUrl: "https://callgate.example/status", timeoutSeconds: 25 } as const
+
+    it("place is a Call Control dial on TELNYX_CONNECTION_ID, answered with the new call; cancel hangs it up", async () => {
+      const withConnection = makeCarrierRuntime({ ...telnyx.env, TELNYX_CONNECTION_ID: "conn-1" })
+      try {
+        const placed = await withConnection.runPromise(Effect.flatMap(Carriers, (carriers) => carriers.place(dial)))
+        const [request] = telnyx.dialed()
+        expect(placed).toEqual({ kind: "telnyx-call-control", callId: request!.callControlId })
+        expect(request!.json).toMatchObject({ connection_id: "conn-1", to: dial.to, from: dial.from, webhook_url: dial.answerUrl, timeout_secs: 25 })
+        await withConnection.runPromise(Effect.flatMap(Carriers, (carriers) => carriers.cancel(placed)))
+        expect(telnyx.commands(placed.callId).map((r) => r.path.split("/").pop())).toEqual(["hangup"])
+      } finally {
+        await withConnection.dispose()
+      }
+    })
+
+    it("place without TELNYX_CONNECTION_ID fails as not configured and sends nothing", async () => {
+      const result = await runtime.runPromise(Effect.either(Effect.flatMap(Carriers, (carriers) => carriers.place(dial))))
+      expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "CarrierError", provider: "telnyx", retryable: false })
+      expect(telnyx.requests).toHaveLength(0)
+    })
+  })
+
   describe("TeXML calls", () => {
     const updatePath = (callSid: string) => `/v2/texml/Accounts/${ACCOUNT}/Calls/${callSid}`
+
+    it("cancel is a TeXML call update with Status=canceled", async () => {
+      expect(Either.isRight(await carrierOp(runtime, (c) => c.cancel(texml("v3:tx-0"))))).toBe(true)
+      expect(telnyx.texmlUpdates("v3:tx-0").map((r) => r.form)).toEqual([{ Status: "canceled" }])
+    })
 
     it("hangup is a TeXML call update with Status=completed, form-encoded, Bearer auth", async () => {
       expect(Either.isRight(await carrierOp(runtime, (c) => c.hangup(texml("v3:tx-1"))))).toBe(true)

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest"
 import { entryUrl, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
-import { EntryPaths } from "../../src/telephony/entry/EntryWire.js"
+import { EntryPaths } from "../../src/kernel/EntryPaths.js"
 import { type RedisServer, startRedisServer } from "../support/redisServer.js"
 import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.js"
 import { framesLost, LONG, type Rig, sleep, startRig, until } from "../faults/faultRig.js"

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
 import { ErrorFallback } from "../../src/fallback/ErrorFallback.js"
 import type { FallbackRecord } from "../../src/fallback/FallbackRecord.js"
-import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
+import { RescueLive } from "../../src/layers.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { HardError } from "../../src/kernel/HardError.js"
 import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
@@ -25,8 +25,7 @@ beforeAll(async () => {
   telnyx = await startFakeTelnyx()
   receiver = await startReceiver(() => nextReply)
   runtime = ManagedRuntime.make(
-    ErrorFallback.Default.pipe(
-      Layer.provideMerge(FallbackMetrics.Default),
+    RescueLive.pipe(
       Layer.provideMerge(
         domainLayer("memory", {
           ...twilio.env,
@@ -180,6 +179,27 @@ describe("error fallback: webhook request", () => {
       EnvironmentId: environmentId,
       Provider: "twilio"
     })
+    expect(
+      verifySignature({
+        secret: view.errorFallbackWebhookSecret!,
+        signature: request.headers["x-service-signature"] as string,
+        timestamp: request.headers["x-service-timestamp"] as string,
+        rawBody: request.body
+      })
+    ).toBe(true)
+  })
+
+  it.each(["standard", "both"] as const)("keeps the interface's scheme when the event webhooks' scheme is %s", async (webhookSignatureScheme) => {
+    const { agentId, environmentId, view } = await environment({
+      errorFallbackType: "webhook",
+      errorFallbackValue: receiver.url("/fallback"),
+      webhookSignatureScheme
+    })
+    expect(view.webhookSignatureScheme).toBe(webhookSignatureScheme)
+    await rescue(sessionFor(agentId, environmentId))
+    const request = receiver.requests[0]!
+    expect(request.headers["webhook-signature"]).toBeUndefined()
+    expect(request.headers["webhook-id"]).toBeUndefined()
     expect(
       verifySignature({
         secret: view.errorFallbackWebhookSecret!,

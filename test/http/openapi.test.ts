@@ -2,6 +2,7 @@ import { Validator } from "@seriousme/openapi-schema-validator"
 import { Effect, Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { apiRoute, openApiDocument } from "../../src/http/ApiRoute.js"
+import { ApiError } from "../../src/http/ApiError.js"
 import { apiRoutes } from "../../src/http/HttpApp.js"
 import { makeTestApp, type StoreKind, type TestApp } from "../support/testApp.js"
 import { call } from "./client.js"
@@ -85,7 +86,7 @@ describe.each<StoreKind>(["memory", "redis"])("GET /v1/openapi.json (%s store)",
     expect(place.responses["201"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/Session" })
     const placeCall = document.components.schemas.PlaceCall
     expect(placeCall.required.sort()).toEqual(["from", "to"])
-    expect(Object.keys(placeCall.properties).sort()).toEqual(["from", "metadata", "provider", "timeoutSeconds", "to"])
+    expect(Object.keys(placeCall.properties).sort()).toEqual(["from", "machineDetection", "metadata", "provider", "timeoutSeconds", "to"])
     const cancel = document.paths[`${calls}/{sessionId}`]?.delete
     expect(cancel.parameters.map((p: { name: string }) => p.name).sort()).toEqual(["agentId", "environmentId", "sessionId"])
     expect(document.components.schemas.Environment.properties.maxConcurrentOutboundCalls).toMatchObject({ type: "number" })
@@ -125,7 +126,8 @@ describe("openApiDocument", () => {
         auth: "admin",
         body: loose,
         response: loose,
-        handler: () => Effect.void
+        // Only the document is read: the handler is never run.
+        handler: () => Effect.fail(ApiError.of("INTERNAL"))
       })
     const document = openApiDocument([route("/v1/one"), route("/v1/two")], { title: "t", version: "1" })
     expect(JSON.stringify(document)).not.toContain('"$id"')

@@ -42,8 +42,7 @@ export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runti
     const { agentId, environmentId } = request.params as ConnectParams
     const exit = await run(Effect.flatMap(Environments, (envs) => envs.get(agentId, environmentId)))
     if (Exit.isSuccess(exit)) return
-    const failure = exit.cause._tag === "Fail" ? toApiError(exit.cause.error) : undefined
-    throw failure !== undefined && failure._tag === "Some" ? failure.value : ApiError.of("INTERNAL")
+    throw exit.cause._tag === "Fail" ? toApiError(exit.cause.error) : ApiError.of("INTERNAL")
   }
 
   app.get(

@@ -2,7 +2,7 @@ import { Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { SocketGuards } from "../../websocket/SocketGuards.js"
 import { wsWireSocket } from "../../websocket/WsWireSocket.js"
-import { EntryPaths } from "../../telephony/entry/EntryWire.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { CarrierStreams } from "../../telephony/streams/CarrierStreams.js"
 
 /**

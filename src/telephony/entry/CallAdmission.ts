@@ -1,5 +1,6 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
 import { Environments } from "../../environments/Environments.js"
+import { withCallSpan } from "../../observability/Tracing.js"
 import { newSessionId } from "../../kernel/SessionInfo.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { SessionRegistry } from "../../session/SessionRegistry.js"
@@ -20,8 +21,11 @@ export type Admission =
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
 
-export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) =>
-  Effect.gen(function* () {
+export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) => {
+  // An outbound call's session exists already; an inbound call's is minted here, so the entry
+  // answer's <Redirect> can name it (docs/reliability.md), and the admission is a span of its trace.
+  const sessionId = claims.sessionId ?? newSessionId()
+  return Effect.gen(function* () {
     const environments = yield* Environments
     const tokens = yield* SessionTokens
     const placement = yield* Placement
@@ -57,15 +61,22 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     const placed =
       claims.sessionId !== undefined
         ? placement.here
-        : yield* placement.place(claims.agentId, claims.environmentId, lookup.value.agentUrl)
+        : yield* placement
+            .place(claims.agentId, claims.environmentId, lookup.value.agentUrl)
+            .pipe(
+              Effect.tap((placed) =>
+                Effect.annotateCurrentSpan({
+                  "callgate.placement.instance": placed._tag === "NoInstance" ? "none" : placed.instanceId,
+                  "callgate.placement.agent": placed._tag === "NoInstance" ? "none" : placed.agent._tag
+                })
+              ),
+              withCallSpan(sessionId, "callgate.placement", { attributes: { "callgate.session.id": sessionId } })
+            )
     if (placed._tag === "NoInstance") {
       yield* Effect.logWarning("call refused: callgate is shutting down and no other instance is live", { kind: claims.kind, callId: claims.callId })
       return { _tag: "Unavailable" } as Admission
     }
     const agent = placed.agent
-    // An outbound call's session exists already; an inbound call's is minted here, so the entry
-    // answer's <Redirect> can name it (docs/reliability.md).
-    const sessionId = claims.sessionId ?? newSessionId()
     const token = tokens.issue({
       ...claims,
       ...(claims.sessionId !== undefined ? {} : { entrySessionId: sessionId }),
@@ -82,7 +93,21 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       agent: agent._tag
     })
     return { _tag: "Admitted", token, sessionId, streamBase: publicWsUrl(placed.publicUrl), instanceId: placed.instanceId } as Admission
-  })
+  }).pipe(
+    Effect.tap((admission) => Effect.annotateCurrentSpan("callgate.admission.outcome", admission._tag)),
+    Effect.annotateLogs({ sessionId }),
+    withCallSpan(sessionId, "callgate.admission", {
+      attributes: {
+        "callgate.session.id": sessionId,
+        "callgate.agent.id": claims.agentId,
+        "callgate.environment.id": claims.environmentId,
+        "callgate.provider": claims.kind === "twilio" ? "twilio" : "telnyx",
+        "callgate.call.kind": claims.kind,
+        "callgate.direction": claims.direction
+      }
+    })
+  )
+}
 
 /** The claims field for an entry URL's custom parameters: none when it has none (a token no larger than before). */
 export const withCustomParameters = (parameters: Readonly<Record<string, string>>): { customParameters?: Record<string, string> } =>

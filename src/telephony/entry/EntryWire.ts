@@ -113,18 +113,6 @@ export interface EntryRequest {
   readonly rawBody: Buffer | undefined
 }
 
-/** Paths of the entry endpoints and of the media streams they point carriers to. */
-export const EntryPaths = {
-  twilioVoice: "/telephony/twilio/voice",
-  twilioStream: "/telephony/twilio/stream",
-  telnyxTexml: "/telephony/telnyx/texml",
-  telnyxCallControl: "/telephony/telnyx/call-control",
-  telnyxStream: "/telephony/telnyx/stream",
-  /** Where the entry answer's `<Redirect>` sends a call whose stream ended (docs/reliability.md). */
-  twilioAfterStream: "/telephony/twilio/after-stream",
-  telnyxAfterStream: "/telephony/telnyx/after-stream"
-} as const
-
 /** The `<Redirect>` URL's query: the call's environment and the session the entry minted for it. */
 export const AfterStreamQuery = Schema.Struct({ agentId: ResourceId, environmentId: ResourceId, sessionId: ResourceId })
 export type AfterStreamQuery = typeof AfterStreamQuery.Type

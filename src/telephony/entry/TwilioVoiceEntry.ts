@@ -3,7 +3,8 @@ import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
-import { directionOf, entryCustomParameters, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
  * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
