@@ -28,3 +28,9 @@ export const SessionEndedEvent = Schema.Struct({
   recording: Schema.optional(SessionRecording.annotations({ description: "Present when the call was recorded and its file is complete" }))
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type
+
+// The receiver package's plain type (packages/webhooks) describes this very payload: each must take the other.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+type Plain = import("../../packages/webhooks/src/index.js").SessionEndedEvent
+const _sameShape: Same<SessionEndedEvent, Plain> = true
+void _sameShape
