@@ -88,6 +88,7 @@ export const verifySignature = (options: VerifyOptions): boolean => {
   if (!HEX_DIGEST.test(presentedHex)) return false
   const presented = Buffer.from(presentedHex, "hex")
   const expected = digest(secret, timestamp, rawBody)
+  // src/secrets/ConstantTime.ts's comparison; this package stands alone, so it calls node:crypto itself.
   return presented.length === expected.length && timingSafeEqual(presented, expected)
 }
 
