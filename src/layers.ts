@@ -151,6 +151,9 @@ export const TurnsLive = TurnTiming.Default.pipe(
  */
 export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
 
+/** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
+export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
+
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
@@ -161,8 +164,8 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
-  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
-  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default, Recordings.Default))
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
+  Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */

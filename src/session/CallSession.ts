@@ -2,7 +2,7 @@ import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 
@@ -67,6 +67,8 @@ export class CallSession implements CallerEvents, AgentEvents {
   private ending: SessionEnding | undefined
   private view: Uint8Array = sharedAudio.subarray(0, 0)
   private readonly startedAtMs = performance.now()
+  /** The outbound call's machine-detection verdict, once the carrier gave it. */
+  answeredBy: MachineVerdict | undefined
   /** Caller frames dropped because the agent took too long to connect. */
   droppedFrames = 0
   /** The observer threw: it was replaced by the null observer; reported when the session ends. */
@@ -77,7 +79,19 @@ export class CallSession implements CallerEvents, AgentEvents {
     readonly carrier: CarrierLeg,
     private readonly onEnd: (ending: SessionEnding) => void,
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
-  ) {}
+  ) {
+    this.answeredBy = info.answeredBy
+  }
+
+  /**
+   * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
+   * yet, else an `amd` message. The first verdict stands.
+   */
+  machineVerdict(verdict: MachineVerdict): void {
+    if (this.answeredBy !== undefined || this.ending !== undefined) return
+    this.answeredBy = verdict
+    this.agent?.sendAmd(verdict)
+  }
 
   /** Installs the session's turn observer (frames before this went to the null observer). */
   observeWith(observer: TurnObserver): void {
@@ -89,7 +103,7 @@ export class CallSession implements CallerEvents, AgentEvents {
   attachAgent(agent: AgentLink, start: AgentStart): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
-    agent.begin(start, this)
+    agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     const held = this.held
     this.held = undefined
     if (held === undefined || this.ending !== undefined) return
