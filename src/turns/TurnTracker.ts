@@ -252,11 +252,6 @@ export class TurnTracker implements Pick<TurnObserver, "callerAudio" | "callerDt
     if (this.pending !== undefined) this.respond(Math.max(this.agentOnset, this.pending.endedAtMs))
   }
 
-  /** For carriers that stop sending frames during silence: lets the end-of-turn silence pass. */
-  tick(atMs: number): void {
-    if (!this.closed) this.checkTurnEnd(atMs)
-  }
-
   close(): void {
     if (this.closed) return
     this.closed = true
