@@ -2,6 +2,7 @@ import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
+import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
@@ -81,7 +82,11 @@ export class CallSession implements CallerEvents, AgentEvents {
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
   ) {
     this.answeredBy = info.answeredBy
+    this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
+
+  /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
+  private readonly toObserved: (bytes: Uint8Array) => Uint8Array
 
   /**
    * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
@@ -243,7 +248,7 @@ export class CallSession implements CallerEvents, AgentEvents {
   private decode(payload: string): Uint8Array {
     const length = sharedAudio.write(payload, 0, "base64")
     if (length !== this.view.length) this.view = sharedAudio.subarray(0, length)
-    return this.view
+    return this.toObserved(this.view)
   }
 
   private hold(dtmf: boolean, value: string, atMs: number) {
