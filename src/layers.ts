@@ -41,6 +41,9 @@ import { RedisConnectionLive } from "./redis/RedisConnection.js"
 import { RedisEnvironmentStoreLive } from "./redis/RedisEnvironmentStore.js"
 import { RedisOutboxStoreLive } from "./redis/RedisOutboxStore.js"
 import { RedisSessionStoreLive } from "./redis/RedisSessionStore.js"
+import { RedisSessionFencingLive } from "./redis/RedisSessionFencing.js"
+import { MemorySessionFencingLive } from "./kernel/MemorySessionFencing.js"
+import { OwnershipLease } from "./kernel/OwnershipLease.js"
 import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
 import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
@@ -93,6 +96,7 @@ const StoresLive = whenRedis(
     RedisApiKeyStoreLive,
     RedisOutboxStoreLive,
     RedisSessionStoreLive,
+    RedisSessionFencingLive,
     RedisSpentTokenStoreLive,
     RedisInstanceStoreLive,
     RedisCallLeaseStoreLive
@@ -102,6 +106,7 @@ const StoresLive = whenRedis(
     MemoryApiKeyStoreLive,
     MemoryOutboxStoreLive,
     MemorySessionStoreLive,
+    MemorySessionFencingLive,
     MemorySpentTokenStoreLive,
     MemoryInstanceStoreLive,
     MemoryCallLeaseStoreLive
@@ -123,7 +128,7 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
 export const TracingLive = tracingLayer
 
 /** Configuration, logs, metrics, secrets at rest and the stores. */
-export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default).pipe(
+export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default, OwnershipLease.Default).pipe(
   Layer.provideMerge(AppConfig.Default)
 )
 

@@ -38,10 +38,10 @@ export type TelephonyEntryServices =
   | SessionRegistry
   | SessionEndJournal
   | AfterStream
+  | ErrorFallback
   | EntryBackgroundWork
   | Placement
   | CallLeases
-  | ErrorFallback
   | AuthThrottle
 
 const internalError: EntryResponse = {
