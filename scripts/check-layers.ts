@@ -14,7 +14,7 @@ import { checkWiring } from "./check-wiring.js"
 /** Bottom to top. A folder may import only folders of a lower layer. */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["config"],
-  ["observability", "secrets", "kernel", "egress"],
+  ["observability", "secrets", "kernel", "egress", "audio"],
   ["environments"],
   ["frames", "twiml"],
   ["apikeys", "webhooks", "breaker", "recording"],

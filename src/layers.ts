@@ -84,7 +84,7 @@ const whenRedis = <A, E, R, E2, R2>(redis: Layer.Layer<A, E, R>, memory: Layer.L
  * Environments, API keys, the outbox, sessions, spent session tokens and the fleet's instance
  * registry: Redis adapters over one connection, or memory.
  */
-export const StoresLive = whenRedis(
+const StoresLive = whenRedis(
   Layer.mergeAll(
     RedisEnvironmentStoreLive,
     RedisApiKeyStoreLive,
@@ -104,7 +104,7 @@ export const StoresLive = whenRedis(
 )
 
 /** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */
-export const BreakerStoreLive = whenRedis(RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)), MemoryBreakerStoreLive)
+const BreakerStoreLive = whenRedis(RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)), MemoryBreakerStoreLive)
 
 /** Log lines at LOG_LEVEL in callgate's format (observability/Logging.ts), for everything built under it. */
 export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel))).pipe(
@@ -157,7 +157,7 @@ export const TurnsLive = turnsOver(BreakerStoreLive)
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
  * the background with its idle dial-in agents, and placement at the call entry.
  */
-export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
 export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
@@ -166,7 +166,7 @@ export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(Fallback
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
  * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
  */
-export const CallsLive = CarrierStreams.Default.pipe(
+const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(FleetLive, SessionDrain.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
@@ -177,7 +177,7 @@ export const CallsLive = CarrierStreams.Default.pipe(
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */
-export const CallApiLive = CallControl.Default.pipe(Layer.provideMerge(OutboundCalls.Default))
+const CallApiLive = CallControl.Default.pipe(Layer.provideMerge(OutboundCalls.Default))
 
 /**
  * Every service of the gateway, the HTTP app included (built, not listening), over configuration
@@ -197,7 +197,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
  * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
  * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
  */
-export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive, LostInstancesLive)
+const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive, LostInstancesLive)
 
 /**
  * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app

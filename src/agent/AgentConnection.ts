@@ -1,5 +1,6 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../kernel/CallLegs.js"
+import { agentMediaFormat } from "../kernel/AudioFormat.js"
+import type { AgentEvents, AgentLink, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
 import { accountSidOf } from "../kernel/TwilioIds.js"
 import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
@@ -36,6 +37,7 @@ export class AgentConnection implements WireListener, AgentLink {
   private sequence = 0
   private chunk = 0
   private stopFields = { accountSid: "", callSid: "" }
+  private streamSid = ""
   /** Called once if the socket goes away while idle (the pool forgets it). */
   onIdleClose: (() => void) | undefined
 
@@ -61,12 +63,14 @@ export class AgentConnection implements WireListener, AgentLink {
     this.state = "bound"
     this.events = events
     this.encoder = twilioInboundEncoder(start.streamSid)
+    this.streamSid = start.streamSid
     // The ids a Twilio-stream bot hands back to Twilio's REST API: callgate serves that API for them.
     this.stopFields = { accountSid: accountSidOf(start.agentId), callSid: start.sessionId }
     this.socket.send(this.encoder.connected())
     this.socket.send(
       this.encoder.start(++this.sequence, {
         ...this.stopFields,
+        ...(start.mediaFormat !== undefined ? { mediaFormat: agentMediaFormat(start.mediaFormat) } : {}),
         customParameters: {
           // The entry URL's parameters and the placer's metadata first: callgate's own parameters cannot be overridden by them.
           ...start.customParameters,
@@ -81,6 +85,7 @@ export class AgentConnection implements WireListener, AgentLink {
           to_number: start.to,
           direction: start.direction,
           provider: start.provider,
+          ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {}),
           ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
         }
       })
@@ -153,6 +158,13 @@ export class AgentConnection implements WireListener, AgentLink {
 
   sendMark(name: string): void {
     if (this.encoder !== undefined) this.socket.send(this.encoder.mark(++this.sequence, name))
+  }
+
+  sendAmd(verdict: MachineVerdict): void {
+    if (this.encoder === undefined || this.state !== "bound") return
+    this.socket.send(
+      JSON.stringify({ event: "amd", sequenceNumber: String(++this.sequence), streamSid: this.streamSid, amd: { answeredBy: verdict.answeredBy, detail: verdict.detail } })
+    )
   }
 
   finish(code: number, reason: string): void {

@@ -1,3 +1,4 @@
+import type { AudioFormat } from "./AudioFormat.js"
 import type { CallKind, Provider } from "./Carrier.js"
 import type { HardErrorKind } from "./HardError.js"
 
@@ -59,6 +60,15 @@ export interface AgentEvents {
   agentFailed(fault: LegFault): void
 }
 
+/** Who answered an outbound call, by the carrier's machine detection (docs/calls.md, "Answering-machine detection"). */
+export type AnsweredBy = "human" | "machine" | "fax" | "unknown"
+
+/** The carrier's verdict: callgate's word for it, and the carrier's own (Twilio AnsweredBy, Telnyx result). */
+export interface MachineVerdict {
+  readonly answeredBy: AnsweredBy
+  readonly detail: string
+}
+
 /** What callgate tells the agent at the start of a call (the `start` customParameters). */
 export interface AgentStart {
   readonly sessionId: string
@@ -75,6 +85,10 @@ export interface AgentStart {
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The entry URL's extra query parameters, added to the `start` customParameters. */
   readonly customParameters?: Readonly<Record<string, string>> | undefined
+  /** The machine-detection verdict, when it came before the agent's `start`. */
+  readonly answeredBy?: AnsweredBy | undefined
+  /** The carrier stream's audio format, which the agent receives and sends (`start.mediaFormat`); 8 kHz mu-law when absent. */
+  readonly mediaFormat?: AudioFormat | undefined
 }
 
 /** What the session asks of the agent connection. */
@@ -84,6 +98,8 @@ export interface AgentLink {
   sendMedia(payload: string, timestampMs: number): void
   sendDtmf(digit: string): void
   sendMark(name: string): void
+  /** Sends `{"event":"amd"}`: the machine-detection verdict came after `start`. */
+  sendAmd(verdict: MachineVerdict): void
   /** Sends `stop` and closes the socket; idempotent. */
   finish(code: number, reason: string): void
   /** Bytes queued towards the agent. */
@@ -102,6 +118,8 @@ export interface StreamOpening {
   readonly from?: string | undefined
   readonly to?: string | undefined
   readonly direction?: "inbound" | "outbound" | undefined
+  /** The stream's audio format (Telnyx `start.media_format`); 8 kHz mu-law when absent. */
+  readonly mediaFormat?: AudioFormat | undefined
   /** The entry URL's extra query parameters (EntryWire.entryCustomParameters), carried by the session token. */
   readonly customParameters?: Readonly<Record<string, string>> | undefined
   /** The carrier's id of this media stream (Twilio streamSid, Telnyx stream_id). */

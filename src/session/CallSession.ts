@@ -1,7 +1,8 @@
 import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../kernel/CallLegs.js"
+import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 
@@ -66,6 +67,8 @@ export class CallSession implements CallerEvents, AgentEvents {
   private ending: SessionEnding | undefined
   private view: Uint8Array = sharedAudio.subarray(0, 0)
   private readonly startedAtMs = performance.now()
+  /** The outbound call's machine-detection verdict, once the carrier gave it. */
+  answeredBy: MachineVerdict | undefined
   /** Caller frames dropped because the agent took too long to connect. */
   droppedFrames = 0
   /** The observer threw: it was replaced by the null observer; reported when the session ends. */
@@ -76,7 +79,23 @@ export class CallSession implements CallerEvents, AgentEvents {
     readonly carrier: CarrierLeg,
     private readonly onEnd: (ending: SessionEnding) => void,
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
-  ) {}
+  ) {
+    this.answeredBy = info.answeredBy
+    this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
+  }
+
+  /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
+  private readonly toObserved: (bytes: Uint8Array) => Uint8Array
+
+  /**
+   * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
+   * yet, else an `amd` message. The first verdict stands.
+   */
+  machineVerdict(verdict: MachineVerdict): void {
+    if (this.answeredBy !== undefined || this.ending !== undefined) return
+    this.answeredBy = verdict
+    this.agent?.sendAmd(verdict)
+  }
 
   /** Installs the session's turn observer (frames before this went to the null observer). */
   observeWith(observer: TurnObserver): void {
@@ -88,7 +107,7 @@ export class CallSession implements CallerEvents, AgentEvents {
   attachAgent(agent: AgentLink, start: AgentStart): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
-    agent.begin(start, this)
+    agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     const held = this.held
     this.held = undefined
     if (held === undefined || this.ending !== undefined) return
@@ -214,7 +233,7 @@ export class CallSession implements CallerEvents, AgentEvents {
   private decode(payload: string): Uint8Array {
     const length = sharedAudio.write(payload, 0, "base64")
     if (length !== this.view.length) this.view = sharedAudio.subarray(0, length)
-    return this.view
+    return this.toObserved(this.view)
   }
 
   private hold(dtmf: boolean, value: string, atMs: number) {

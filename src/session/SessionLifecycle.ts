@@ -1,4 +1,4 @@
-import { Cause, Duration, Effect, Option, Schedule, type Scope } from "effect"
+import { Cause, Duration, Effect, Option, type Scope } from "effect"
 import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
@@ -11,13 +11,12 @@ import { SessionEndJournal } from "./SessionEndJournal.js"
 import type { CallSession, SessionEnding } from "./CallSession.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
+import type { AnsweredBy, MachineVerdict } from "../kernel/CallLegs.js"
 import type { Session } from "./SessionSchema.js"
 import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
 import { type ObservedSession, type SessionControl, TurnObservers, unobserved } from "./TurnObservers.js"
 import { CloseCode } from "../frames/WireSocket.js"
-
-/** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
-const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
+import { storeRetry } from "../kernel/StoreError.js"
 
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
@@ -40,8 +39,13 @@ export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
   ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
   ...(instanceId !== undefined ? { instanceId } : {}),
   callKind: info.call.kind,
-  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {})
+  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
+  ...verdictFields(info.answeredBy)
 })
+
+/** The session record's fields for a machine-detection verdict. */
+export const verdictFields = (verdict: MachineVerdict | undefined): { answeredBy?: AnsweredBy; answeredByDetail?: string } =>
+  verdict === undefined ? {} : { answeredBy: verdict.answeredBy, answeredByDetail: verdict.detail }
 
 /**
  * The slow, effectful steps of a session around the synchronous relay: record it, find its
@@ -183,6 +187,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
             endReason: end.endReason,
             endedAt: end.endedAt.toISOString(),
             fallback: end.fallback ?? null,
+            ...verdictFields(relay.answeredBy),
             ...(Option.isSome(recording) ? { recording: recording.value } : {})
           },
           ...(end.turns !== undefined ? { turns: end.turns } : {})

@@ -2,7 +2,7 @@ import { Deferred, Effect, Either, Exit, FiberId, Option, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
 import { Metrics } from "../observability/Metrics.js"
 import { providerOf } from "../kernel/Carrier.js"
-import type { StreamOpening } from "../kernel/CallLegs.js"
+import type { MachineVerdict, StreamOpening } from "../kernel/CallLegs.js"
 import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import type { FrameProblem } from "../frames/FrameDecoding.js"
@@ -24,6 +24,8 @@ export interface OutboundExpectation {
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The carrier's call id once the carrier accepted the call; a stream for another call is refused. */
   callId?: string | undefined
+  /** The machine-detection verdict when it came before the stream: the agent's `start` carries it. */
+  answeredBy?: MachineVerdict | undefined
   /** Called once, synchronously, when the stream opened the session. */
   readonly opened: (live: LiveSession) => void
 }
@@ -118,7 +120,9 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         reservedAgent: opening.reservedAgent,
         createdAt: outbound?.createdAt ?? new Date(),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
-        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {})
+        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
+        ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
+        ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {})
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
       const carrier = recordings.tap(info, opening.carrier)
@@ -142,7 +146,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
     const hangups = yield* callEvents.subscribe
     yield* Queue.take(hangups).pipe(
       Effect.tap((event) =>
-        Effect.sync(() => byCall.get(event.callId)?.end(SessionEnding.Completed({ reason: "caller_hangup" })))
+        Effect.sync(() => (event._tag === "CallHungUp" ? byCall.get(event.callId)?.end(SessionEnding.Completed({ reason: "caller_hangup" })) : undefined))
       ),
       Effect.forever,
       Effect.forkScoped
@@ -158,6 +162,23 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
      */
     const expectOutbound = (sessionId: string, expectation: OutboundExpectation) => void expected.set(sessionId, expectation)
     const withdrawOutbound = (sessionId: string): boolean => expected.delete(sessionId)
+
+    /**
+     * An outbound call's machine-detection verdict: to the live session (its agent hears it), or
+     * kept with the call still waiting for its stream (the agent's `start` carries it). False when
+     * this instance has neither.
+     */
+    const machineVerdict = (sessionId: string, verdict: MachineVerdict): boolean => {
+      const relay = bySession.get(sessionId)
+      if (relay !== undefined) {
+        relay.machineVerdict(verdict)
+        return true
+      }
+      const waiting = expected.get(sessionId)
+      if (waiting === undefined) return false
+      waiting.answeredBy ??= verdict
+      return true
+    }
     const outboundExpectation = (sessionId: string): Option.Option<OutboundExpectation> => Option.fromNullable(expected.get(sessionId))
 
     /** The live session with this id on this instance, if any. */
@@ -191,7 +212,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       live,
       expectOutbound,
       withdrawOutbound,
-      outboundExpectation
+      outboundExpectation,
+      machineVerdict
     } as const
   })
 }) {}

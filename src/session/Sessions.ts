@@ -56,7 +56,8 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     provider: session.provider,
     callId: session.callId,
     ...(session.endReason !== null ? { endReason: session.endReason } : {}),
-    ...(session.recording !== undefined ? { recording: session.recording } : {})
+    ...(session.recording !== undefined ? { recording: session.recording } : {}),
+    ...(session.answeredBy !== undefined ? { answeredBy: session.answeredBy } : {})
   }
 }
 
