@@ -1,5 +1,6 @@
 import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
+import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
@@ -151,6 +152,8 @@ export class CallSession implements CallerEvents, AgentEvents {
     }
     const agent = this.agent
     if (agent === undefined) return this.hold(false, payload, atMs)
+    // A caller frame can end a turn the agent is already answering: callgate's playout mark.
+    this.sendPlayoutMark()
     agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
       this.end(
@@ -174,7 +177,10 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   carrierMark(name: string): void {
-    if (this.ending === undefined) this.agent?.sendMark(name)
+    if (this.ending !== undefined) return
+    // callgate's own playout marks are never the agent's business.
+    if (isPlayoutMark(name)) return this.observer.playoutMarkEchoed(name, performance.now())
+    this.agent?.sendMark(name)
   }
 
   carrierStopped(): void {
@@ -197,6 +203,7 @@ export class CallSession implements CallerEvents, AgentEvents {
       }
     }
     this.carrier.sendMedia(payload)
+    this.sendPlayoutMark()
   }
 
   agentMark(name: string): void {
@@ -204,7 +211,9 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   agentClear(): void {
-    if (this.ending === undefined) this.carrier.sendClear()
+    if (this.ending !== undefined) return
+    this.observer.agentClear(performance.now())
+    this.carrier.sendClear()
   }
 
   agentHangup(): void {
@@ -228,6 +237,12 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   // Internals
+
+  /** The mark callgate places after the first voiced frame of an answer (docs/observability.md), when one is due. */
+  private sendPlayoutMark(): void {
+    const mark = this.observer.takeMark()
+    if (mark !== undefined) this.carrier.sendMark(mark)
+  }
 
   /** Base64 to bytes in the shared buffer; the view is re-made only when the frame size changes. */
   private decode(payload: string): Uint8Array {
