@@ -36,7 +36,7 @@ export const probeKey = (prefix: string, key: string) => {
 
 /**
  * Waits until a write already acknowledged on `main` reached the replicas REDIS_WAIT_REPLICAS asks
- * for (docs/scaling.md, "Nothing acknowledged is lost"). Redis `WAIT` blocks the connection it is
+ * for (docs/scaling.md, "Redis that fails over: Sentinel and Cluster replicas"). Redis `WAIT` blocks the connection it is
  * sent on and counts only that connection's writes, so it runs on `waiter`, a connection of its
  * own: a probe write (a tiny expiring key in `key`'s hash slot, so on the same primary) and WAIT
  * in one pipeline. Replication is one ordered stream per primary: once a replica has the probe, it
