@@ -1,4 +1,5 @@
 import { createHmac } from "node:crypto"
+import { receiverNowMs } from "../kernel/Time.js"
 import { constantTimeEqual } from "../secrets/ConstantTime.js"
 
 /**
@@ -77,7 +78,7 @@ export const verifySignature = (options: VerifyOptions): boolean => {
   if (!Number.isFinite(tolerance) || tolerance < 0) return false
   const now =
     options.now === undefined
-      ? Date.now() / 1000
+      ? receiverNowMs() / 1000
       : options.now instanceof Date
         ? options.now.getTime() / 1000
         : options.now
