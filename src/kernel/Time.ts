@@ -6,9 +6,7 @@ import { Clock, Effect } from "effect"
  * Clock in synchronous callbacks), so `TestClock` drives it in tests. The one exception is the
  * per-frame path (the relay, the turn tracker, the recorder's window), which stamps frames with the
  * monotonic `performance.now()`; `frameTimeToEpochMs` turns such a stamp into wall-clock time.
- * `verifySignature` (webhooks/Signing.ts), the helper callgate exports to webhook receivers, runs in
- * their process, outside any Effect runtime: when they give no `now`, it reads `receiverNowMs`.
- * This file is the only one in src/ that reads `Date.now()` or builds a `Date` (test/architecture/clock.test.ts).
+ * This file is the only one in src/ that builds a `Date` (test/architecture/clock.test.ts).
  */
 
 /** An epoch-milliseconds time as ISO 8601. */
@@ -28,6 +26,3 @@ export const nowDate: Effect.Effect<Date> = Effect.map(Clock.currentTimeMillis, 
 
 /** A per-frame stamp (monotonic `performance.now()` milliseconds) as epoch milliseconds. */
 export const frameTimeToEpochMs = (atMs: number): number => performance.timeOrigin + atMs
-
-/** The wall clock of a webhook receiver's process (see above); callgate itself never calls it. */
-export const receiverNowMs = (): number => Date.now()

@@ -1,6 +1,8 @@
 import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
+import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
+import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
@@ -24,6 +26,12 @@ export type SessionEnding = Data.TaggedEnum<{
   Timeout: {}
   /** A hard error: the rescue runs. */
   Failed: { readonly error: HardError }
+  /**
+   * Another instance claimed the session (this one had paused, or lost the store, for longer than
+   * the fleet waits): both legs are closed, with no carrier request, no rescue and no ending of
+   * this instance's own (docs/reliability.md, "Fencing").
+   */
+  TakenOver: {}
 }>
 export const SessionEnding = Data.taggedEnum<SessionEnding>()
 
@@ -80,7 +88,11 @@ export class CallSession implements CallerEvents, AgentEvents {
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
   ) {
     this.answeredBy = info.answeredBy
+    this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
+
+  /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
+  private readonly toObserved: (bytes: Uint8Array) => Uint8Array
 
   /**
    * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
@@ -146,6 +158,8 @@ export class CallSession implements CallerEvents, AgentEvents {
     }
     const agent = this.agent
     if (agent === undefined) return this.hold(false, payload, atMs)
+    // A caller frame can end a turn the agent is already answering: callgate's playout mark.
+    this.sendPlayoutMark()
     agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
       this.end(
@@ -169,7 +183,10 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   carrierMark(name: string): void {
-    if (this.ending === undefined) this.agent?.sendMark(name)
+    if (this.ending !== undefined) return
+    // callgate's own playout marks are never the agent's business.
+    if (isPlayoutMark(name)) return this.observer.playoutMarkEchoed(name, performance.now())
+    this.agent?.sendMark(name)
   }
 
   carrierStopped(): void {
@@ -192,6 +209,7 @@ export class CallSession implements CallerEvents, AgentEvents {
       }
     }
     this.carrier.sendMedia(payload)
+    this.sendPlayoutMark()
   }
 
   agentMark(name: string): void {
@@ -199,7 +217,9 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   agentClear(): void {
-    if (this.ending === undefined) this.carrier.sendClear()
+    if (this.ending !== undefined) return
+    this.observer.agentClear(performance.now())
+    this.carrier.sendClear()
   }
 
   agentHangup(): void {
@@ -224,11 +244,17 @@ export class CallSession implements CallerEvents, AgentEvents {
 
   // Internals
 
+  /** The mark callgate places after the first voiced frame of an answer (docs/observability.md), when one is due. */
+  private sendPlayoutMark(): void {
+    const mark = this.observer.takeMark()
+    if (mark !== undefined) this.carrier.sendMark(mark)
+  }
+
   /** Base64 to bytes in the shared buffer; the view is re-made only when the frame size changes. */
   private decode(payload: string): Uint8Array {
     const length = sharedAudio.write(payload, 0, "base64")
     if (length !== this.view.length) this.view = sharedAudio.subarray(0, length)
-    return this.view
+    return this.toObserved(this.view)
   }
 
   private hold(dtmf: boolean, value: string, atMs: number) {

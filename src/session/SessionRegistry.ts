@@ -123,7 +123,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         createdAt: outbound?.createdAt ?? dateAt(clock.unsafeCurrentTimeMillis()),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
-        ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {})
+        ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
+        ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {})
       }
       const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
       const carrier = recordings.tap(info, opening.carrier)

@@ -70,7 +70,8 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           streamSid,
           traceparent,
           metadata: info.metadata,
-          customParameters: info.customParameters
+          customParameters: info.customParameters,
+          mediaFormat: info.mediaFormat
         })
       }).pipe(
         Effect.catchAll((error) =>
