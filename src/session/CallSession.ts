@@ -2,7 +2,9 @@ import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
+import { MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
+
+const samePayload = (payload: string) => payload
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
@@ -91,6 +93,9 @@ export class CallSession implements CallerEvents, AgentEvents {
     this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
 
+  /** Payloads from the carrier's format to the agent's and back: unchanged unless agentAudioFormat asks for mu-law. */
+  private toAgent: (payload: string) => string = samePayload
+  private toCarrier: (payload: string) => string = samePayload
   /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
   private readonly toObserved: (bytes: Uint8Array) => Uint8Array
 
@@ -114,13 +119,19 @@ export class CallSession implements CallerEvents, AgentEvents {
   attachAgent(agent: AgentLink, start: AgentStart): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
+    // The agent's audio format differs from the carrier's (agentAudioFormat): transcode both ways, chosen once.
+    const transcoders = payloadTranscoders(this.info.mediaFormat ?? MULAW_8K, start.mediaFormat ?? MULAW_8K)
+    if (transcoders !== undefined) {
+      this.toAgent = transcoders.toAgent
+      this.toCarrier = transcoders.toCarrier
+    }
     agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     const held = this.held
     this.held = undefined
     if (held === undefined || this.ending !== undefined) return
     for (const frame of held) {
       if (frame.dtmf) agent.sendDtmf(frame.value)
-      else agent.sendMedia(frame.value, Math.round(frame.atMs - this.startedAtMs))
+      else agent.sendMedia(this.toAgent(frame.value), Math.round(frame.atMs - this.startedAtMs))
     }
   }
 
@@ -160,7 +171,7 @@ export class CallSession implements CallerEvents, AgentEvents {
     if (agent === undefined) return this.hold(false, payload, atMs)
     // A caller frame can end a turn the agent is already answering: callgate's playout mark.
     this.sendPlayoutMark()
-    agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
+    agent.sendMedia(this.toAgent(payload), Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
       this.end(
         SessionEnding.Failed({
@@ -199,8 +210,9 @@ export class CallSession implements CallerEvents, AgentEvents {
 
   // Agent side
 
-  agentMedia(payload: string): void {
+  agentMedia(agentPayload: string): void {
     if (this.ending !== undefined) return
+    const payload = this.toCarrier(agentPayload)
     if (this.observer !== nullTurnObserver) {
       try {
         this.observer.agentAudio(this.decode(payload), performance.now())

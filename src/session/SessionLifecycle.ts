@@ -103,7 +103,8 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
           agentId: info.agentId,
           environmentId: info.environmentId,
           agentUrl: env.agentUrl,
-          reservedAgent: info.reservedAgent
+          reservedAgent: info.reservedAgent,
+          agentSpeaksMulaw: env.agentAudioFormat === "audio/x-mulaw;rate=8000"
         })),
         Effect.catchTags({
           EnvironmentNotFound: () =>
