@@ -1,7 +1,10 @@
 import { Data } from "effect"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
+import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
+import { MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
+
+const samePayload = (payload: string) => payload
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
@@ -25,6 +28,12 @@ export type SessionEnding = Data.TaggedEnum<{
   Timeout: {}
   /** A hard error: the rescue runs. */
   Failed: { readonly error: HardError }
+  /**
+   * Another instance claimed the session (this one had paused, or lost the store, for longer than
+   * the fleet waits): both legs are closed, with no carrier request, no rescue and no ending of
+   * this instance's own (docs/reliability.md, "Fencing").
+   */
+  TakenOver: {}
 }>
 export const SessionEnding = Data.taggedEnum<SessionEnding>()
 
@@ -84,6 +93,9 @@ export class CallSession implements CallerEvents, AgentEvents {
     this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
 
+  /** Payloads from the carrier's format to the agent's and back: unchanged unless agentAudioFormat asks for mu-law. */
+  private toAgent: (payload: string) => string = samePayload
+  private toCarrier: (payload: string) => string = samePayload
   /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
   private readonly toObserved: (bytes: Uint8Array) => Uint8Array
 
@@ -107,13 +119,19 @@ export class CallSession implements CallerEvents, AgentEvents {
   attachAgent(agent: AgentLink, start: AgentStart): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
+    // The agent's audio format differs from the carrier's (agentAudioFormat): transcode both ways, chosen once.
+    const transcoders = payloadTranscoders(this.info.mediaFormat ?? MULAW_8K, start.mediaFormat ?? MULAW_8K)
+    if (transcoders !== undefined) {
+      this.toAgent = transcoders.toAgent
+      this.toCarrier = transcoders.toCarrier
+    }
     agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     const held = this.held
     this.held = undefined
     if (held === undefined || this.ending !== undefined) return
     for (const frame of held) {
       if (frame.dtmf) agent.sendDtmf(frame.value)
-      else agent.sendMedia(frame.value, Math.round(frame.atMs - this.startedAtMs))
+      else agent.sendMedia(this.toAgent(frame.value), Math.round(frame.atMs - this.startedAtMs))
     }
   }
 
@@ -151,7 +169,9 @@ export class CallSession implements CallerEvents, AgentEvents {
     }
     const agent = this.agent
     if (agent === undefined) return this.hold(false, payload, atMs)
-    agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
+    // A caller frame can end a turn the agent is already answering: callgate's playout mark.
+    this.sendPlayoutMark()
+    agent.sendMedia(this.toAgent(payload), Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
       this.end(
         SessionEnding.Failed({
@@ -174,7 +194,10 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   carrierMark(name: string): void {
-    if (this.ending === undefined) this.agent?.sendMark(name)
+    if (this.ending !== undefined) return
+    // callgate's own playout marks are never the agent's business.
+    if (isPlayoutMark(name)) return this.observer.playoutMarkEchoed(name, performance.now())
+    this.agent?.sendMark(name)
   }
 
   carrierStopped(): void {
@@ -187,8 +210,9 @@ export class CallSession implements CallerEvents, AgentEvents {
 
   // Agent side
 
-  agentMedia(payload: string): void {
+  agentMedia(agentPayload: string): void {
     if (this.ending !== undefined) return
+    const payload = this.toCarrier(agentPayload)
     if (this.observer !== nullTurnObserver) {
       try {
         this.observer.agentAudio(this.decode(payload), performance.now())
@@ -197,6 +221,7 @@ export class CallSession implements CallerEvents, AgentEvents {
       }
     }
     this.carrier.sendMedia(payload)
+    this.sendPlayoutMark()
   }
 
   agentMark(name: string): void {
@@ -204,7 +229,9 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   agentClear(): void {
-    if (this.ending === undefined) this.carrier.sendClear()
+    if (this.ending !== undefined) return
+    this.observer.agentClear(performance.now())
+    this.carrier.sendClear()
   }
 
   agentHangup(): void {
@@ -228,6 +255,12 @@ export class CallSession implements CallerEvents, AgentEvents {
   }
 
   // Internals
+
+  /** The mark callgate places after the first voiced frame of an answer (docs/observability.md), when one is due. */
+  private sendPlayoutMark(): void {
+    const mark = this.observer.takeMark()
+    if (mark !== undefined) this.carrier.sendMark(mark)
+  }
 
   /** Base64 to bytes in the shared buffer; the view is re-made only when the frame size changes. */
   private decode(payload: string): Uint8Array {

@@ -102,7 +102,8 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
           agentId: info.agentId,
           environmentId: info.environmentId,
           agentUrl: env.agentUrl,
-          reservedAgent: info.reservedAgent
+          reservedAgent: info.reservedAgent,
+          agentSpeaksMulaw: env.agentAudioFormat === "audio/x-mulaw;rate=8000"
         })),
         Effect.catchTags({
           EnvironmentNotFound: () =>
@@ -159,6 +160,8 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
           )
         case "Failed":
           return runRescue(info, ending.error)
+        case "TakenOver":
+          return Effect.succeed({ status: "failed" as const, endReason: "instance_lost" })
       }
     }
 
@@ -166,6 +169,12 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
     const finish = (relay: CallSession, ending: SessionEnding, observed: ObservedSession = unobserved): Effect.Effect<Session> =>
       Effect.gen(function* () {
         const { info } = relay
+        if (ending._tag === "TakenOver") {
+          // Fenced: the instance that claimed the session rescues and ends it; this one only lets go.
+          relay.release(CloseCode.normal, "the call moved to another instance")
+          relay.carrier.close(CloseCode.normal, "the call moved to another instance")
+          return { ...recordOf(info, instanceId), status: "failed" as const, endReason: "instance_lost" }
+        }
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
         // hand the call to TwiML, and is closed once the ending has been acted on.
         relay.release(CloseCode.normal, "the call ended")

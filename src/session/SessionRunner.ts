@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberMap, Option, Queue } from "effect"
+import { MULAW_8K } from "../kernel/AudioFormat.js"
 import { AgentConnector } from "../agent/AgentConnector.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { HardError } from "../kernel/HardError.js"
@@ -71,7 +72,8 @@ export class SessionRunner extends Effect.Service<SessionRunner>()("callgate/Ses
           traceparent,
           metadata: info.metadata,
           customParameters: info.customParameters,
-          mediaFormat: info.mediaFormat
+          // What the agent hears and speaks: the carrier's format, or mu-law when the environment asks (transcoded by the relay).
+          mediaFormat: target.agentSpeaksMulaw === true ? MULAW_8K : info.mediaFormat
         })
       }).pipe(
         Effect.catchAll((error) =>

@@ -5,6 +5,7 @@ import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
+import { PlayoutMarks } from "./PlayoutMarks.js"
 import { TurnSpans } from "./TurnSpans.js"
 import { TurnTracker } from "./TurnTracker.js"
 import { VoiceActivity } from "./VoiceActivity.js"
@@ -74,6 +75,16 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           }
         }
 
+        const playout = new PlayoutMarks({
+          onPlayed: (index, playedAtMs, playedLatencyMs) => {
+            update(index, (record) => ({ ...record, playedLatencyMs: Math.round(playedLatencyMs) }))
+            metrics.observePlayedLatency(agentId, environmentId, playedLatencyMs)
+            spans.played(index, playedLatencyMs, playedAtMs)
+            options.onTurnsChanged?.()
+          },
+          onNotPlayed: (index, atMs) => spans.notPlayed(index, atMs)
+        })
+
         const caller = vad.detector()
         const agent = yield* Effect.sync(() => vad.detector()).pipe(Effect.tapDefect(() => Effect.sync(() => caller.close())))
         tracker = new TurnTracker({
@@ -89,6 +100,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
               callerEndedAt: isoAt(turn.endedAtMs),
               agentRespondedAt: null,
               latencyMs: null,
+              playedLatencyMs: null,
               timeoutOccurrences: 0
             })
             if (records.length > MAX_TURNS) records.shift()
@@ -111,7 +123,8 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
               timeoutOccurrences: occurrences
             }))
             metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
-            spans.answered(turn, occurrences, false)
+            spans.answered(turn, occurrences, true)
+            playout.answered(turn)
             watchdog.agentResponded()
             options.onTurnsChanged?.()
           },
@@ -132,6 +145,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           }
           watchdog.stop()
           calls.close()
+          playout.close()
           spans.close(performance.now())
         }
         yield* addScopeFinalizer(Effect.sync(close))
@@ -139,6 +153,9 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           callerAudio: (frame, atMs) => calls.callerAudio(frame, atMs),
           callerDtmf: (digit, atMs) => calls.callerDtmf(digit, atMs),
           agentAudio: (frame, atMs) => calls.agentAudio(frame, atMs),
+          takeMark: () => playout.take(),
+          playoutMarkEchoed: (name, atMs) => playout.echoed(name, atMs),
+          agentClear: (atMs) => playout.cleared(atMs),
           close
         }
         return { observer, turns: () => records } satisfies WatchedCall

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest"
 import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/kernel/CallLegs.js"
 import { CallSession, type SessionEnding } from "../../src/session/CallSession.js"
 import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
-import type { TurnObserver } from "../../src/turns/TurnObserver.js"
+import { nullTurnObserver, type TurnObserver } from "../../src/turns/TurnObserver.js"
 
 const info: SessionInfo = {
   sessionId: "ses_1",
@@ -146,6 +146,7 @@ describe("CallSession (the synchronous relay)", () => {
     let closes = 0
     let calls = 0
     const observer: TurnObserver = {
+      ...nullTurnObserver,
       callerAudio: (bytes) => {
         calls++
         if (calls === 2) throw new Error("bug")
@@ -174,7 +175,7 @@ describe("CallSession (the synchronous relay)", () => {
   it("closes the observer exactly once at release", () => {
     const { relay } = session()
     let closes = 0
-    relay.observeWith({ callerAudio: () => {}, callerDtmf: () => {}, agentAudio: () => {}, close: () => void closes++ })
+    relay.observeWith({ ...nullTurnObserver, callerAudio: () => {}, callerDtmf: () => {}, agentAudio: () => {}, close: () => void closes++ })
     relay.release(1000, "done")
     relay.release(1000, "done")
     expect(closes).toBe(1)
