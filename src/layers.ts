@@ -46,6 +46,9 @@ import { MemorySessionFencingLive } from "./kernel/MemorySessionFencing.js"
 import { OwnershipLease } from "./kernel/OwnershipLease.js"
 import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
+import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
+import { MemoryCallLeaseStoreLive } from "./session/MemoryCallLeaseStore.js"
+import { CallLeases } from "./session/CallLeases.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
@@ -95,7 +98,8 @@ const StoresLive = whenRedis(
     RedisSessionStoreLive,
     RedisSessionFencingLive,
     RedisSpentTokenStoreLive,
-    RedisInstanceStoreLive
+    RedisInstanceStoreLive,
+    RedisCallLeaseStoreLive
   ).pipe(Layer.provide(RedisConnectionLive)),
   Layer.mergeAll(
     MemoryEnvironmentStoreLive,
@@ -104,7 +108,8 @@ const StoresLive = whenRedis(
     MemorySessionStoreLive,
     MemorySessionFencingLive,
     MemorySpentTokenStoreLive,
-    MemoryInstanceStoreLive
+    MemoryInstanceStoreLive,
+    MemoryCallLeaseStoreLive
   )
 )
 
@@ -144,17 +149,26 @@ export const TelephonyLive = CarriersLive.pipe(
   Layer.provideMerge(TelnyxRest.Default)
 )
 
+/**
+ * Turn timing and the breaker over a breaker store of the caller's choosing: production's is
+ * BreakerStoreLive (TurnsLive); tests that watch or fail the store's calls wrap the real adapter.
+ */
+export const turnsOver = <E, R>(store: Layer.Layer<Layer.Layer.Success<typeof BreakerStoreLive>, E, R>) =>
+  TurnTiming.Default.pipe(
+    Layer.provideMerge(VoiceActivity.Default),
+    Layer.provideMerge(Breaker.Default.pipe(Layer.provideMerge(BreakerMetrics.Default))),
+    Layer.provideMerge(store)
+  )
+
 /** Turn timing per call (voice activity, turn tracker, response watchdog) and the breaker behind it. */
-export const TurnsLive = TurnTiming.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
-  Layer.provideMerge(Layer.mergeAll(BreakerMetrics.Default, BreakerStoreLive))
-)
+export const TurnsLive = turnsOver(BreakerStoreLive)
 
 /**
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
- * the background with its idle dial-in agents, and placement at the call entry.
+ * the background with its idle dial-in agents, placement at the call entry, and the fleet-wide
+ * call limits' leases.
  */
-const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+const FleetLive = Layer.mergeAll(Placement.Default, CallLeases.Default).pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
 export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))

@@ -22,10 +22,7 @@ const quiet = new Uint8Array(FRAME).fill(0xff)
 
 const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
 
-const layer = () => {
-  const breaker = breakerLayer()
-  return TurnTiming.Default.pipe(Layer.provideMerge(VoiceActivity.Default), Layer.provideMerge(breaker))
-}
+const layer = () => breakerLayer()
 
 /**
  * Plays the caller clip followed by `silenceMs` of silence (agent silent throughout, unless an
