@@ -17,6 +17,7 @@ import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
 import { type ObservedSession, type SessionControl, TurnObservers, unobserved } from "./TurnObservers.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { storeRetry } from "../kernel/StoreError.js"
+import { nowDate } from "../kernel/Time.js"
 
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
@@ -181,7 +182,7 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         const recording = yield* recordings.finish(info.sessionId)
         const outcome = yield* settle(relay, ending)
         relay.carrier.close(CloseCode.normal, "the call ended")
-        const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: observed.turns() }
+        const end: SessionEnd = { ...outcome, endedAt: yield* nowDate, turns: observed.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
         yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {

@@ -11,6 +11,7 @@ import { Recordings } from "../recording/Recordings.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
 import { SessionRunner } from "./SessionRunner.js"
 import type { Session } from "./SessionSchema.js"
+import { dateAt } from "../kernel/Time.js"
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
 export { newSessionId } from "../kernel/SessionInfo.js"
@@ -47,6 +48,7 @@ export interface LiveSession {
  */
 export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate/SessionRegistry", {
   scoped: Effect.gen(function* () {
+    const clock = yield* Effect.clock
     const runner = yield* SessionRunner
     const metrics = yield* Metrics
     const callEvents = yield* CarrierCallEvents
@@ -118,7 +120,7 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         direction: opening.direction ?? "inbound",
         streamSid: opening.streamSid,
         reservedAgent: opening.reservedAgent,
-        createdAt: outbound?.createdAt ?? new Date(),
+        createdAt: outbound?.createdAt ?? dateAt(clock.unsafeCurrentTimeMillis()),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
         ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
