@@ -57,7 +57,7 @@ export const makeReplicated = (main: Redis | Cluster, waiter: Redis | Cluster, p
       const nodes = main.slots[calculateSlot(key)]
       return nodes === undefined ? 0 : Math.max(0, nodes.length - 1)
     }
-    const now = Date.now()
+    const now = performance.now()
     if (known !== undefined && now - known.at < ROLE_FRESH_MS) return known.replicas
     const replicas = replicasInRole(await waiter.call("ROLE"))
     known = { replicas, at: now }

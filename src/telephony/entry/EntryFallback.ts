@@ -1,6 +1,7 @@
 import { Effect } from "effect"
 import type { CallRef, CarrierShape } from "../../kernel/Carrier.js"
 import { HardError } from "../../kernel/HardError.js"
+import { nowIso } from "../../kernel/Time.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import { sessionInfoOf } from "../../session/OrphanReconciler.js"
 import { SessionEndJournal } from "../../session/SessionEndJournal.js"
@@ -52,7 +53,7 @@ export const rescueOverLimit = (entering: EnteringCall, limit: number, carrier?:
   Effect.gen(function* () {
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
-    const now = new Date().toISOString()
+    const now = yield* nowIso
     const record: Session = {
       id: entering.sessionId,
       agentId: entering.agentId,
