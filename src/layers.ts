@@ -21,18 +21,17 @@ import { HttpServerLive } from "./http/HttpServer.js"
 import { loggerLayer } from "./observability/Logging.js"
 import { Metrics } from "./observability/Metrics.js"
 import { SecretBox } from "./secrets/SecretBox.js"
-import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
-import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
-import { AfterStream } from "./session/AfterStream.js"
-import { OrphanReconciler } from "./session/OrphanReconciler.js"
-import { SessionEndJournal } from "./session/SessionEndJournal.js"
-import { StartupReconciliationLive } from "./session/StartupReconciliation.js"
-import { SessionLifecycle } from "./session/SessionLifecycle.js"
-import { SessionDrain, SessionDrainLive } from "./session/SessionDrain.js"
-import { SessionRegistry } from "./session/SessionRegistry.js"
-import { SessionRunner } from "./session/SessionRunner.js"
-import { Sessions } from "./session/Sessions.js"
-import { SessionTurnObserversLive } from "./session/SessionTurnObservers.js"
+import { CarrierCallEvents } from "./livecall/CarrierCallEvents.js"
+import { MemorySessionStoreLive } from "./sessions/MemorySessionStore.js"
+import { AfterStream } from "./recovery/AfterStream.js"
+import { OrphanReconciler } from "./recovery/OrphanReconciler.js"
+import { SessionEndJournal } from "./sessions/SessionEndJournal.js"
+import { StartupReconciliationLive } from "./recovery/StartupReconciliation.js"
+import { CallSettlement } from "./livecall/CallSettlement.js"
+import { LiveCallDrain, LiveCallDrainLive } from "./livecall/LiveCallDrain.js"
+import { LiveCalls } from "./livecall/LiveCalls.js"
+import { Sessions } from "./sessions/Sessions.js"
+import { CallTurns } from "./livecall/CallTurns.js"
 import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
 import { RedisBreakerStoreLive } from "./store/RedisBreakerStore.js"
 import { RedisConnectionLive } from "./store/RedisConnection.js"
@@ -144,15 +143,15 @@ export const TurnsLive = TurnTiming.Default.pipe(
 export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /**
- * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
- * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
+ * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), each call owned
+ * by its LiveCall (relay, turn watch, trip subscription, single ending); a hard error or a
+ * breaker trip runs the error fallback from there.
  */
 export const CallsLive = CarrierStreams.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(FleetLive, SessionDrain.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
+  Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
+  Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
+  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
+  Layer.provideMerge(SessionEndJournal.Default),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default))
 )
@@ -178,10 +177,10 @@ export const appServicesLayer = HttpApp.Default.pipe(
  * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
  * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
  */
-export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive, LostInstancesLive)
+export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, LiveCallDrainLive, StartupReconciliationLive, LostInstancesLive)
 
 /**
- * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app
+ * The gateway. LiveCallDrainLive sits beside the server so live calls drain before the HTTP app
  * closes its sockets.
  */
 export const appLayer = backgroundLayer.pipe(Layer.provideMerge(appServicesLayer))

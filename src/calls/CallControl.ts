@@ -4,11 +4,11 @@ import { AppConfig } from "../config/AppConfig.js"
 import type { CallRef } from "../core/Carrier.js"
 import { accountSidOf } from "../core/TwilioIds.js"
 import { xmlRootName } from "../fallback/FallbackWebhook.js"
-import { SessionEnding } from "../session/CallSession.js"
-import { recordOf } from "../session/SessionLifecycle.js"
-import { type LiveSession, SessionRegistry } from "../session/SessionRegistry.js"
-import type { Session } from "../session/SessionSchema.js"
-import { Sessions } from "../session/Sessions.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
+import { recordOf } from "../sessions/Sessions.js"
+import { type LiveSession, LiveCalls } from "../livecall/LiveCalls.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { Sessions } from "../sessions/Sessions.js"
 import { MAX_TWILIO_TWIML_CHARS } from "../telephony/TwilioCarrier.js"
 import { translateTwiml } from "../telephony/TwimlCallControl.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
@@ -63,7 +63,7 @@ const checkTwiml = (call: CallRef, text: string): Either.Either<string, TwilioRe
 export class CallControl extends Effect.Service<CallControl>()("callgate/CallControl", {
   effect: Effect.gen(function* () {
     const apiKeys = yield* ApiKeys
-    const registry = yield* SessionRegistry
+    const registry = yield* LiveCalls
     const sessions = yield* Sessions
     const http = yield* SafeHttpClient
     const config = yield* AppConfig

@@ -4,11 +4,11 @@ import { PublicUrl } from "../config/PublicUrl.js"
 import type { CallKind, CallRef, Provider } from "../core/Carrier.js"
 import { environmentKey } from "../core/EnvironmentKey.js"
 import { Environments } from "../environments/Environments.js"
-import { SessionEnding } from "../session/CallSession.js"
-import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
-import { type LiveSession, newSessionId, SessionRegistry } from "../session/SessionRegistry.js"
-import type { Session } from "../session/SessionSchema.js"
-import { SessionNotFound, sessionEndedEvent, Sessions } from "../session/Sessions.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
+import { CarrierCallEvents } from "../livecall/CarrierCallEvents.js"
+import { type LiveSession, newSessionId, LiveCalls } from "../livecall/LiveCalls.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { SessionNotFound, sessionEndedEvent, Sessions } from "../sessions/Sessions.js"
 import { EntryPaths } from "../telephony/entry/EntryWire.js"
 import { TelnyxCallCommands } from "../telephony/TelnyxCallCommands.js"
 import { TelnyxRest } from "../telephony/TelnyxRest.js"
@@ -45,7 +45,7 @@ const TWILIO_PROGRESS = new Set(["queued", "initiated", "in-progress", "answered
  * Outbound calls (docs/calls.md, "Placing outbound calls"): placed from this instance through the
  * carrier's REST API, with the session recorded at once (`queued`). The carrier's answer reaches
  * callgate's entry endpoints with the session id in their query; the stream then opens exactly
- * that session (SessionRegistry.expectOutbound) and the call goes on like any other. A call that
+ * that session (LiveCalls.expectOutbound) and the call goes on like any other. A call that
  * ends unanswered (busy, no answer, failed, canceled) ends its session `failed` with that reason:
  * one session.ended, no fallback (there is no caller to rescue). At most
  * `maxConcurrentOutboundCalls` per environment are placed or live at once on this instance.
@@ -56,7 +56,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const publicUrl = yield* PublicUrl
     const environments = yield* Environments
     const sessions = yield* Sessions
-    const registry = yield* SessionRegistry
+    const registry = yield* LiveCalls
     const outbox = yield* Outbox
     const twilio = yield* TwilioCarrier
     const telnyxCommands = yield* TelnyxCallCommands

@@ -1,5 +1,5 @@
 import { Data, Schema } from "effect"
-import type { Session } from "../session/SessionSchema.js"
+import type { Session } from "../sessions/SessionSchema.js"
 
 /**
  * The wire of the Twilio-compatible call-control API (docs/calls.md, "Controlling a call from the

@@ -4,7 +4,7 @@ import { AgentPool } from "../agent/AgentPool.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
 
@@ -28,7 +28,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const identity = yield* InstanceIdentity
     const store = yield* InstanceStore
     const pool = yield* AgentPool
-    const sessions = yield* SessionRegistry
+    const sessions = yield* LiveCalls
     const startedAt = new Date().toISOString()
     const self = identity.instanceId
     const ttlMs = goneAfterMs(config)

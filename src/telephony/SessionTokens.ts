@@ -24,7 +24,7 @@ export const SessionClaims = Schema.Struct({
   to: Schema.optional(Schema.String),
   direction: Schema.optional(Schema.Literal("inbound", "outbound")),
   accountSid: Schema.optional(Schema.String),
-  /** An outbound call callgate placed: the session it opens (see SessionRegistry.expectOutbound). */
+  /** An outbound call callgate placed: the session it opens (see LiveCalls.expectOutbound). */
   sessionId: Schema.optional(Schema.String),
   /** The instance placement chose for the stream (docs/scaling.md, "Placement"). */
   placedOn: Schema.optional(Schema.String),

@@ -1,7 +1,7 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ApiKeys } from "../../src/apikeys/ApiKeys.js"
-import { audioFrames, type Gateway, type Peer, startGateway, telnyxCall, twilioCall, until } from "../session/callHarness.js"
+import { audioFrames, type Gateway, type Peer, startGateway, telnyxCall, twilioCall, until } from "../livecall/callHarness.js"
 import twilio from "twilio"
 import { accountSidOf } from "../../src/core/TwilioIds.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"

@@ -4,7 +4,7 @@ import { WebSocket, WebSocketServer } from "ws"
 import { MESSAGES_PER_TURN, SocketGate, TurnClock } from "../../src/core/SocketGate.js"
 import type { WireListener } from "../../src/core/WireSocket.js"
 import { wsWireSocket } from "../../src/ws/WsWireSocket.js"
-import { until } from "../session/callHarness.js"
+import { until } from "../livecall/callHarness.js"
 
 /**
  * Per-socket fairness (docs/security.md, "Per-socket limits"): a socket gets at most

@@ -1,15 +1,15 @@
 import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.js"
-import type { AfterStream } from "../../session/AfterStream.js"
-import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
+import type { AfterStream } from "../../recovery/AfterStream.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import type { Placement } from "../../fleet/Placement.js"
-import type { SessionRegistry } from "../../session/SessionRegistry.js"
+import type { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import type { PublicUrl } from "../../config/PublicUrl.js"
 import type { Environments } from "../../environments/Environments.js"
-import type { CarrierCallEvents } from "../../session/CarrierCallEvents.js"
+import type { CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { makeTelnyxVerifier } from "../../telephony/CarrierSignatures.js"
 import type { SessionTokens } from "../../telephony/SessionTokens.js"
 import type { TelnyxCallCommands } from "../../telephony/TelnyxCallCommands.js"
@@ -31,7 +31,7 @@ export type TelephonyEntryServices =
   | TelnyxCarrier
   | TelnyxCallCommands
   | TelnyxTwimlRunner
-  | SessionRegistry
+  | LiveCalls
   | SessionEndJournal
   | AfterStream
   | EntryBackgroundWork

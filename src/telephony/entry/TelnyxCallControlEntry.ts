@@ -1,6 +1,6 @@
 import { Effect, Either } from "effect"
-import { AfterStream } from "../../session/AfterStream.js"
-import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
+import { AfterStream } from "../../recovery/AfterStream.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { sessionIdOfClientState, TelnyxCallCommands } from "../TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../TelnyxCarrier.js"

@@ -1,4 +1,5 @@
 import { Data, Effect, Option, Schema } from "effect"
+import type { SessionInfo } from "../core/SessionInfo.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
@@ -115,3 +116,25 @@ export class Sessions extends Effect.Service<Sessions>()("callgate/Sessions", {
     } as const
   })
 }) {}
+
+/** The stored record of a session that has just opened (status active). */
+export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
+  id: info.sessionId,
+  agentId: info.agentId,
+  environmentId: info.environmentId,
+  provider: info.provider,
+  callId: info.call.callId,
+  from: info.from,
+  to: info.to,
+  direction: info.direction,
+  createdAt: info.createdAt.toISOString(),
+  endedAt: null,
+  status: "active",
+  endReason: null,
+  turns: [],
+  fallback: null,
+  ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
+  ...(instanceId !== undefined ? { instanceId } : {}),
+  callKind: info.call.kind,
+  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {})
+})

@@ -2,7 +2,7 @@ import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { OrphanReconciler } from "./OrphanReconciler.js"
-import { SessionEndJournal, storeAddress } from "./SessionEndJournal.js"
+import { SessionEndJournal, storeAddress } from "../sessions/SessionEndJournal.js"
 
 const untilTheStoreAnswers = Schedule.exponential(Duration.millis(200)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(5))))
 
