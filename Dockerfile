@@ -9,6 +9,7 @@ RUN npm install --no-audit --no-fund
 COPY tsconfig.json ./
 COPY config ./config
 COPY src ./src
+COPY sim ./sim
 COPY examples ./examples
 COPY bench ./bench
 COPY dashboard ./dashboard

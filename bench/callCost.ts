@@ -32,15 +32,15 @@ import { parseArgs } from "node:util"
 import { ConfigProvider, Effect, Layer, Supervisor, TestClock, TestContext } from "effect"
 import { AgentConnection } from "../src/agent/AgentConnection.js"
 import { AgentPool } from "../src/agent/AgentPool.js"
-import type { WireListener, WireSocket } from "../src/core/WireSocket.js"
+import type { WireListener, WireSocket } from "../src/frames/WireSocket.js"
 import { Environments } from "../src/environments/Environments.js"
 import { Metrics } from "../src/observability/Metrics.js"
 import { appServicesLayer } from "../src/layers.js"
 import { LiveCalls } from "../src/livecall/LiveCalls.js"
 import { SessionTokens } from "../src/telephony/SessionTokens.js"
 import { CarrierStreams } from "../src/telephony/streams/CarrierStreams.js"
-import { nowUs, writeStamp } from "../src/sim/FrameStamp.js"
-import { twilioInboundEncoder, twilioOutboundEncoder } from "../src/wire/TwilioFrames.js"
+import { nowUs, writeStamp } from "../sim/FrameStamp.js"
+import { twilioInboundEncoder, twilioOutboundEncoder } from "../src/frames/TwilioFrames.js"
 
 const { values: args } = parseArgs({
   options: {

@@ -1,6 +1,6 @@
 /**
  * The carrier side of the load, as its own process: N concurrent simulated Twilio calls (the
- * simulator in src/sim), each sending one stamped 160-byte mu-law frame every 20 ms on a
+ * simulator in sim/), each sending one stamped 160-byte mu-law frame every 20 ms on a
  * drift-free clock and playing out what comes back. Each caller speaks a recorded sentence, waits
  * for the agent's answer to play, and speaks again, for as long as the call lasts.
  *
@@ -10,9 +10,9 @@
  * stop. After hangupAll the next grow numbers calls from 1 again (the relay's keys are reused).
  */
 import { fileURLToPath } from "node:url"
-import { readUlawFile } from "../src/sim/AudioSource.js"
-import { connectTwilioStream, placeTwilioCall } from "../src/sim/TwilioCall.js"
-import type { SimCall } from "../src/sim/SimCall.js"
+import { readUlawFile } from "../sim/AudioSource.js"
+import { connectTwilioStream, placeTwilioCall } from "../sim/TwilioCall.js"
+import type { SimCall } from "../sim/SimCall.js"
 import { serveWorker, sleep } from "./benchProcess.js"
 import { ReceiveLedger, SendLedger, type SentRanges } from "./frameLedger.js"
 import { LoadWindow } from "./loadStats.js"

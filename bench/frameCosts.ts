@@ -8,8 +8,8 @@
  */
 import { Effect } from "effect"
 import { loadFvad, VoiceDetector } from "../src/turns/VoiceActivity.js"
-import { parseJson } from "../src/wire/FrameDecoding.js"
-import { isTwilioMediaFrame, twilioInboundEncoder, twilioMediaScanner } from "../src/wire/TwilioFrames.js"
+import { parseJson } from "../src/frames/FrameDecoding.js"
+import { isTwilioMediaFrame, twilioInboundEncoder, twilioMediaScanner } from "../src/frames/TwilioFrames.js"
 
 const payload = Buffer.alloc(160, 0x55).toString("base64")
 const encoder = twilioInboundEncoder("MZ0123456789abcdef")

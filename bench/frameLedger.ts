@@ -1,6 +1,6 @@
 /**
  * Exact frame accounting for one direction of the media path, from the stamps the frames carry
- * (src/sim/FrameStamp.ts: stream id, sequence number, send time on the shared monotonic clock).
+ * (sim/FrameStamp.ts: stream id, sequence number, send time on the shared monotonic clock).
  *
  * The sender notes, for each stream, the sequence numbers it sent inside the measurement window
  * (its counters at the window's first and last instant: a contiguous range per stream). The
@@ -11,7 +11,7 @@
  * missing after the grace period counts as lost (for a phone call it is).
  */
 import { createHistogram } from "node:perf_hooks"
-import { type FrameStamp, readStampInto } from "../src/sim/FrameStamp.js"
+import { type FrameStamp, readStampInto } from "../sim/FrameStamp.js"
 
 /** Per stream: [streamId, first sequence number in the window, last]. Empty ranges have last < first. */
 export type SentRanges = ReadonlyArray<readonly [number, number, number]>

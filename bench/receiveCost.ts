@@ -14,8 +14,8 @@
 import { Duplex } from "node:stream"
 import { parseArgs } from "node:util"
 import { WebSocket } from "ws"
-import { twilioInboundEncoder } from "../src/wire/TwilioFrames.js"
-import { wsWireSocket } from "../src/ws/WsWireSocket.js"
+import { twilioInboundEncoder } from "../src/frames/TwilioFrames.js"
+import { wsWireSocket } from "../src/websocket/WsWireSocket.js"
 
 const { values: args } = parseArgs({ options: { frames: { type: "string", default: "300000" }, rounds: { type: "string", default: "5" } } })
 const FRAMES = Number(args.frames)
@@ -48,7 +48,7 @@ const serverSocket = () => {
  * Nanoseconds per frame, one way; every frame must reach the listener whole. Each read is followed
  * by the end of its turn (the same for both ways): the ticks it queued (the stream's), then the
  * microtasks, as after a socket's read callback (callgate's per-socket budget counts messages per
- * turn: core/SocketGate.ts).
+ * turn: websocket/SocketGate.ts).
  */
 const endOfTurn = () => new Promise<void>((resolve) => process.nextTick(resolve))
 

@@ -23,7 +23,7 @@
  * carry the same calls at once, so the host's drift between two windows cannot tip the ratio.
  */
 import { join } from "node:path"
-import { nowUs } from "../src/sim/FrameStamp.js"
+import { nowUs } from "../sim/FrameStamp.js"
 import type { AgentTarget } from "./agentSim.js"
 import { cpuSecondsOf, forkWorker, machineBusySeconds, pinProcess, sleep, type Worker } from "./benchProcess.js"
 import type { CarrierTarget } from "./carrierSim.js"

@@ -13,8 +13,8 @@ import { createRequire } from "node:module"
 import type { AddressInfo } from "node:net"
 import { parseArgs } from "node:util"
 import { type WebSocket, WebSocketServer } from "ws"
-import { twilioInboundEncoder } from "../src/wire/TwilioFrames.js"
-import { wsWireSocket } from "../src/ws/WsWireSocket.js"
+import { twilioInboundEncoder } from "../src/frames/TwilioFrames.js"
+import { wsWireSocket } from "../src/websocket/WsWireSocket.js"
 
 const { values: args } = parseArgs({ options: { frames: { type: "string", default: "200000" }, rounds: { type: "string", default: "3" } } })
 const FRAMES = Number(args.frames)

@@ -10,6 +10,13 @@ export const defaults = {
   LOG_LEVEL: "info",
   /** Every Redis key and channel callgate uses starts with this, so several deployments can share one Redis. */
   REDIS_KEY_PREFIX: "callgate:",
+  /**
+   * Longest one Redis command may take; past it the command fails, and a connection whose
+   * health check (a PING every half second) times out is counted unreachable and reconnected.
+   */
+  REDIS_COMMAND_TIMEOUT: "1s",
+  /** Longest a connection attempt to Redis may take (TCP connect and the ready check). */
+  REDIS_CONNECT_TIMEOUT: "2s",
   TWILIO_API_BASE_URL: "https://api.twilio.com",
   TELNYX_API_BASE_URL: "https://api.telnyx.com/v2",
   /** The carrier of an outbound call whose request names none: twilio or telnyx. */

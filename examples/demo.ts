@@ -12,9 +12,9 @@
  * See docs/simulator.md ("Demo").
  */
 import { randomBytes } from "node:crypto"
-import { durationMs } from "../src/sim/Mulaw.js"
-import type { SimCall } from "../src/sim/SimCall.js"
-import { placeTwilioCall } from "../src/sim/TwilioCall.js"
+import { durationMs } from "../sim/Mulaw.js"
+import type { SimCall } from "../sim/SimCall.js"
+import { placeTwilioCall } from "../sim/TwilioCall.js"
 import type { CallStart } from "./agents/agent-runtime.js"
 import { startAnsweringAgent } from "./agents/answering-agent.js"
 import type { CallgateApi, Session, Turn } from "./demo/callgate-api.js"

@@ -4,7 +4,7 @@
  *  - a folder of src/ imports a folder of its own layer or of a layer above it (so no two folders
  *    can ever import each other, directly or through others), or a folder not in the table below;
  *  - fastify or @fastify/* is imported outside src/http/ (and src/main.ts);
- *  - ws is imported outside a `Ws*.ts` adapter, or ioredis outside a `Redis*.ts` adapter.
+ *  - ws is imported outside a `websocket/Ws*.ts` adapter, or ioredis outside a `redis/Redis*.ts` adapter.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs"
 import { dirname, join, normalize, relative, sep } from "node:path"
@@ -13,16 +13,17 @@ import { fileURLToPath } from "node:url"
 /** Bottom to top. A folder may import only folders of a lower layer. */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["config"],
-  ["observability", "secrets", "core"],
-  ["wire", "sim"],
+  ["observability", "secrets", "kernel", "egress"],
   ["environments"],
-  ["apikeys", "webhooks", "breaker"],
+  ["frames", "twiml"],
+  ["apikeys", "webhooks", "breaker", "recording"],
   ["turns", "fallback", "agent"],
   ["sessions"],
   ["livecall", "recovery"],
-  ["fleet"],
+  ["fleet", "calls"],
+  ["carriers"],
   ["telephony"],
-  ["store", "ws", "calls"],
+  ["redis", "websocket"],
   ["http"],
   ["(root)"]
 ]
@@ -82,8 +83,8 @@ export const checkLayers = (srcDir: string): Array<Problem> => {
       if ((isPackage(specifier, "fastify") || specifier.startsWith("@fastify/")) && from !== "http" && rel !== "main.ts") {
         say(`imports ${specifier} outside src/http/`)
       }
-      if (isPackage(specifier, "ws") && !name.startsWith("Ws")) say(`imports ws outside a Ws*.ts adapter`)
-      if (isPackage(specifier, "ioredis") && !name.startsWith("Redis")) say(`imports ioredis outside a Redis*.ts adapter`)
+      if (isPackage(specifier, "ws") && !(from === "websocket" && name.startsWith("Ws"))) say(`imports ws outside a websocket/Ws*.ts adapter`)
+      if (isPackage(specifier, "ioredis") && !(from === "redis" && name.startsWith("Redis"))) say(`imports ioredis outside a redis/Redis*.ts adapter`)
     }
   }
   return problems

@@ -20,6 +20,8 @@ import { HttpApp } from "./http/HttpApp.js"
 import { HttpServerLive } from "./http/HttpServer.js"
 import { loggerLayer } from "./observability/Logging.js"
 import { Metrics } from "./observability/Metrics.js"
+import { tracingLayer } from "./observability/Tracing.js"
+import { Recordings } from "./recording/Recordings.js"
 import { SecretBox } from "./secrets/SecretBox.js"
 import { CarrierCallEvents } from "./livecall/CarrierCallEvents.js"
 import { MemorySessionStoreLive } from "./sessions/MemorySessionStore.js"
@@ -32,28 +34,28 @@ import { LiveCallDrain, LiveCallDrainLive } from "./livecall/LiveCallDrain.js"
 import { LiveCalls } from "./livecall/LiveCalls.js"
 import { Sessions } from "./sessions/Sessions.js"
 import { CallTurns } from "./livecall/CallTurns.js"
-import { RedisApiKeyStoreLive } from "./store/RedisApiKeyStore.js"
-import { RedisBreakerStoreLive } from "./store/RedisBreakerStore.js"
-import { RedisConnectionLive } from "./store/RedisConnection.js"
-import { RedisEnvironmentStoreLive } from "./store/RedisEnvironmentStore.js"
-import { RedisOutboxStoreLive } from "./store/RedisOutboxStore.js"
-import { RedisSessionStoreLive } from "./store/RedisSessionStore.js"
-import { RedisSpentTokenStoreLive } from "./store/RedisSpentTokenStore.js"
-import { RedisInstanceStoreLive } from "./store/RedisInstanceStore.js"
+import { RedisApiKeyStoreLive } from "./redis/RedisApiKeyStore.js"
+import { RedisBreakerStoreLive } from "./redis/RedisBreakerStore.js"
+import { RedisConnectionLive } from "./redis/RedisConnection.js"
+import { RedisEnvironmentStoreLive } from "./redis/RedisEnvironmentStore.js"
+import { RedisOutboxStoreLive } from "./redis/RedisOutboxStore.js"
+import { RedisSessionStoreLive } from "./redis/RedisSessionStore.js"
+import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
+import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
 import { Placement } from "./fleet/Placement.js"
 import { MemorySpentTokenStoreLive } from "./telephony/MemorySpentTokenStore.js"
-import { CarriersLive } from "./telephony/CarriersLive.js"
+import { CarriersLive } from "./carriers/CarriersLive.js"
 import { EntryBackgroundWork } from "./telephony/entry/EntryBackgroundWork.js"
 import { SessionTokens } from "./telephony/SessionTokens.js"
 import { CarrierStreams } from "./telephony/streams/CarrierStreams.js"
-import { TelnyxCallCommands } from "./telephony/TelnyxCallCommands.js"
-import { TelnyxCarrier } from "./telephony/TelnyxCarrier.js"
-import { TelnyxRest } from "./telephony/TelnyxRest.js"
-import { TelnyxTwimlRunner } from "./telephony/TelnyxTwimlRunner.js"
-import { TwilioCarrier } from "./telephony/TwilioCarrier.js"
+import { TelnyxCallCommands } from "./carriers/TelnyxCallCommands.js"
+import { TelnyxCarrier } from "./carriers/TelnyxCarrier.js"
+import { TelnyxRest } from "./carriers/TelnyxRest.js"
+import { TelnyxTwimlRunner } from "./carriers/TelnyxTwimlRunner.js"
+import { TwilioCarrier } from "./carriers/TwilioCarrier.js"
 import { TurnTiming } from "./turns/TurnTiming.js"
 import { VoiceActivity } from "./turns/VoiceActivity.js"
 import { Deliveries, OutboxLive } from "./webhooks/Deliveries.js"
@@ -61,8 +63,8 @@ import { DeliveryMetrics } from "./webhooks/DeliveryMetrics.js"
 import { DeliveryWorkerLive } from "./webhooks/DeliveryWorker.js"
 import { MemoryOutboxStoreLive } from "./webhooks/MemoryOutboxStore.js"
 import { SafeHttpClient } from "./webhooks/SafeHttpClient.js"
-import { SocketGuards } from "./ws/SocketGuards.js"
-import { WsAgentDialerLive } from "./ws/WsAgentDialer.js"
+import { SocketGuards } from "./websocket/SocketGuards.js"
+import { WsAgentDialerLive } from "./websocket/WsAgentDialer.js"
 
 /**
  * The one production layer graph (docs/design.md, "One wiring"). `src/main.ts` launches `appLayer`;
@@ -108,6 +110,12 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
   Layer.provide(AppConfig.Default)
 )
 
+/**
+ * Traces as the standard OTEL_* variables say (observability/Tracing.ts): exported over OTLP/HTTP when
+ * an endpoint is set, ids only (for logs and `traceparent`) when not.
+ */
+export const TracingLive = tracingLayer
+
 /** Configuration, logs, metrics, secrets at rest and the stores. */
 export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default).pipe(
   Layer.provideMerge(AppConfig.Default)
@@ -125,8 +133,8 @@ export const DomainLive = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pip
  * the background work carrier webhooks start (Call Control commands, after-stream rescues).
  */
 export const TelephonyLive = CarriersLive.pipe(
-  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
-  Layer.provideMerge(TelnyxTwimlRunner.Default),
+  Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, SessionTokens.Default, EntryBackgroundWork.Default)),
+  Layer.provideMerge(Layer.mergeAll(TelnyxCallCommands.Default, TelnyxTwimlRunner.Default)),
   Layer.provideMerge(TelnyxRest.Default)
 )
 
@@ -153,7 +161,7 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
   Layer.provideMerge(SessionEndJournal.Default),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
-  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default))
+  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default, Recordings.Default))
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */
@@ -170,7 +178,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
   Layer.provideMerge(TelephonyLive),
   Layer.provideMerge(DomainLive),
   Layer.provideMerge(FoundationLive),
-  Layer.provide(LoggingLive)
+  Layer.provide(Layer.merge(LoggingLive, TracingLive))
 )
 
 /**

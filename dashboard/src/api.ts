@@ -68,6 +68,7 @@ export const enc = encodeURIComponent
 // ---- The wire shapes the dashboard reads (see docs/api.md) ----
 
 export type FallbackType = "disabled" | "phone" | "webhook"
+export type WebhookSignatureScheme = "service" | "standard" | "both"
 
 export interface Environment {
   readonly id: string
@@ -78,6 +79,7 @@ export interface Environment {
   readonly webhookUrl: string | null
   readonly webhookSecret?: string
   readonly webhookSecretLast4: string | null
+  readonly webhookSignatureScheme: WebhookSignatureScheme
   readonly errorFallbackType: FallbackType
   readonly errorFallbackValue: string | null
   readonly errorFallbackTimeout: number

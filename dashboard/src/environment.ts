@@ -1,7 +1,7 @@
 import { html } from "htm/preact"
 import { useCallback, useMemo, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session } from "./api.js"
+import { api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
 import { barsPath, Chart, Confirm, Dialog, ErrorLine, Field, fieldErrors, href, SecretOnce, time, usePoll } from "./components.js"
 import { DeliveryTable, SessionTable } from "./pages.js"
 import { answeredTurns, histogram, perMinutePercentiles, sessionCounts } from "./stats.js"
@@ -28,6 +28,7 @@ const recentSessions = async (agentId: string, environmentId: string): Promise<A
 const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
   const { env } = props
   const [url, setUrl] = useState(env.webhookUrl ?? "")
+  const [scheme, setScheme] = useState<WebhookSignatureScheme>(env.webhookSignatureScheme)
   const [error, setError] = useState<unknown>(null)
   const [secret, setSecret] = useState<string | null>(null)
   const [status, setStatus] = useState<string | null>(null)
@@ -38,7 +39,7 @@ const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) 
     setError(null)
     setStatus(null)
     try {
-      const next = await api.updateEnvironment(env.agentId, env.id, { webhookUrl: url.trim() })
+      const next = await api.updateEnvironment(env.agentId, env.id, { webhookUrl: url.trim(), webhookSignatureScheme: scheme })
       if (next.webhookSecret !== undefined) setSecret(next.webhookSecret)
       setStatus("Saved.")
       props.onSaved(next)
@@ -82,7 +83,17 @@ const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) 
             aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
             onInput=${(e: Event) => setUrl((e.target as HTMLInputElement).value)} />`}
       <//>
-      <${ErrorLine} error=${error} fields=${["webhookUrl"]} />
+      <${Field} id="webhook-scheme" label="Signature scheme" field="webhookSignatureScheme" errors=${errors}
+        hint="Standard Webhooks: webhook-id, webhook-timestamp and webhook-signature, for receivers that verify with its libraries.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<select id="webhook-scheme" value=${scheme} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+            onChange=${(e: Event) => setScheme((e.target as HTMLSelectElement).value as WebhookSignatureScheme)}>
+            <option value="service">X-Service-Signature (default)</option>
+            <option value="standard">Standard Webhooks</option>
+            <option value="both">Both</option>
+          </select>`}
+      <//>
+      <${ErrorLine} error=${error} fields=${["webhookUrl", "webhookSignatureScheme"]} />
       <div class="actions">
         <button type="submit" class="primary">Save</button>
         ${env.webhookSecretLast4 !== null ? html`<button type="button" onClick=${() => setConfirm("regenerate")}>Regenerate secret</button>` : null}

@@ -7,11 +7,12 @@ import { EventEmitter } from "node:events"
 import { readFileSync } from "node:fs"
 import { createServer as createHttpServer, type Server } from "node:http"
 import { createServer as createHttpsServer } from "node:https"
+import type { IncomingMessage } from "node:http"
 import type { AddressInfo } from "node:net"
 import { resolve } from "node:path"
 import { pathToFileURL } from "node:url"
 import { type ClientOptions, WebSocket, WebSocketServer } from "ws"
-import { AgentCall } from "./agent-runtime.js"
+import { AgentCall, type CallStart } from "./agent-runtime.js"
 
 /** callgate's dial-in endpoint for an agent environment, as a ws:// or wss:// URL. */
 export const agentConnectUrl = (gatewayUrl: string, agentId: string, environmentId: string) => {
@@ -30,7 +31,7 @@ export interface DialInOptions {
   readonly apiKey?: string
   /** Sockets kept open: calls this worker can take at once. Default 1. */
   readonly capacity?: number
-  /** Wait before reopening a socket after a call; doubled (up to 5 s) after failed attempts. Default 100 ms. */
+  /** Wait before reopening a socket after a call; doubled (up to 30 s) after each failed attempt. Default 100 ms. */
   readonly reconnectDelayMs?: number
   readonly wsOptions?: ClientOptions
   /** Stamp outgoing frames (FrameStamp) with the call's index as call id. */
@@ -40,10 +41,59 @@ export interface DialInOptions {
 export interface DialInEvents {
   /** A socket is open and waiting for a call. */
   ready: [number]
-  /** A socket could not be opened (refused upgrade, connection error); it is retried. */
+  /** A socket could not be opened (5xx, 429, network error); it is retried with back-off. */
   connectError: [string]
+  /**
+   * callgate refused the socket for a reason a retry cannot fix (401 bad key, 403 key of another
+   * agent, 404 unknown agent or environment): the pool stops. The text is the server's own message.
+   */
+  fatal: [ConnectRefusal]
   call: [AgentCall]
 }
+
+/** An upgrade callgate refused, with the message of its JSON error envelope when it sent one. */
+export interface ConnectRefusal {
+  readonly status: number
+  readonly code: string | undefined
+  readonly message: string
+}
+
+/** Refusals a retry cannot fix: the key, its scope or the address is wrong. */
+const FATAL_STATUSES = new Set([401, 403, 404])
+
+/** Back-off after failed attempts: doubles from `reconnectDelayMs` up to this, with jitter. */
+const MAX_BACKOFF_MS = 30_000
+
+/** Reads the refusal's body (callgate's `{"error":{"code","message"}}`), at most 16 KB. */
+const readRefusal = (response: IncomingMessage): Promise<ConnectRefusal> =>
+  new Promise((resolve) => {
+    const status = response.statusCode ?? 0
+    const chunks: Array<Buffer> = []
+    let size = 0
+    const done = () => {
+      const text = Buffer.concat(chunks).toString("utf8").trim()
+      let code: string | undefined
+      let message = text
+      try {
+        const body = JSON.parse(text)
+        if (typeof body?.error?.message === "string") message = body.error.message
+        if (typeof body?.error?.code === "string") code = body.error.code
+      } catch {
+        // not JSON: the raw text (a proxy's page, say) is the best we have
+      }
+      resolve({ status, code, message: message.slice(0, 300) || (response.statusMessage ?? "") })
+    }
+    response.on("data", (chunk: Buffer) => {
+      if (size < 16 * 1024) chunks.push(chunk)
+      size += chunk.length
+    })
+    response.once("end", done)
+    response.once("error", done)
+    response.once("close", done)
+  })
+
+export const describeRefusal = (refusal: ConnectRefusal) =>
+  `${refusal.status}${refusal.code ? ` ${refusal.code}` : ""}${refusal.message ? `: ${refusal.message}` : ""}`
 
 /**
  * Keeps `capacity` sockets open to callgate. Each socket is handed to the caller's code as an
@@ -63,6 +113,16 @@ export class DialInPool extends EventEmitter<DialInEvents> {
   start() {
     for (let i = 0; i < (this.options.capacity ?? 1); i++) this.open(0)
     return this
+  }
+
+  /** Sockets opening, open or closing. */
+  get openSockets() {
+    return this.sockets.size
+  }
+
+  /** Closed, by `close()` or after a refusal no retry can fix. */
+  get isStopped() {
+    return this.stopped
   }
 
   /** Sockets open and not yet carrying a call. */
@@ -121,15 +181,35 @@ export class DialInPool extends EventEmitter<DialInEvents> {
       this.emit("call", call)
       this.emit("ready", this.idle)
     })
-    socket.on("error", (error) => {
-      if (!opened) this.emit("connectError", error.message)
+    let refused: Promise<ConnectRefusal> | undefined
+    // ws emits this instead of "error" when a listener is attached: the body carries callgate's reason.
+    socket.once("unexpected-response", (_request, response) => {
+      refused = readRefusal(response).then((refusal) => {
+        socket.terminate()
+        return refusal
+      })
     })
-    socket.once("close", () => {
+    socket.on("error", (error) => {
+      if (!opened && refused === undefined && !this.stopped) this.emit("connectError", error.message)
+    })
+    socket.once("close", async () => {
       this.sockets.delete(socket)
       if (opened && !carried) this.idle--
+      if (refused !== undefined) {
+        const refusal = await refused
+        if (FATAL_STATUSES.has(refusal.status)) {
+          if (this.stopped) return
+          this.emit("fatal", refusal)
+          void this.close()
+          return
+        }
+        this.emit("connectError", describeRefusal(refusal))
+      }
       if (this.stopped) return
       const nextFailures = opened ? 0 : failures + 1
-      const delay = Math.min(5000, (this.options.reconnectDelayMs ?? 100) * 2 ** Math.min(nextFailures, 6))
+      const base = Math.min(MAX_BACKOFF_MS, (this.options.reconnectDelayMs ?? 100) * 2 ** Math.min(nextFailures, 16))
+      // Full back-off after failures, with up to 20 % jitter so a fleet of workers does not retry in step.
+      const delay = nextFailures === 0 ? base : Math.round(base * (0.8 + Math.random() * 0.2))
       const timer = setTimeout(() => {
         this.timers.delete(timer)
         this.open(nextFailures)
@@ -216,6 +296,7 @@ export class AgentHost<Events extends Record<keyof Events, Array<any>>> extends 
     })
     this.pool.on("call", onCall)
     this.pool.on("connectError", (message) => (this as EventEmitter).emit("connectError", message))
+    this.pool.on("fatal", (refusal) => (this as EventEmitter).emit("fatal", refusal))
     this.pool.start()
   }
 
@@ -235,6 +316,21 @@ const need = (value: string | undefined, name: string) => {
   return value
 }
 
+/**
+ * `--key`, else `CALLGATE_API_KEY`. A dial-in agent without a key would only be refused (and an empty
+ * `--key "$UNSET_VARIABLE"` is the usual way to get there), so that is an error before connecting.
+ */
+const apiKeyFlag = (flags: Map<string, string>, keyOptional: boolean): string | undefined => {
+  const given = flags.get("key")
+  if (given === "true") throw new Error("--key needs a value")
+  const key = given ?? process.env.CALLGATE_API_KEY
+  if (given !== undefined && given.trim() === "") throw new Error("--key is empty (was it given as an unset variable?)")
+  if (!keyOptional && (key === undefined || key.trim() === "")) {
+    throw new Error("a dial-in agent needs an API key: --key KEY or CALLGATE_API_KEY (the admin key or a key created for the agent)")
+  }
+  return key === undefined || key.trim() === "" ? undefined : key
+}
+
 /** Options shared by the example CLIs, read from `--flags`. */
 export const connectionFlags = (flags: Map<string, string>): AgentConnectionOptions => {
   const dialOutPort = flags.get("dial-out")
@@ -245,7 +341,7 @@ export const connectionFlags = (flags: Map<string, string>): AgentConnectionOpti
     agentId: flags.get("agent"),
     environmentId: flags.get("environment"),
     url: flags.get("url"),
-    apiKey: flags.get("key") ?? process.env.CALLGATE_API_KEY,
+    apiKey: apiKeyFlag(flags, dialOutPort !== undefined || flags.has("url")),
     capacity: Number(flags.get("capacity") ?? 1),
     dialOut:
       dialOutPort !== undefined
@@ -267,6 +363,35 @@ export const optionalNumber = (flags: Map<string, string>, name: string): number
 }
 
 export const isMain = (url: string) => process.argv[1] !== undefined && url === pathToFileURL(resolve(process.argv[1])).href
+
+/** The `call ... started` log line: the ids the call-control API needs (docs/calls.md) are on it. */
+export const describeStart = (start: CallStart) => {
+  const p = start.customParameters
+  return (
+    `${p.sessionId ?? start.callSid} started (${p.provider ?? "?"}, ${p.direction ?? "?"}, from ${p.from ?? "?"} to ${p.to ?? "?"}; ` +
+    `callSid ${start.callSid || "?"}, accountSid ${start.accountSid || "?"})`
+  )
+}
+
+/**
+ * The example CLIs' connection reporting: a retryable failure is one line and a retry; a refusal
+ * no retry can fix (wrong key, another agent's key, unknown environment) prints callgate's own
+ * message and exits 1, so a misconfigured worker does not hammer the gateway.
+ */
+export const reportConnection = (agent: EventEmitter, name: string, log: (message: string) => void) => {
+  agent.on("connectError", (message: string) => log(`cannot connect: ${message} (retrying with back-off)`))
+  agent.on("fatal", (refusal: ConnectRefusal) => {
+    const hint =
+      refusal.status === 401
+        ? " Check --key (or CALLGATE_API_KEY): it must be the admin key or a key created for this agent."
+        : refusal.status === 403
+          ? " The key belongs to another agent."
+          : " Check --gateway, --agent and --environment."
+    process.stderr.write(`${name}: callgate refused the connection: ${describeRefusal(refusal)}.${hint} Stopping.\n`)
+    process.exitCode = 1
+    void (agent as AgentHost<any>).close().then(() => process.exit(1))
+  })
+}
 
 export const stopOnSignal = (close: () => Promise<void>) => {
   const stop = () => void close().then(() => process.exit(0))

@@ -5,14 +5,16 @@
  */
 import { EventEmitter } from "node:events"
 import { type RawData, WebSocket } from "ws"
-import { nowUs, writeStamp } from "../../src/sim/FrameStamp.js"
-import { FramePacer } from "../../src/sim/FramePacer.js"
-import { FRAME_BYTES, padToFrames } from "../../src/sim/Mulaw.js"
+import { nowUs, writeStamp } from "../../sim/FrameStamp.js"
+import { FramePacer } from "../../sim/FramePacer.js"
+import { FRAME_BYTES, padToFrames } from "../../sim/Mulaw.js"
 
 /** The `start` frame's content that matters to an agent. */
 export interface CallStart {
   readonly streamSid: string
   readonly callSid: string
+  /** The carrier account (Twilio `AC...`, Telnyx connection id): what the call-control API's URLs name. */
+  readonly accountSid: string
   /** sessionId, agentId, environmentId, from, to, direction, provider (from callgate). */
   readonly customParameters: Readonly<Record<string, string>>
 }
@@ -146,6 +148,7 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
         this.started = {
           streamSid: String(start.streamSid ?? message.streamSid ?? ""),
           callSid: String(start.callSid ?? ""),
+          accountSid: String(start.accountSid ?? ""),
           customParameters: start.customParameters ?? {}
         }
         return this.emit("start", this.started)

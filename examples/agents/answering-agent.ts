@@ -10,9 +10,20 @@
  */
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { readUlawFile } from "../../src/sim/AudioSource.js"
-import { durationMs } from "../../src/sim/Mulaw.js"
-import { AgentHost, type AgentConnectionOptions, connectionFlags, isMain, optionalNumber, readFlags, stopOnSignal } from "./agent-host.js"
+import { readUlawFile } from "../../sim/AudioSource.js"
+import { durationMs } from "../../sim/Mulaw.js"
+import {
+  AgentHost,
+  type AgentConnectionOptions,
+  type ConnectRefusal,
+  connectionFlags,
+  describeStart,
+  isMain,
+  optionalNumber,
+  readFlags,
+  reportConnection,
+  stopOnSignal
+} from "./agent-host.js"
 import type { AgentCall, CallStart } from "./agent-runtime.js"
 import { EnergyTurnDetector, type TurnDetectorOptions } from "./energy-turn-detector.js"
 
@@ -64,6 +75,8 @@ export interface AnsweringAgentEvents {
   /** Every caller media frame (for stamp reading); `atUs` is the nowUs() receive time. */
   callerMedia: [Buffer, number, AgentCall]
   connectError: [string]
+  /** callgate refused the connection for good (401, 403, 404): the agent has stopped. */
+  fatal: [ConnectRefusal]
   protocolError: [string]
 }
 
@@ -230,7 +243,7 @@ if (isMain(import.meta.url)) {
       transferTo: flags.get("transfer-to"),
       errorAfterTurns: optionalNumber(flags, "error-after")
     })
-    agent.on("call", (c) => log(`call ${c.customParameters.sessionId ?? c.callSid} started (${c.customParameters.provider ?? "?"}, from ${c.customParameters.from ?? "?"})`))
+    agent.on("call", (c) => log(`call ${describeStart(c)}`))
     agent.on("turn", ({ turn }) => log(`caller turn ${turn} ended`))
     agent.on("reply", ({ turn, frames, mark }) => log(`replied to turn ${turn}: ${frames} frames, then mark ${mark}`))
     agent.on("stalled", ({ turn }) => log(`turn ${turn}: not answering (stalled)`))
@@ -238,7 +251,7 @@ if (isMain(import.meta.url)) {
     agent.on("mark", ({ name }) => log(`mark ${name} played`))
     agent.on("dtmf", ({ digit }) => log(`DTMF ${digit}`))
     agent.on("callEnded", ({ code, turns, replies }) => log(`call ended (close ${code}) after ${turns} turns, ${replies} replies`))
-    agent.on("connectError", (message) => log(`cannot connect: ${message} (retrying)`))
+    reportConnection(agent, "answering-agent", log)
     agent.on("protocolError", (message) => log(`protocol: ${message}`))
     log(agent.server ? `dial-out agent listening on ${agent.server.url}` : `dial-in agent keeping ${flags.get("capacity") ?? 1} socket(s) open`)
     stopOnSignal(() => agent.close())

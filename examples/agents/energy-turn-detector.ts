@@ -1,4 +1,4 @@
-import { DEFAULT_VOICED_RMS, FRAME_BYTES, FRAME_MS, mulawRms } from "../../src/sim/Mulaw.js"
+import { DEFAULT_VOICED_RMS, FRAME_BYTES, FRAME_MS, mulawRms } from "../../sim/Mulaw.js"
 
 export interface TurnDetectorOptions {
   /** A 20 ms frame at or above this RMS (16-bit scale) is voiced. Default 1000 (about -30 dBFS). */

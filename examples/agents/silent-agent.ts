@@ -5,8 +5,18 @@
  *
  *   npx tsx examples/agents/silent-agent.ts --agent agent_1 --environment env_1 --key $KEY --stream noise
  */
-import { comfortNoise, silence } from "../../src/sim/AudioSource.js"
-import { AgentHost, type AgentConnectionOptions, connectionFlags, isMain, readFlags, stopOnSignal } from "./agent-host.js"
+import { comfortNoise, silence } from "../../sim/AudioSource.js"
+import {
+  AgentHost,
+  type AgentConnectionOptions,
+  type ConnectRefusal,
+  connectionFlags,
+  describeStart,
+  isMain,
+  readFlags,
+  reportConnection,
+  stopOnSignal
+} from "./agent-host.js"
 import type { AgentCall, CallStart } from "./agent-runtime.js"
 
 export interface SilentAgentOptions extends AgentConnectionOptions {
@@ -20,6 +30,8 @@ export interface SilentAgentEvents {
   callerMedia: [Buffer, number, AgentCall]
   callEnded: [{ readonly call: CallStart; readonly code: number; readonly reason: string }]
   connectError: [string]
+  /** callgate refused the connection for good (401, 403, 404): the agent has stopped. */
+  fatal: [ConnectRefusal]
   protocolError: [string]
 }
 
@@ -80,9 +92,9 @@ if (isMain(import.meta.url)) {
   const log = (message: string) => process.stdout.write(`${new Date().toISOString()} ${message}\n`)
   try {
     const agent = await startSilentAgent({ ...connectionFlags(flags), stream: kind })
-    agent.on("call", (c) => log(`call ${c.customParameters.sessionId ?? c.callSid} started: staying silent (${kind})`))
+    agent.on("call", (c) => log(`call ${describeStart(c)}: staying silent (${kind})`))
     agent.on("callEnded", ({ code }) => log(`call ended (close ${code})`))
-    agent.on("connectError", (message) => log(`cannot connect: ${message} (retrying)`))
+    reportConnection(agent, "silent-agent", log)
     log(agent.server ? `dial-out silent agent listening on ${agent.server.url}` : `dial-in silent agent keeping ${flags.get("capacity") ?? 1} socket(s) open`)
     stopOnSignal(() => agent.close())
   } catch (error) {

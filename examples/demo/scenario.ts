@@ -3,8 +3,8 @@
  * environment is configured for it.
  */
 import { fileURLToPath } from "node:url"
-import { readUlawFile } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
+import { readUlawFile } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
 
 const file = (path: string) => fileURLToPath(new URL(path, import.meta.url))
 

@@ -1,10 +1,18 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../core/CallLegs.js"
-import { makeFrameDecoder, parseJson } from "../wire/FrameDecoding.js"
-import { accountSidOf } from "../core/TwilioIds.js"
-import { CloseCode, type WireListener, type WireSocket } from "../core/WireSocket.js"
-import { twilioInboundEncoder } from "../wire/TwilioFrames.js"
-import { AGENT_MESSAGE_EVENTS, AgentMessage, agentMediaScanner, isAgentMediaFrame } from "./AgentDialect.js"
+import type { AgentEvents, AgentLink, AgentStart } from "../kernel/CallLegs.js"
+import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
+import { accountSidOf } from "../kernel/TwilioIds.js"
+import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
+import { twilioInboundEncoder } from "../frames/TwilioFrames.js"
+import {
+  AGENT_MESSAGE_EVENTS,
+  AgentMessage,
+  agentMediaScanner,
+  callgateErrorFrame,
+  isAgentMediaFrame,
+  isRecordingEvent,
+  recordingPausedOf
+} from "../frames/AgentDialect.js"
 
 const isMedia = isAgentMediaFrame
 const scanner = agentMediaScanner
@@ -60,15 +68,20 @@ export class AgentConnection implements WireListener, AgentLink {
       this.encoder.start(++this.sequence, {
         ...this.stopFields,
         customParameters: {
-          // The placer's metadata first: callgate's own parameters cannot be overridden by it.
+          // The entry URL's parameters and the placer's metadata first: callgate's own parameters cannot be overridden by them.
+          ...start.customParameters,
           ...start.metadata,
           sessionId: start.sessionId,
           agentId: start.agentId,
           environmentId: start.environmentId,
           from: start.from,
           to: start.to,
+          // The names Pipecat's telephony runner reads.
+          from_number: start.from,
+          to_number: start.to,
           direction: start.direction,
-          provider: start.provider
+          provider: start.provider,
+          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
         }
       })
     )
@@ -81,6 +94,7 @@ export class AgentConnection implements WireListener, AgentLink {
     if (scanner.scan(text)) return events.agentMedia(scanned.payload(text))
     const raw = parseJson(text)
     if (isMedia(raw)) return events.agentMedia(raw.media.payload)
+    if (isRecordingEvent(raw)) return this.recording(raw, events)
     const decoded = decodeMessage(raw)
     if (Either.isLeft(decoded)) {
       this.state = "done"
@@ -102,6 +116,13 @@ export class AgentConnection implements WireListener, AgentLink {
       case "error":
         return events.agentFailed({ kind: "agent_error", message: `The agent reported an error: ${message.error.message}` })
     }
+  }
+
+  /** Pause or resume the recording; a malformed request gets `error` back and the call goes on. */
+  private recording(raw: unknown, events: AgentEvents) {
+    const paused = recordingPausedOf(raw)
+    if (typeof paused === "string") return this.socket.send(callgateErrorFrame(paused))
+    events.agentRecording?.(paused)
   }
 
   onClose(code: number, _reason: string, fault: string | undefined): void {

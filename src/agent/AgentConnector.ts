@@ -1,6 +1,6 @@
 import { Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import { HardError } from "../core/HardError.js"
+import { HardError } from "../kernel/HardError.js"
 import type { AgentConnection } from "./AgentConnection.js"
 import { AgentDialer } from "./AgentDialer.js"
 import { AgentPool } from "./AgentPool.js"

@@ -1,11 +1,11 @@
 import { Context, type Duration, type Effect } from "effect"
-import type { HardError } from "../core/HardError.js"
+import type { HardError } from "../kernel/HardError.js"
 import type { AgentConnection } from "./AgentConnection.js"
 
 /**
  * Dial-out (docs/design.md, "Agent side"): opens a connection to an environment's agentUrl for one
  * call. The port lives here, with its consumer (AgentConnector); the WebSocket adapter is
- * ws/WsAgentDialer.ts. Fails with a HardError (`agent_dial_failed`); interrupting the dial closes
+ * websocket/WsAgentDialer.ts. Fails with a HardError (`agent_dial_failed`); interrupting the dial closes
  * the socket.
  */
 export interface AgentDialerShape {

@@ -3,9 +3,9 @@ import { Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Metrics } from "../observability/Metrics.js"
-import { CloseCode } from "../core/WireSocket.js"
+import { CloseCode } from "../frames/WireSocket.js"
 import type { AgentConnection } from "./AgentConnection.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 
 
 /** One environment's idle sockets, by id, oldest first. */

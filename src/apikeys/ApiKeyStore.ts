@@ -1,5 +1,5 @@
 import { Context, type Effect, type Option, Schema, type Scope } from "effect"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 
 /** A scoped API key as stored: only the SHA-256 of the key, never the key. */
 export const StoredApiKey = Schema.Struct({

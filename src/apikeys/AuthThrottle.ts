@@ -15,9 +15,11 @@ interface Entry {
 /**
  * Failed authentications per client address (docs/security.md, "Authentication throttling"):
  * any route and any socket that refuses credentials reports the failure here, whatever key (or
- * token, or signature) was presented, so guessing keys from one address ends at
- * AUTH_FAILURES_PER_MINUTE. Past it every authentication from that address, valid or not, is
- * refused with 429 until the minute is over. Per instance, in memory.
+ * token, or signature) was presented. Past AUTH_FAILURES_PER_MINUTE a refused attempt from that
+ * address is answered 429 with Retry-After until the minute is over. Credentials
+ * are always checked first: a request that authenticates is answered normally whatever its
+ * address's failures, so one party's bad signatures (Twilio's webhooks and streams come from a
+ * shared pool of addresses) never lock out another's real calls. Per instance, in memory.
  */
 export class AuthThrottle extends Effect.Service<AuthThrottle>()("callgate/AuthThrottle", {
   effect: Effect.gen(function* () {
@@ -45,26 +47,31 @@ export class AuthThrottle extends Effect.Service<AuthThrottle>()("callgate/AuthT
       for (const [address, entry] of entries) if (at - entry.windowStartMs >= WINDOW_MS) entries.delete(address)
     }
 
-    return {
-      /** Seconds to wait when `address` is over its failures for the minute; undefined when it may try. */
-      retryAfter: (address: string): number | undefined => {
-        if (limit === 0) return undefined
-        const at = now()
-        const entry = current(address, at)
-        if (entry === undefined || entry.failures < limit) return undefined
-        throttled.inc()
-        return Math.max(1, Math.ceil((entry.windowStartMs + WINDOW_MS - at) / 1000))
-      },
-      /** One refused authentication from `address`. */
-      failed: (address: string): void => {
-        if (limit === 0) return
-        const at = now()
-        const entry = current(address, at)
-        if (entry === undefined) {
-          if (entries.size >= SWEEP_AT) sweep(at)
-          entries.set(address, { failures: 1, windowStartMs: at })
-        } else entry.failures++
+    /** One refused authentication from `address`: the seconds to wait once it is past its limit. */
+    const refused = (address: string): number | undefined => {
+      if (limit === 0) return undefined
+      const at = now()
+      const entry = current(address, at)
+      if (entry === undefined) {
+        if (entries.size >= SWEEP_AT) sweep(at)
+        entries.set(address, { failures: 1, windowStartMs: at })
+        return undefined
       }
+      entry.failures++
+      if (entry.failures <= limit) return undefined
+      throttled.inc()
+      return Math.max(1, Math.ceil((entry.windowStartMs + WINDOW_MS - at) / 1000))
+    }
+
+    return {
+      /**
+       * One refused authentication from `address` (a bad key, signature or token, already checked):
+       * undefined while the address is within AUTH_FAILURES_PER_MINUTE (answer 401), else the
+       * seconds until its minute is over (answer 429 with Retry-After).
+       */
+      refused,
+      /** One refused authentication from `address`, where the answer does not depend on it (a stream closed). */
+      failed: (address: string): void => void refused(address)
     } as const
   })
 }) {}

@@ -1,13 +1,13 @@
 import { randomUUID } from "node:crypto"
 import { Effect, Fiber, Schedule } from "effect"
-import { addScopeFinalizer } from "../core/SessionFibers.js"
+import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
-import { StoreError } from "../core/StoreError.js"
+import { StoreError } from "../kernel/StoreError.js"
 import { BreakerMetrics } from "./BreakerMetrics.js"
 import { type BreakerTrip, BreakerStore } from "./BreakerStore.js"
 import { makeMemoryBreakerStore } from "./MemoryBreakerStore.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 
 /** An environment's no-response breaker settings (docs/turns-and-breaker.md, "Parameters"), read afresh for every evaluation. */
 export interface BreakerSettings {
@@ -133,7 +133,8 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
       .pipe(
         Effect.tapError((error) =>
           Effect.suspend(() => {
-            if (subscriptionWarned) return Effect.void
+            // While the store is unreachable its connection has said so: nothing to add.
+            if (subscriptionWarned || error.unreachable) return Effect.void
             subscriptionWarned = true
             return Effect.logWarning("breaker trip subscription failed; retrying every second", { operation: error.operation })
           })

@@ -1,5 +1,5 @@
 import { Context, type Effect, Schema, type Scope } from "effect"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 
 /**
  * A breaker trip as every instance hears it: the environment whose occurrence count reached its

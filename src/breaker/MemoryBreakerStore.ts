@@ -1,6 +1,6 @@
 import { Clock, Effect, Layer } from "effect"
 import { type BreakerTrip, BreakerStore, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "./BreakerStore.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 
 
 /**

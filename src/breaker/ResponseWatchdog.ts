@@ -1,5 +1,5 @@
 import { Effect, Fiber, Runtime, type Scope } from "effect"
-import { addScopeFinalizer, whileRunning } from "../core/SessionFibers.js"
+import { addScopeFinalizer, whileRunning } from "../kernel/SessionFibers.js"
 import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
 import type { BreakerTrip } from "./BreakerStore.js"
 

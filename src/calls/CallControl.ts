@@ -1,16 +1,15 @@
 import { Effect, Either, Option } from "effect"
 import { ApiKeys, mayActFor, type Principal } from "../apikeys/ApiKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
-import type { CallRef } from "../core/Carrier.js"
-import { accountSidOf } from "../core/TwilioIds.js"
-import { xmlRootName } from "../fallback/FallbackWebhook.js"
+import type { CallRef } from "../kernel/Carrier.js"
+import { accountSidOf } from "../kernel/TwilioIds.js"
 import { SessionEnding } from "../livecall/LiveCall.js"
 import { recordOf } from "../sessions/Sessions.js"
 import { type LiveSession, LiveCalls } from "../livecall/LiveCalls.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { Sessions } from "../sessions/Sessions.js"
-import { MAX_TWILIO_TWIML_CHARS } from "../telephony/TwilioCarrier.js"
-import { translateTwiml } from "../telephony/TwimlCallControl.js"
+import { translateTwiml } from "../twiml/TwimlCallControl.js"
+import { checkResponseDocument, MAX_TWILIO_TWIML_CHARS, twimlEffect } from "../twiml/TwimlDocument.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { OutboundCalls } from "./OutboundCalls.js"
 import { callResource, type CallUpdateForm, TWILIO_API_VERSION, TwilioErrors, type TwilioRestError } from "./TwilioCallWire.js"
@@ -30,18 +29,14 @@ type Target =
   | { readonly _tag: "Live"; readonly agentId: string; readonly live: LiveSession }
   | { readonly _tag: "Stored"; readonly agentId: string; readonly session: Session }
 
-const endingReason = (twiml: string): "agent_transfer" | "agent_hangup" | "agent_twiml" => {
-  if (/<Dial[\s>/]/.test(twiml)) return "agent_transfer"
-  const body = twiml.replace(/^<\?xml[^>]*\?>/, "").replace(/\s+/g, "")
-  return /^<Response><Hangup\/><\/Response>$/.test(body) ? "agent_hangup" : "agent_twiml"
-}
+const ENDING_REASONS = { dial: "agent_transfer", hangup: "agent_hangup", other: "agent_twiml" } as const
+const endingReason = (twiml: string) => ENDING_REASONS[twimlEffect(twiml)]
 
 /** A TwiML document the call's carrier can run as given (TeXML, Twilio) or once translated (Call Control). */
 const checkTwiml = (call: CallRef, text: string): Either.Either<string, TwilioRestError> => {
-  const twiml = text.trim()
-  const root = xmlRootName(twiml)
-  if (root === undefined) return Either.left(TwilioErrors.invalidTwiml("the document is not well-formed XML"))
-  if (root !== "Response") return Either.left(TwilioErrors.invalidTwiml(`the root element is <${root}>, not <Response>`))
+  const checked = checkResponseDocument(text)
+  if (Either.isLeft(checked)) return Either.left(TwilioErrors.invalidTwiml(checked.left))
+  const twiml = checked.right
   if (call.kind === "twilio" && twiml.length > MAX_TWILIO_TWIML_CHARS) {
     return Either.left(TwilioErrors.invalidTwiml(`the document is ${twiml.length} characters; at most ${MAX_TWILIO_TWIML_CHARS}`))
   }

@@ -1,18 +1,15 @@
 import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import type { CallKind, CallRef, Provider } from "../core/Carrier.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { type CallKind, type CallRef, Carriers, type Provider } from "../kernel/Carrier.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { Environments } from "../environments/Environments.js"
 import { SessionEnding } from "../livecall/LiveCall.js"
 import { CarrierCallEvents } from "../livecall/CarrierCallEvents.js"
 import { type LiveSession, newSessionId, LiveCalls } from "../livecall/LiveCalls.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { SessionNotFound, sessionEndedEvent, Sessions } from "../sessions/Sessions.js"
-import { EntryPaths } from "../telephony/entry/EntryWire.js"
-import { TelnyxCallCommands } from "../telephony/TelnyxCallCommands.js"
-import { TelnyxRest } from "../telephony/TelnyxRest.js"
-import { TwilioCarrier } from "../telephony/TwilioCarrier.js"
+import { EntryPaths } from "../kernel/EntryPaths.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import {
   DEFAULT_RING_TIMEOUT_SECONDS,
@@ -58,9 +55,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const sessions = yield* Sessions
     const registry = yield* LiveCalls
     const outbox = yield* Outbox
-    const twilio = yield* TwilioCarrier
-    const telnyxCommands = yield* TelnyxCallCommands
-    const telnyxRest = yield* TelnyxRest
+    const carriers = yield* Carriers
     const callEvents = yield* CarrierCallEvents
     const runFork = yield* FiberSet.makeRuntime<never>()
 
@@ -125,7 +120,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const stopAtCarrier = (call: Placed) =>
       call.call === undefined
         ? Effect.void
-        : Effect.either(call.call.kind === "twilio" ? twilio.cancel(call.call) : telnyxRest.hangup(call.call.callId)).pipe(
+        : Effect.either(carriers.cancel(call.call)).pipe(
             Effect.flatMap((stopped) =>
               stopped._tag === "Left" ? Effect.logWarning("stopping the outbound call at the carrier failed", { sessionId: call.sessionId, error: stopped.left.message }) : Effect.void
             )
@@ -165,7 +160,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       inUse.set(key, (inUse.get(key) ?? 0) + 1)
 
       const sessionId = newSessionId()
-      const kind: CallKind = provider === "twilio" ? "twilio" : "telnyx-call-control"
+      const kind = provider === "twilio" ? "twilio" : "telnyx-call-control"
       const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing" }
       placed.set(sessionId, call)
       const createdAt = new Date()
@@ -200,25 +195,14 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       const base = publicUrl.current()
       const timeoutSeconds = body.timeoutSeconds ?? DEFAULT_RING_TIMEOUT_SECONDS
       const dialed = yield* Effect.either(
-        provider === "twilio"
-          ? twilio
-              .placeCall({
-                to: body.to,
-                from: body.from,
-                url: `${base}${EntryPaths.twilioVoice}?${query}`,
-                statusCallback: `${base}${TWILIO_STATUS_PATH}?${query}`,
-                timeoutSeconds
-              })
-              .pipe(Effect.map((created): CallRef => ({ kind, callId: created.callSid, accountSid: created.accountSid })))
-          : telnyxCommands
-              .dial({
-                connectionId: Option.getOrThrow(config.telnyxConnectionId),
-                to: body.to,
-                from: body.from,
-                webhookUrl: `${base}${EntryPaths.telnyxCallControl}?${query}`,
-                timeoutSecs: timeoutSeconds
-              })
-              .pipe(Effect.map((callControlId): CallRef => ({ kind, callId: callControlId })))
+        carriers.place({
+          kind,
+          to: body.to,
+          from: body.from,
+          answerUrl: `${base}${kind === "twilio" ? EntryPaths.twilioVoice : EntryPaths.telnyxCallControl}?${query}`,
+          statusUrl: `${base}${EntryPaths.twilioStatus}?${query}`,
+          timeoutSeconds
+        })
       )
       if (dialed._tag === "Left") {
         yield* endUnanswered(call, "carrier_failed")
@@ -320,6 +304,3 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     return { place, twilioStatus, cancel } as const
   })
 }) {}
-
-/** Where Twilio reports the progress of calls callgate placed. */
-export const TWILIO_STATUS_PATH = "/telephony/twilio/status"

@@ -147,6 +147,12 @@ const settings = Config.all({
     Config.withDefault(defaults.REDIS_KEY_PREFIX),
     check("REDIS_KEY_PREFIX", "must be 1 to 64 letters, digits or _ - . : without braces", (text: string) => /^[A-Za-z0-9_.:-]{1,64}$/.test(text))
   ),
+  redisCommandTimeout: duration("REDIS_COMMAND_TIMEOUT").pipe(
+    check("REDIS_COMMAND_TIMEOUT", "must be between 50ms and 60s", (d: Duration.Duration) => Duration.toMillis(d) >= 50 && Duration.toMillis(d) <= 60_000)
+  ),
+  redisConnectTimeout: duration("REDIS_CONNECT_TIMEOUT").pipe(
+    check("REDIS_CONNECT_TIMEOUT", "must be between 100ms and 60s", (d: Duration.Duration) => Duration.toMillis(d) >= 100 && Duration.toMillis(d) <= 60_000)
+  ),
   twilioAccountSid: Config.option(Config.string("TWILIO_ACCOUNT_SID")),
   twilioAuthToken: optionalSecret("TWILIO_AUTH_TOKEN"),
   twilioApiBaseUrl: httpUrl("TWILIO_API_BASE_URL"),

@@ -1,5 +1,5 @@
 import { Data, Either } from "effect"
-import { describeRefusal, hostRefusal } from "../core/AddressPolicy.js"
+import { describeRefusal, hostRefusal } from "../egress/AddressPolicy.js"
 import { isE164, isHttpsUrl, type StoredEnvironment, type UpdateEnvironmentBody } from "./EnvironmentSchema.js"
 
 export interface FieldProblem {
@@ -64,6 +64,8 @@ export const applyPatch = (
   if (patch.name !== undefined) next.name = patch.name
   if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
   if (patch.maxConcurrentOutboundCalls !== undefined) next.maxConcurrentOutboundCalls = patch.maxConcurrentOutboundCalls
+  if (patch.webhookSignatureScheme !== undefined) next.webhookSignatureScheme = patch.webhookSignatureScheme
+  if (patch.recording !== undefined) next.recording = patch.recording
   const checkDestination = (field: string, value: string | null | undefined, kind: "agent" | "webhook") => {
     const problem = typeof value === "string" ? destinationProblem(value, kind, policy) : undefined
     if (problem !== undefined) problems.push({ field, message: problem })

@@ -57,11 +57,29 @@ export const FallbackTimeout = intBetween(0, 30)
 export const FallbackThreshold = intBetween(1, 20)
 export const FallbackWindow = intBetween(60, 3600)
 
+/**
+ * How event webhooks are signed (docs/webhooks.md, "Signature schemes"): `service`, the interface's
+ * `X-Service-Signature` / `X-Service-Timestamp`; `standard`, Standard Webhooks' `webhook-id`,
+ * `webhook-timestamp`, `webhook-signature: v1,<base64>`; `both`, every header. The error fallback
+ * webhook always uses `service`.
+ */
+export const WebhookSignatureScheme = Schema.Literal("service", "standard", "both").annotations({
+  message: () => ({ message: "must be one of service, standard, both", override: true })
+})
+export type WebhookSignatureScheme = typeof WebhookSignatureScheme.Type
+export const DEFAULT_WEBHOOK_SIGNATURE_SCHEME: WebhookSignatureScheme = "service"
+
 export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as const
 
 /** Outbound calls of an environment placed or live at once (docs/calls.md, "Placing outbound calls"). */
 export const MaxConcurrentOutboundCalls = intBetween(1, 1000)
 export const DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS = 10
+
+/** Whether the environment's calls are recorded (docs/recording.md). */
+export const RecordingMode = Schema.Literal("off", "on").annotations({
+  message: () => ({ message: "must be one of off, on", override: true })
+})
+export type RecordingMode = typeof RecordingMode.Type
 
 /**
  * An environment as stored. Secrets are sealed (see SecretBox); `version` increases with every
@@ -85,7 +103,11 @@ export const StoredEnvironment = Schema.Struct({
   errorFallbackWebhookSecretSealed: Schema.NullOr(Schema.String),
   agentUrl: Schema.NullOr(Schema.String),
   /** Absent on environments stored before outbound calls existed: the default applies. */
-  maxConcurrentOutboundCalls: Schema.optional(Schema.Number)
+  maxConcurrentOutboundCalls: Schema.optional(Schema.Number),
+  /** Absent on environments stored before the field existed: `service`. */
+  webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
+  /** Absent on environments stored before recording existed: off. */
+  recording: Schema.optional(RecordingMode)
 })
 export type StoredEnvironment = typeof StoredEnvironment.Type
 
@@ -101,6 +123,9 @@ export const EnvironmentView = Schema.Struct({
     description: "Present only in the response that generated the secret"
   }),
   webhookSecretLast4: Schema.NullOr(Schema.String),
+  webhookSignatureScheme: WebhookSignatureScheme.annotations({
+    description: "How event webhooks are signed: service (X-Service-Signature, default), standard (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature v1) or both"
+  }),
   errorFallbackType: FallbackType,
   errorFallbackValue: Schema.NullOr(Schema.String),
   errorFallbackTimeout: Schema.Number,
@@ -108,7 +133,10 @@ export const EnvironmentView = Schema.Struct({
   errorFallbackTimeWindow: Schema.Number,
   errorFallbackWebhookSecret: Schema.NullOr(Schema.String),
   agentUrl: Schema.NullOr(Schema.String),
-  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" })
+  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" }),
+  recording: RecordingMode.annotations({
+    description: "on: every call of the environment is recorded as a two-channel WAV (docs/recording.md); default off"
+  })
 }).annotations({ identifier: "Environment" })
 export type EnvironmentView = typeof EnvironmentView.Type
 
@@ -121,6 +149,7 @@ const patchFields = {
       message: () => "only null is accepted (it clears the secret); use regenerate-webhook-secret for a new one"
     })
   ),
+  webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
   errorFallbackType: Schema.optional(FallbackType),
   errorFallbackValue: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048)))),
   errorFallbackTimeout: Schema.optional(FallbackTimeout),
@@ -133,7 +162,8 @@ const patchFields = {
     })
   ),
   agentUrl: Schema.optional(Schema.NullOr(WssUrl)),
-  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls)
+  maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls),
+  recording: Schema.optional(RecordingMode)
 }
 
 /** The message a body that is not an object gets (nested fields keep their own messages). */

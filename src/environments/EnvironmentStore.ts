@@ -1,6 +1,6 @@
 import { Context, type Effect, type Either, type Option } from "effect"
 import type { StoredEnvironment } from "./EnvironmentSchema.js"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 
 /**
  * Where environments live. Two adapters (in-memory, Redis) pass one contract suite

@@ -8,6 +8,7 @@ import {
   type CreateEnvironmentBody,
   type EnvironmentView,
   DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
+  DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
   FALLBACK_DEFAULTS,
   type StoredEnvironment,
   type UpdateEnvironmentBody
@@ -59,6 +60,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       webhookUrl: env.webhookUrl,
       ...(generated.webhookSecret !== undefined ? { webhookSecret: generated.webhookSecret } : {}),
       webhookSecretLast4: env.webhookSecretLast4,
+      webhookSignatureScheme: env.webhookSignatureScheme ?? DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
       errorFallbackType: env.errorFallbackType,
       errorFallbackValue: env.errorFallbackValue,
       errorFallbackTimeout: env.errorFallbackTimeout,
@@ -66,7 +68,8 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackTimeWindow: env.errorFallbackTimeWindow,
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
       agentUrl: env.agentUrl,
-      maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS
+      maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
+      recording: env.recording ?? "off"
     })
 
     const blank = (agentId: string, name: string, now: string): StoredEnvironment => ({

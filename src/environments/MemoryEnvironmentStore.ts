@@ -1,7 +1,7 @@
 import { Effect, Either, Layer, Option } from "effect"
 import type { StoredEnvironment } from "./EnvironmentSchema.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 
 
 /**

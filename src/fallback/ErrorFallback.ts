@@ -1,9 +1,10 @@
 import { Clock, Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
-import type { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
-import { Carriers, type CarrierError, type CarrierShape } from "../core/Carrier.js"
+import type { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
+import { Carriers, type CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import { FallbackMetrics } from "./FallbackMetrics.js"
@@ -74,15 +75,17 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         const startedMs = yield* Clock.currentTimeMillis
         const startedAt = new Date(startedMs).toISOString()
         let carrierRequestAt: string | null = null
+        let carrierRequestName: string | null = null
         /** Marks the moment a carrier request decides the call, for the trigger-to-carrier metric. */
-        const carrierRequest = <A>(request: Effect.Effect<A, CarrierError>) =>
+        const carrierRequest = <A>(name: string, request: Effect.Effect<A, CarrierError>) =>
           Effect.gen(function* () {
             const at = yield* Clock.currentTimeMillis
             carrierRequestAt ??= new Date(at).toISOString()
+            carrierRequestName ??= name
             metrics.observeCarrierDelay(error.kind, (at - startedMs) / 1000)
             return yield* request
           })
-        const hangup = carrierRequest(carrier.hangup(session.call)).pipe(
+        const hangup = carrierRequest("hangup", carrier.hangup(session.call)).pipe(
           Effect.tapError((e) => Effect.logWarning("hanging up the call failed", { error: e.message })),
           Effect.either
         )
@@ -93,7 +96,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
 
         const decide = Effect.gen(function* () {
           if (type === "phone" && Option.isSome(value)) {
-            const moved = yield* carrierRequest(carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
+            const moved = yield* carrierRequest("transfer", carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
             if (moved._tag === "Right") return decision({ outcome: "transferred" })
             yield* hangup
             return decision({ outcome: "carrier_failed", detail: moved.left.message })
@@ -102,9 +105,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             const body = JSON.stringify(fallbackWebhookBody(session, error))
             const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
             const secret = Option.getOrUndefined(environment.value.errorFallbackWebhookSecret)
+            const trace = yield* traceparentHeader
             const answer = yield* http
               .post(fallbackUrl(value.value, error.message), {
-                headers: { "content-type": "application/json", ...signatureHeaders(secret, timestamp, body) },
+                headers: { "content-type": "application/json", ...signatureHeaders(secret, timestamp, body), ...trace },
                 body,
                 timeout: config.fallbackWebhookTimeout,
                 maxResponseBytes: MAX_FALLBACK_BODY_BYTES
@@ -119,7 +123,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             const read = classifyFallbackAnswer({ status, body: answer.right.body.toString("utf8"), truncated: answer.right.truncated })
             switch (read._tag) {
               case "Markup": {
-                const applied = yield* carrierRequest(carrier.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
+                const applied = yield* carrierRequest("applyTwiml", carrier.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
                 if (applied._tag === "Right") return decision({ outcome: "markup_applied", webhookStatus: status })
                 yield* hangup
                 // Markup a Call Control call cannot carry out (verbs with no command) is an unexpected answer.
@@ -158,6 +162,13 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
           detail: decided.detail ?? null
         }
         metrics.countFallback(error.kind, type, decided.outcome)
+        yield* Effect.annotateCurrentSpan({
+          "callgate.rescue.type": type,
+          "callgate.rescue.outcome": decided.outcome,
+          ...(carrierRequestName !== null ? { "callgate.rescue.carrier_request": carrierRequestName } : {}),
+          ...(carrierRequestAt !== null ? { "callgate.rescue.carrier_request_at": carrierRequestAt } : {}),
+          ...(decided.webhookStatus !== undefined ? { "callgate.rescue.webhook_status": decided.webhookStatus } : {})
+        })
         yield* Effect.logInfo("error fallback ran", { trigger: error.kind, type, outcome: decided.outcome })
         return { fallback: record }
       }).pipe(
@@ -168,7 +179,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
             Effect.zipRight(Effect.ignore(carrier.hangup(session.call))),
             Effect.as({})
           )
-        )
+        ),
+        withCallSpan(session.sessionId, "callgate.rescue", {
+          attributes: { "callgate.session.id": session.sessionId, "callgate.rescue.trigger": error.kind }
+        })
       )
 
     const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> => rescueWith(session, error, carriers)

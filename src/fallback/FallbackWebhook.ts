@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { XMLParser, XMLValidator } from "fast-xml-parser"
+import { xmlRootName } from "../twiml/TwimlDocument.js"
 
 /**
  * The error fallback webhook's wire format (docs/fallback.md, "The fallback webhook"): where it is sent, what it
@@ -44,23 +44,6 @@ export type FallbackAnswer =
 
 /** The most of a fallback answer that is read; a larger body is not applied. */
 export const MAX_FALLBACK_BODY_BYTES = 64 * 1024
-
-const parser = new XMLParser({
-  ignoreAttributes: false,
-  // Entities are never expanded: no entity-expansion blow-ups from a hostile receiver.
-  processEntities: false,
-  allowBooleanAttributes: true
-})
-
-/** The name of the document's root element, or undefined when the text is not well-formed XML. */
-export const xmlRootName = (text: string): string | undefined => {
-  const trimmed = text.trim()
-  if (!trimmed.startsWith("<")) return undefined
-  if (XMLValidator.validate(trimmed) !== true) return undefined
-  const document = parser.parse(trimmed) as Record<string, unknown>
-  const roots = Object.keys(document).filter((key) => key !== "?xml" && !key.startsWith("#"))
-  return roots.length === 1 ? roots[0] : undefined
-}
 
 export const classifyFallbackAnswer = (answer: {
   readonly status: number

@@ -1,5 +1,6 @@
 import { Duration, Effect, Option, Queue, Schedule } from "effect"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
+import { logStoreFailure } from "../kernel/StoreError.js"
 import { AgentPool } from "../agent/AgentPool.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
@@ -77,7 +78,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
       yield* publish(true)
       yield* store.report(report(), ttlMs)
       known = yield* store.list(ttlMs)
-    }).pipe(Effect.catchAll((error) => Effect.logWarning("could not refresh this instance in the fleet registry", { error: error.message })))
+    }).pipe(Effect.catchAll((error) => logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })))
 
     const stopListening = pool.onChange((agentId, environmentId) => {
       dirty.set(environmentKey(agentId, environmentId), { agentId, environmentId })

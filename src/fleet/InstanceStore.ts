@@ -1,5 +1,5 @@
 import { Context, type Effect, type Option } from "effect"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 
 /** One environment's idle dial-in agent sockets on one instance. */
 export interface IdleAgents {

@@ -1,6 +1,7 @@
 import { Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { logStoreFailure } from "../kernel/StoreError.js"
 import { OrphanReconciler } from "../recovery/OrphanReconciler.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { InstanceStore } from "./InstanceStore.js"
@@ -34,7 +35,7 @@ export const LostInstancesLive = Layer.scopedDiscard(
           yield* Effect.logWarning("rescued the calls of an instance that stopped refreshing", { lostInstance: id, ...report })
         }
       }
-    }).pipe(Effect.catchAll((error) => Effect.logWarning("could not reconcile the fleet's lost instances; retrying", { error: error.message })))
+    }).pipe(Effect.catchAll((error) => logStoreFailure("could not reconcile the fleet's lost instances; retrying", error, { error: error.message })))
 
     yield* sweep.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
   })

@@ -1,5 +1,5 @@
 import { Effect, Layer, Option } from "effect"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
 
 

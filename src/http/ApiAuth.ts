@@ -56,13 +56,15 @@ export const authenticationHook = <R>(runtime: Runtime.Runtime<R | ApiKeys | Aut
   const run = Runtime.runPromiseExit(runtime)
   const throttle = Runtime.runSync(runtime)(AuthThrottle)
   return async (request: FastifyRequest, reply: FastifyReply): Promise<undefined> => {
-    // An address that failed too often is refused before its key is looked at (docs/security.md).
-    const wait = throttle.retryAfter(request.ip)
-    if (wait !== undefined) throw tooManyFailures(reply, wait)
+    // The key is checked first: a valid one is let in whatever its address's failures; a refused
+    // one from an address past AUTH_FAILURES_PER_MINUTE is answered 429 (docs/security.md).
     const exit = await run(authenticateRoute(auth, request))
     if (Exit.isFailure(exit)) {
       const error = await failureToApiError(run, exit.cause, request.routeOptions.url ?? "unmatched")
-      if (error.status === 401) throttle.failed(request.ip)
+      if (error.status === 401) {
+        const wait = throttle.refused(request.ip)
+        if (wait !== undefined) throw tooManyFailures(reply, wait)
+      }
       throw error
     }
     principals.set(request, exit.value)

@@ -15,6 +15,8 @@ import { registerApiDocs } from "./ApiDocs.js"
 import { type ApiRoute, openApiDocument, registerApiRoutes, sendError } from "./ApiRoute.js"
 import { deliveryRoutes } from "./routes/deliveryRoutes.js"
 import { apiKeyRoutes, environmentRoutes } from "./routes/environmentRoutes.js"
+import type { Recordings } from "../recording/Recordings.js"
+import { recordingRoutes } from "./routes/recordingRoutes.js"
 import { sessionRoutes } from "./routes/sessionRoutes.js"
 import { agentListRoutes } from "./routes/agentListRoutes.js"
 import { breakerRoutes } from "./routes/breakerRoutes.js"
@@ -34,13 +36,13 @@ import { isTwilioApiUrl, registerTwilioCallRoutes, sendTwilioError } from "./rou
 import { TwilioErrors } from "../calls/TwilioCallWire.js"
 import type { OutboundCalls } from "../calls/OutboundCalls.js"
 import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.js"
-import type { SocketGuards } from "../ws/SocketGuards.js"
+import type { SocketGuards } from "../websocket/SocketGuards.js"
 
 /** The services the HTTP edge calls into. */
 export type HttpServices = AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | LiveCalls | CallControl | OutboundCalls | InstanceRegistry | SocketGuards
+type CallServices = CarrierStreams | AgentPool | Sessions | LiveCalls | CallControl | OutboundCalls | InstanceRegistry | SocketGuards | Recordings
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -60,6 +62,7 @@ export const apiRoutes: ReadonlyArray<ApiRoute<HttpServices>> = [
   ...breakerRoutes,
   ...deliveryRoutes,
   ...sessionRoutes,
+  ...recordingRoutes,
   ...callRoutes,
   ...apiKeyRoutes,
   ...instanceRoutes

@@ -2,6 +2,7 @@ import type { AddressInfo } from "node:net"
 import { Effect, Layer } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
+import { startupWarnings } from "../config/StartupWarnings.js"
 import { HttpApp } from "./HttpApp.js"
 
 /**
@@ -34,6 +35,8 @@ export const HttpServerLive = Layer.scopedDiscard(
       case "Configured":
         yield* Effect.logInfo("callgate listening", { address, publicUrl: report.publicUrl })
     }
+    // Settings that validate but leave the deployment open, and misspelt variables (docs/security.md).
+    for (const warning of startupWarnings(config, bound.address, process.env)) yield* Effect.logWarning(warning)
     yield* Effect.addFinalizer(() => Effect.logInfo("callgate stopping: closing the HTTP server"))
   })
 )

@@ -44,7 +44,9 @@ export const openApiDocument = (routes: ReadonlyArray<ApiRoute<any>>, info: { ti
         [status]:
           status === "204"
             ? { description: "Done" }
-            : { description: "Success", content: { "application/json": { schema: envelope(route.response) } } },
+            : route.produces !== undefined
+              ? { description: route.produces.description, content: { [route.produces.contentType]: { schema: { type: "string", format: "binary" } } } }
+              : { description: "Success", content: { "application/json": { schema: envelope(route.response) } } },
         default: { description: "Error", content: { "application/json": { schema: errorSchema } } }
       }
     }

@@ -4,7 +4,7 @@ import type { ApiKeys } from "../apikeys/ApiKeys.js"
 import type { AuthThrottle } from "../apikeys/AuthThrottle.js"
 import { ApiError, fromParseError } from "./ApiError.js"
 import { authenticationHook, principalOf } from "./ApiAuth.js"
-import type { ApiRoute } from "./ApiRoute.js"
+import type { ApiRoute, RawResponse } from "./ApiRoute.js"
 import { failureToApiError, sendError } from "./DomainErrors.js"
 
 const decode = <A>(where: "body" | "query" | "params", schema: Schema.Schema<A, any> | undefined, value: unknown) =>
@@ -33,7 +33,7 @@ const runRoute = <R>(route: ApiRoute<R>, request: FastifyRequest) =>
       // No body at all reads as {}; a JSON `null` (or any non-object) is refused by the schema.
       body = yield* decode("body", route.body, request.body === undefined ? {} : request.body)
     }
-    return yield* route.handler({ params, query, body, principal })
+    return yield* route.handler({ params, query, body, principal, headers: request.headers })
   })
 
 export const registerApiRoutes = <R>(
@@ -51,6 +51,11 @@ export const registerApiRoutes = <R>(
         const exit = await run(
           runRoute(route, request).pipe(Effect.withSpan(`${route.method} ${route.path}`), Effect.annotateLogs("route", route.path))
         )
+        if (Exit.isSuccess(exit) && route.produces !== undefined) {
+          const raw = exit.value as RawResponse
+          reply.code(raw.status).headers(raw.headers)
+          return raw.body === undefined ? reply.send() : reply.send(raw.body)
+        }
         if (Exit.isSuccess(exit)) {
           const status = route.successStatus ?? 200
           return status === 204 ? reply.code(204).send() : reply.code(status).send({ data: exit.value })

@@ -73,6 +73,8 @@ export const registerDashboard = async (app: FastifyInstance, dir: string | unde
     cacheControl: true,
     immutable: true,
     maxAge: "365d",
-    setHeaders: (reply) => void withHeaders(reply)
+    setHeaders: (response) => {
+      for (const [name, value] of Object.entries(securityHeaders)) response.setHeader(name, value)
+    }
   })
 }

@@ -1,19 +1,20 @@
-import { Cause, Duration, Effect, Schedule } from "effect"
+import { Cause, Duration, Effect, Option, Schedule } from "effect"
 import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { Metrics } from "../observability/Metrics.js"
-import { Carriers, type CarrierError } from "../core/Carrier.js"
+import { Carriers, type CarrierError } from "../kernel/Carrier.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { Recordings } from "../recording/Recordings.js"
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import type { LiveCall } from "./LiveCall.js"
 import type { SessionEnding } from "./SessionEnding.js"
-import { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { recordOf, type SessionEnd, Sessions } from "../sessions/Sessions.js"
-import { CloseCode } from "../core/WireSocket.js"
+import { CloseCode } from "../frames/WireSocket.js"
 
 /** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
 const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
@@ -37,6 +38,7 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
     const metrics = yield* Metrics
     const journal = yield* SessionEndJournal
     const { instanceId } = yield* InstanceIdentity
+    const recordings = yield* Recordings
 
     const ended = new Counter({
       name: "callgate_sessions_ended_total",
@@ -138,10 +140,12 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
         // hand the call to TwiML, and is closed once the ending has been acted on.
         relay.release(CloseCode.normal, "the call ended")
+        const recording = yield* recordings.finish(info.sessionId)
         const outcome = yield* actOn(relay, ending)
         relay.carrier.close(CloseCode.normal, "the call ended")
         const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: relay.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
+        yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {
           yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
         }
@@ -153,7 +157,8 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
             status: end.status,
             endReason: end.endReason,
             endedAt: end.endedAt.toISOString(),
-            fallback: end.fallback ?? null
+            fallback: end.fallback ?? null,
+            ...(Option.isSome(recording) ? { recording: recording.value } : {})
           },
           ...(end.turns !== undefined ? { turns: end.turns } : {})
         })

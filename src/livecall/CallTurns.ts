@@ -1,7 +1,7 @@
 import { Effect, Runtime, type Scope } from "effect"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import type { NoResponseTrip } from "../breaker/ResponseWatchdog.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { Sessions } from "../sessions/Sessions.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"

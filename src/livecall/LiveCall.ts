@@ -3,12 +3,13 @@ import type { AgentConnector } from "../agent/AgentConnector.js"
 import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
-import { MAX_MEDIA_BYTES } from "../wire/MediaFields.js"
+import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../core/CallLegs.js"
-import { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
-import { CloseCode } from "../core/WireSocket.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../kernel/CallLegs.js"
+import { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
+import { CloseCode } from "../frames/WireSocket.js"
+import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import type { CallSettlement } from "./CallSettlement.js"
 import { type CallTurns, type TurnWatch, unwatched } from "./CallTurns.js"
@@ -102,8 +103,11 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const { info } = this
     return Effect.gen(function* () {
       // The caller is on the line: the agent is sought first, the record is written beside it
-      // (child fibers of the call's fiber: they end with it at the latest).
-      const connecting = yield* Effect.fork(call.connectAgent(parts))
+      // (child fibers of the call's fiber: they end with it at the latest). The agent leg is a
+      // span of its own, open until the call's scope closes.
+      const session = yield* Effect.currentSpan.pipe(Effect.orDie)
+      const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId } })
+      const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
       const recording = yield* Effect.fork(parts.settlement.begin(info))
       call.observeWith(yield* parts.turns.watch(info))
       // The breaker's trips (this call's, another call's, another instance's) reach the call here.
@@ -123,7 +127,15 @@ export class LiveCall implements CallerEvents, AgentEvents {
           call.carrier.close(CloseCode.goingAway, "callgate is shutting down")
         })
       ),
-      Effect.annotateLogs({ sessionId: info.sessionId, agentId: info.agentId, environmentId: info.environmentId })
+      Effect.annotateLogs({ sessionId: info.sessionId, agentId: info.agentId, environmentId: info.environmentId }),
+      withSessionSpan(info.sessionId, {
+        "callgate.session.id": info.sessionId,
+        "callgate.agent.id": info.agentId,
+        "callgate.environment.id": info.environmentId,
+        "callgate.provider": info.provider,
+        "callgate.direction": info.direction,
+        "callgate.call.id": info.call.callId
+      })
     )
   }
 
@@ -152,12 +164,14 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   /** Finds the agent and connects it, unless the call ends first; a failure ends the call. */
-  private connectAgent(parts: LiveCallParts): Effect.Effect<void> {
+  private connectAgent(parts: LiveCallParts, traceparent: string): Effect.Effect<void> {
     const call = this
     const { info } = this
     return Effect.gen(function* () {
       const target = yield* parts.settlement.agentTarget(info)
+      yield* Effect.annotateCurrentSpan("callgate.agent.mode", target.agentUrl === null ? "dial_in" : "dial_out")
       const agent = yield* parts.connector.acquire(target)
+      yield* Effect.annotateCurrentSpan("callgate.agent.outcome", "connected")
       call.attachAgent(agent, {
         sessionId: info.sessionId,
         agentId: info.agentId,
@@ -167,10 +181,17 @@ export class LiveCall implements CallerEvents, AgentEvents {
         direction: info.direction,
         provider: info.provider,
         streamSid: parts.newStreamSid(),
-        metadata: info.metadata
+        traceparent,
+        metadata: info.metadata,
+        customParameters: info.customParameters
       })
     }).pipe(
-      Effect.catchAll((error) => Effect.sync(() => call.end(SessionEnding.Failed({ error })))),
+      Effect.catchAll((error) =>
+        Effect.zipRight(
+          Effect.annotateCurrentSpan("callgate.agent.outcome", error.kind),
+          Effect.sync(() => call.end(SessionEnding.Failed({ error })))
+        )
+      ),
       // A bug must not leave the caller waiting for an agent until the maximum duration.
       Effect.catchAllDefect((defect) =>
         Effect.zipRight(
@@ -296,6 +317,10 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   agentTransfer(to: string): void {
     this.end(SessionEnding.Transfer({ to }))
+  }
+
+  agentRecording(paused: boolean): void {
+    if (this.ending === undefined) this.carrier.pauseRecording?.(paused)
   }
 
   agentFailed(fault: LegFault): void {

@@ -5,11 +5,12 @@ import { AgentConnector } from "../agent/AgentConnector.js"
 import { Breaker } from "../breaker/Breaker.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Metrics } from "../observability/Metrics.js"
-import { providerOf } from "../core/Carrier.js"
-import type { StreamOpening } from "../core/CallLegs.js"
-import { newSessionId, type SessionInfo } from "../core/SessionInfo.js"
-import { CloseCode } from "../core/WireSocket.js"
-import type { FrameProblem } from "../wire/FrameDecoding.js"
+import { providerOf } from "../kernel/Carrier.js"
+import type { StreamOpening } from "../kernel/CallLegs.js"
+import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
+import { CloseCode } from "../frames/WireSocket.js"
+import type { FrameProblem } from "../frames/FrameDecoding.js"
+import { Recordings } from "../recording/Recordings.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { CallSettlement } from "./CallSettlement.js"
 import { CallTurns } from "./CallTurns.js"
@@ -19,7 +20,7 @@ import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
-export { newSessionId } from "../core/SessionInfo.js"
+export { newSessionId } from "../kernel/SessionInfo.js"
 
 /** An outbound call callgate placed, waiting for its media stream (the carrier answered it). */
 export interface OutboundExpectation {
@@ -56,6 +57,7 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
     const config = yield* AppConfig
     const metrics = yield* Metrics
     const callEvents = yield* CarrierCallEvents
+    const recordings = yield* Recordings
     const parts: LiveCallParts = {
       settlement: yield* CallSettlement,
       turns: yield* CallTurns,
@@ -174,10 +176,12 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         streamSid: opening.streamSid,
         reservedAgent: opening.reservedAgent,
         createdAt: outbound?.createdAt ?? new Date(),
-        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {})
+        ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
+        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {})
       }
-      const relay = new LiveCall(info, opening.carrier)
-      opening.carrier.bind(relay)
+      const carrier = recordings.tap(info, opening.carrier)
+      const relay = new LiveCall(info, carrier)
+      carrier.bind(relay)
       bySession.set(info.sessionId, relay)
       settledBy.set(info.sessionId, Deferred.unsafeMake<Option.Option<Session>>(FiberId.none))
       byCall.set(info.call.callId, relay)

@@ -1,5 +1,5 @@
 import { Data } from "effect"
-import type { HardError } from "../core/HardError.js"
+import type { HardError } from "../kernel/HardError.js"
 
 /** How a session ends; decided once, by whichever comes first. */
 export type SessionEnding = Data.TaggedEnum<{

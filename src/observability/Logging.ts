@@ -1,4 +1,4 @@
-import { Cause, HashMap, Layer, Logger, LogLevel } from "effect"
+import { Cause, Context, FiberRef, FiberRefs, HashMap, Layer, Logger, LogLevel, Tracer } from "effect"
 import type { LogLevelName } from "../config/AppConfig.js"
 
 /**
@@ -53,14 +53,22 @@ const renderCause = (cause: Cause.Cause<unknown>): string => {
   return Cause.pretty(cause, { renderErrorCause: true })
 }
 
-/** One JSON object per line on stdout: time, level, msg, span-free annotations, cause. */
+/**
+ * One JSON object per line on stdout: time, level, msg, the trace and span ids of the current span
+ * (a call's lines carry its trace: docs/observability.md), annotations, cause.
+ */
 export const jsonLogger = (write: (line: string) => void = (line) => process.stdout.write(line + "\n")) =>
-  Logger.make(({ annotations, cause, date, logLevel, message }) => {
+  Logger.make(({ annotations, cause, context, date, logLevel, message }) => {
     const messages = Array.isArray(message) ? message : [message]
     const record: Record<string, unknown> = {
       time: date.toISOString(),
       level: logLevel.label.toLowerCase(),
       msg: redact(typeof messages[0] === "string" ? messages[0] : JSON.stringify(redact(messages[0])))
+    }
+    const span = Context.getOption(FiberRefs.getOrDefault(context, FiberRef.currentContext), Tracer.ParentSpan)
+    if (span._tag === "Some") {
+      record.traceId = span.value.traceId
+      record.spanId = span.value.spanId
     }
     for (const extra of messages.slice(1)) Object.assign(record, redact(extra) as object)
     for (const [key, value] of HashMap.toEntries(annotations)) {

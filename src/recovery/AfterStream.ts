@@ -1,6 +1,7 @@
+import { withCallSpan } from "../observability/Tracing.js"
 import { Duration, Effect, Option } from "effect"
-import type { CallRef, CarrierShape } from "../core/Carrier.js"
-import { HardError } from "../core/HardError.js"
+import type { CallRef, CarrierShape } from "../kernel/Carrier.js"
+import { HardError } from "../kernel/HardError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { INSTANCE_LOST_MESSAGE, OrphanReconciler, sessionInfoOf } from "./OrphanReconciler.js"
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
@@ -104,7 +105,8 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
       }).pipe(
         // The store cannot say: a hang-up is all that is safe.
         Effect.catchAll((error) => Effect.as(Effect.logError("a returning call could not be looked up; hanging up", { error: error.message }), "ended" as const)),
-        Effect.annotateLogs({ sessionId: call.sessionId, agentId: call.agentId, environmentId: call.environmentId })
+        Effect.annotateLogs({ sessionId: call.sessionId, agentId: call.agentId, environmentId: call.environmentId }),
+        withCallSpan(call.sessionId, "callgate.after_stream", { attributes: { "callgate.session.id": call.sessionId } })
       )
 
     return { answer } as const

@@ -1,8 +1,9 @@
+import { withCallSpan } from "../observability/Tracing.js"
 import { Effect, Option } from "effect"
-import type { CallKind, CarrierShape } from "../core/Carrier.js"
-import { HardError } from "../core/HardError.js"
-import type { SessionInfo } from "../core/SessionInfo.js"
-import type { StoreError } from "../core/StoreError.js"
+import type { CallKind, CarrierShape } from "../kernel/Carrier.js"
+import { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
+import type { StoreError } from "../kernel/StoreError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import { isOpenStatus, type Session } from "../sessions/SessionSchema.js"
@@ -110,7 +111,10 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
         if (Option.isNone(claimed)) return "skipped" as const
         yield* rescueClaimed(claimed.value)
         return "rescued" as const
-      }).pipe(Effect.annotateLogs({ sessionId: ref.sessionId, agentId: ref.agentId }))
+      }).pipe(
+        Effect.annotateLogs({ sessionId: ref.sessionId, agentId: ref.agentId }),
+        withCallSpan(ref.sessionId, "callgate.orphan_reconcile", { attributes: { "callgate.session.id": ref.sessionId } })
+      )
 
     /** Claims, rescues and ends every session `instanceId` left; fails only when the store cannot be read. */
     const reconcileOrphans = (instanceId: string, options: ReconcileOptions = {}): Effect.Effect<ReconcileReport, StoreError> =>

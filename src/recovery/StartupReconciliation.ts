@@ -1,6 +1,7 @@
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { isStoreUnreachable } from "../kernel/StoreError.js"
 import { OrphanReconciler } from "./OrphanReconciler.js"
 import { SessionEndJournal, storeAddress } from "../sessions/SessionEndJournal.js"
 
@@ -27,10 +28,18 @@ export const StartupReconciliationLive = Layer.scopedDiscard(
       return
     }
     yield* Effect.logInfo("instance", { instanceId, store: storeAddress(config.redisUrl), dataDir: config.dataDir })
+    let warned = false
     yield* Effect.gen(function* () {
       yield* journal.replayed
       const report = yield* reconciler.reconcileOrphans(instanceId, { createdBefore: startedAt }).pipe(
-        Effect.tapError((error) => Effect.logWarning("reconciling the previous run's sessions: the store did not answer; retrying", { error: error.message })),
+        Effect.tapError((error) =>
+          Effect.suspend(() => {
+            // One line for a failure the store connection did not already report; then quiet retries.
+            if (warned || isStoreUnreachable(error)) return Effect.void
+            warned = true
+            return Effect.logWarning("reconciling the previous run's sessions: the store did not answer; retrying", { error: error.message })
+          })
+        ),
         Effect.retry(untilTheStoreAnswers)
       )
       if (report.rescued + report.finished > 0) yield* Effect.logWarning("the previous run's sessions are reconciled", { ...report })

@@ -5,7 +5,7 @@ import { Counter, Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Metrics } from "../observability/Metrics.js"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import { isOpenStatus, Session } from "./SessionSchema.js"
@@ -108,7 +108,8 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
               endReason: session.endReason,
               endedAt: session.endedAt,
               fallback: session.fallback ?? current.fallback,
-              turns: job.turns ?? current.turns
+              turns: job.turns ?? current.turns,
+              ...(session.recording !== undefined ? { recording: session.recording } : {})
             }
           }
           if (job.fillFallback === true && current.fallback === null && session.fallback !== null) {

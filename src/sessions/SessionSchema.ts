@@ -2,6 +2,7 @@ import { Schema } from "effect"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
 import { FallbackRecord } from "../fallback/FallbackRecord.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
+import { SessionRecording } from "../webhooks/SessionEndedEvent.js"
 
 /**
  * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
@@ -46,7 +47,8 @@ export const Session = Schema.Struct({
       description: "How the call reached callgate, which decides how another instance reaches it through the carrier's REST API"
     })
   ),
-  accountSid: Schema.optional(Schema.String.annotations({ description: "The carrier account of the call, when its REST path needs it" }))
+  accountSid: Schema.optional(Schema.String.annotations({ description: "The carrier account of the call, when its REST path needs it" })),
+  recording: Schema.optional(SessionRecording.annotations({ description: "The call's recording, once its file is complete (docs/recording.md)" }))
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

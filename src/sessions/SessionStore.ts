@@ -1,5 +1,5 @@
 import { Context, type Effect, type Option } from "effect"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 import type { Session, SessionStatus } from "./SessionSchema.js"
 
 /** A position in the newest-first order: strictly older sessions come after it. */

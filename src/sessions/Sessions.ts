@@ -1,5 +1,5 @@
 import { Data, Effect, Option, Schema } from "effect"
-import type { SessionInfo } from "../core/SessionInfo.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
@@ -56,7 +56,8 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     direction: session.direction,
     provider: session.provider,
     callId: session.callId,
-    ...(session.endReason !== null ? { endReason: session.endReason } : {})
+    ...(session.endReason !== null ? { endReason: session.endReason } : {}),
+    ...(session.recording !== undefined ? { recording: session.recording } : {})
   }
 }
 

@@ -1,7 +1,7 @@
 import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto"
 import { Effect, Option, Redacted, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import type { CallKind } from "../core/Carrier.js"
+import type { CallKind } from "../kernel/Carrier.js"
 
 /**
  * Short-lived tokens that callgate's call entry endpoints hand to the carrier (as a stream
@@ -24,6 +24,8 @@ export const SessionClaims = Schema.Struct({
   to: Schema.optional(Schema.String),
   direction: Schema.optional(Schema.Literal("inbound", "outbound")),
   accountSid: Schema.optional(Schema.String),
+  /** The entry URL's extra query parameters, for the agent's `start.customParameters` (EntryWire.entryCustomParameters). */
+  customParameters: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   /** An outbound call callgate placed: the session it opens (see LiveCalls.expectOutbound). */
   sessionId: Schema.optional(Schema.String),
   /** The instance placement chose for the stream (docs/scaling.md, "Placement"). */

@@ -1,5 +1,5 @@
 import { Context, type Effect } from "effect"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 
 /**
  * Which session tokens a media stream has already presented, fleet-wide (docs/scaling.md,

@@ -2,10 +2,11 @@ import { Effect, Runtime, type Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
-import { addScopeFinalizer } from "../core/SessionFibers.js"
+import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
+import { TurnSpans } from "./TurnSpans.js"
 import { TurnTracker } from "./TurnTracker.js"
 import { VoiceActivity } from "./VoiceActivity.js"
 
@@ -53,6 +54,8 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
       Effect.gen(function* () {
         const { agentId, environmentId, sessionId } = options
         const runtime = options.runtime ?? (yield* Effect.runtime<never>())
+        // Each turn a span under the current one (the session's).
+        const spans = new TurnSpans(yield* Effect.tracer, yield* Effect.option(Effect.currentSpan))
         const records: Array<TurnRecord> = []
         let tracker: TurnTracker | undefined
 
@@ -91,12 +94,14 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
               timeoutOccurrences: 0
             })
             if (records.length > MAX_TURNS) records.shift()
+            spans.ended(turn)
             watchdog.turnEnded(turn.endedAtMs, turn.detectedAtMs)
             options.onTurnsChanged?.()
           },
-          onCallerResumed: (turn) => {
+          onCallerResumed: (turn, atMs) => {
             const occurrences = watchdog.occurrences
             update(turn.index, (record) => ({ ...record, timeoutOccurrences: occurrences }))
+            spans.superseded(turn.index, atMs, occurrences)
             watchdog.callerResumed()
           },
           onAgentResponded: (turn) => {
@@ -108,6 +113,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
               timeoutOccurrences: occurrences
             }))
             metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
+            spans.answered(turn, occurrences, false)
             watchdog.agentResponded()
             options.onTurnsChanged?.()
           },
@@ -128,6 +134,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           }
           watchdog.stop()
           calls.close()
+          spans.close(performance.now())
         }
         yield* addScopeFinalizer(Effect.sync(close))
         const observer: TurnObserver = {

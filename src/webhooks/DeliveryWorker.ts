@@ -1,12 +1,16 @@
+import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
+import { DEFAULT_WEBHOOK_SIGNATURE_SCHEME } from "../environments/EnvironmentSchema.js"
+import { isStoreUnreachable } from "../kernel/StoreError.js"
 import { Environments } from "../environments/Environments.js"
 import { hostOf, MAX_RECORDED_ATTEMPTS, type StoredAttempt, type StoredDelivery } from "./Delivery.js"
 import { CANCEL_REASONS, Deliveries } from "./Deliveries.js"
 import { type AttemptResult, DeliveryMetrics } from "./DeliveryMetrics.js"
 import { type Claim, OutboxStore } from "./OutboxStore.js"
 import { type SafeHttpError, SafeHttpClient, type SafeResponse } from "./SafeHttpClient.js"
-import { ATTEMPT_HEADER, DELIVERY_ID_HEADER, signatureHeaders } from "./Signing.js"
+import { ATTEMPT_HEADER, DELIVERY_ID_HEADER } from "./Signing.js"
+import { eventSignatureHeaders } from "./StandardSigning.js"
 
 export interface DeliveryWorkerOptions {
   /** How often to look for work enqueued elsewhere (other instances, retries coming due). Default 500 ms. */
@@ -148,11 +152,20 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
           "user-agent": "callgate-webhooks/1",
           [DELIVERY_ID_HEADER]: d.id,
           [ATTEMPT_HEADER]: String(number),
-          // Signed now, with the secret current now: a retry hours later is still fresh.
-          ...signatureHeaders(Option.getOrUndefined(env.right.webhookSecret), Math.floor(startedAt / 1000), d.body)
+          // Signed now, with the secret and scheme current now: a retry hours later is still fresh.
+          ...eventSignatureHeaders(
+            env.right.stored.webhookSignatureScheme ?? DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
+            Option.getOrUndefined(env.right.webhookSecret),
+            d.id,
+            Math.floor(startedAt / 1000),
+            d.body
+          )
         }
+        // The attempt is a span of the call's trace; the receiver can join it through `traceparent`.
         const response = yield* Effect.either(
-          http.post(url, { headers, body: d.body, timeout, maxResponseBytes: RESPONSE_BYTES_KEPT })
+          Effect.flatMap(traceparentHeader, (trace) =>
+            http.post(url, { headers: { ...headers, ...trace }, body: d.body, timeout, maxResponseBytes: RESPONSE_BYTES_KEPT })
+          )
         )
         const endedAt = yield* Clock.currentTimeMillis
         const verdict = judgeAttempt(response)
@@ -179,6 +192,12 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
           error: verdict.error,
           outcome: next.state === "pending" ? "retry" : next.state === "delivered" ? "delivered" : next.state === "failed" ? "failed" : "exhausted"
         }
+        yield* Effect.annotateCurrentSpan({
+          "callgate.delivery.attempt": number,
+          "callgate.delivery.outcome": record.outcome,
+          ...(verdict.statusCode !== null ? { "http.response.status_code": verdict.statusCode } : {}),
+          ...(verdict.error !== null ? { "callgate.delivery.error": verdict.error } : {})
+        })
         yield* settle(claim, {
           ...d,
           ...next,
@@ -198,6 +217,11 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
             deliveryId: claim.delivery.id
           }, cause)
         ),
+        Effect.annotateLogs({ sessionId: claim.delivery.sessionId, deliveryId: claim.delivery.id }),
+        withCallSpan(claim.delivery.sessionId, "callgate.webhook.delivery", {
+          kind: "client",
+          attributes: { "callgate.session.id": claim.delivery.sessionId, "callgate.delivery.id": claim.delivery.id }
+        }),
         Effect.asVoid
       )
 
@@ -231,6 +255,7 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
 
     /** Claims failing in a row: logged once when they start failing and once when they work again. */
     let claimFailing = false
+    let claimFailureLogged = false
 
     /** Claims until nothing more is due or there is no room; returns how long to sleep. */
     const fill = Effect.gen(function* () {
@@ -242,7 +267,8 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         const batch = yield* store.claim(now, leaseMs, limit, { perHost: perHost * 2, held: heldByHost() })
         if (claimFailing) {
           claimFailing = false
-          yield* Effect.logInfo("claiming webhook deliveries works again")
+          if (claimFailureLogged) yield* Effect.logInfo("claiming webhook deliveries works again")
+          claimFailureLogged = false
         }
         yield* Effect.forEach(batch.claims, (claim) => dispatch(claim, now), { discard: true })
         if (batch.claims.length === limit) continue
@@ -255,6 +281,9 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
       Effect.catchAllCause((cause) => {
         if (claimFailing) return Effect.succeed(pollMs)
         claimFailing = true
+        // The store being unreachable is the store connection's line to log (once each way).
+        if (isStoreUnreachable(cause)) return Effect.succeed(pollMs)
+        claimFailureLogged = true
         return Effect.as(Effect.logWarning("claiming webhook deliveries failed; retrying quietly until it works", cause), pollMs)
       })
     )

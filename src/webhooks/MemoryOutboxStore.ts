@@ -1,7 +1,7 @@
 import { Effect, Layer, Option } from "effect"
 import { hostOf, type StoredDelivery } from "./Delivery.js"
 import { type Claim, OutboxStore, SETTLED_RETENTION_MS } from "./OutboxStore.js"
-import { environmentKey } from "../core/EnvironmentKey.js"
+import { environmentKey } from "../kernel/EnvironmentKey.js"
 
 interface Entry {
   delivery: StoredDelivery

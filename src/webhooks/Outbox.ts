@@ -1,5 +1,5 @@
 import { Context, type Effect } from "effect"
-import type { StoreError } from "../core/StoreError.js"
+import type { StoreError } from "../kernel/StoreError.js"
 import type { SessionEndedEvent } from "./SessionEndedEvent.js"
 
 /**

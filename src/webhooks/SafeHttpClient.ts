@@ -3,8 +3,8 @@ import { createSecureContext, rootCertificates } from "node:tls"
 import { ConfigError, Data, Duration, Effect, Layer, Option } from "effect"
 import { Agent, errors as undiciErrors, request } from "undici"
 import { AppConfig } from "../config/AppConfig.js"
-import { hostRefusal } from "../core/AddressPolicy.js"
-import { guardedLookup, RefusedAddressError, type ResolvedAddress, type Resolver } from "../core/GuardedLookup.js"
+import { hostRefusal } from "../egress/AddressPolicy.js"
+import { guardedLookup, RefusedAddressError, type ResolvedAddress, type Resolver } from "../egress/GuardedLookup.js"
 
 export type { ResolvedAddress }
 

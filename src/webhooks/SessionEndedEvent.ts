@@ -1,5 +1,15 @@
 import { Schema } from "effect"
 
+/** A finished recording of the call (docs/recording.md): where /v1 serves it, how long it is, and the paused stretches. */
+export const SessionRecording = Schema.Struct({
+  url: Schema.String.annotations({ description: "GET /v1/agents/{agentId}/sessions/{sessionId}/recording on this deployment" }),
+  durationMs: Schema.Number,
+  pauses: Schema.Array(Schema.Struct({ startMs: Schema.Number, endMs: Schema.Number })).annotations({
+    description: "Stretches the agent paused (silent on both channels), in ms from the start of the recording"
+  })
+}).annotations({ identifier: "SessionRecording" })
+export type SessionRecording = typeof SessionRecording.Type
+
 /** The `session.ended` payload (docs/webhooks.md, "The request"). */
 export const SessionEndedEvent = Schema.Struct({
   event: Schema.Literal("session.ended"),
@@ -14,6 +24,7 @@ export const SessionEndedEvent = Schema.Struct({
   direction: Schema.Literal("inbound", "outbound"),
   provider: Schema.optional(Schema.Literal("twilio", "telnyx")),
   callId: Schema.optional(Schema.String),
-  endReason: Schema.optional(Schema.String)
+  endReason: Schema.optional(Schema.String),
+  recording: Schema.optional(SessionRecording.annotations({ description: "Present when the call was recorded and its file is complete" }))
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest"
 import { AgentConnection } from "../../src/agent/AgentConnection.js"
-import type { AgentEvents, AgentStart, LegFault } from "../../src/core/CallLegs.js"
-import type { WireListener, WireSocket } from "../../src/core/WireSocket.js"
+import type { AgentEvents, AgentStart, LegFault } from "../../src/kernel/CallLegs.js"
+import type { WireListener, WireSocket } from "../../src/frames/WireSocket.js"
 
 const fakeSocket = () => {
   const sent: Array<string> = []
@@ -90,6 +90,8 @@ describe("AgentConnection", () => {
       environmentId: "env_1",
       from: "+14155550100",
       to: "+14155550111",
+      from_number: "+14155550100",
+      to_number: "+14155550111",
       direction: "inbound",
       provider: "telnyx"
     })
@@ -105,6 +107,21 @@ describe("AgentConnection", () => {
     expect(seen).toEqual(["media:AAAA", "mark:m", "clear", "transfer:+14155550123", "hangup"])
     wire.deliver(JSON.stringify({ event: "error", error: { message: "out of credit" } }))
     expect(faults).toEqual([{ kind: "agent_error", message: "The agent reported an error: out of credit" }])
+  })
+
+  it("the entry URL's custom parameters and an outbound call's metadata come first: callgate's own names win", () => {
+    const wire = fakeSocket()
+    new AgentConnection(wire.socket).begin(
+      { ...start, customParameters: { lang: "es", from: "+10000000000", crm: "entry" }, metadata: { crm: "placer", to_number: "+10000000001" } },
+      recorder().events
+    )
+    expect(JSON.parse(wire.sent[1]!).start.customParameters).toMatchObject({
+      lang: "es",
+      crm: "placer",
+      from: "+14155550100",
+      from_number: "+14155550100",
+      to_number: "+14155550111"
+    })
   })
 
   it("finish sends stop and closes; a drop during the call is a fault", () => {

@@ -37,20 +37,24 @@ describe("check:layers", () => {
     expect(messages).toContainEqual(expect.stringContaining("src/misc/M.ts: folder misc/ has no layer"))
   })
 
-  it("fails on fastify outside src/http/, ws outside Ws*.ts and ioredis outside Redis*.ts", () => {
+  it("fails on fastify outside src/http/, ws outside websocket/Ws*.ts and ioredis outside redis/Redis*.ts", () => {
     const src = tree({
       "livecall/S.ts": `import Fastify from "fastify"\nimport websocket from "@fastify/websocket"`,
       "agent/Dial.ts": `import { WebSocket } from "ws"`,
-      "store/Keys.ts": `import { Redis } from "ioredis"`,
-      "ws/WsOk.ts": `import { WebSocket } from "ws"`,
-      "store/RedisOk.ts": `import { Redis } from "ioredis"`,
+      "redis/Keys.ts": `import { Redis } from "ioredis"`,
+      "agent/WsElsewhere.ts": `import { WebSocket } from "ws"`,
+      "session/RedisElsewhere.ts": `import { Redis } from "ioredis"`,
+      "websocket/WsOk.ts": `import { WebSocket } from "ws"`,
+      "redis/RedisOk.ts": `import { Redis } from "ioredis"`,
       "http/Ok.ts": `import Fastify from "fastify"`
     })
     expect(checkLayers(src).map((p) => `${p.file}: ${p.message}`).sort()).toEqual([
-      "src/agent/Dial.ts: imports ws outside a Ws*.ts adapter",
-      "src/livecall/S.ts: imports @fastify/websocket outside src/http/",
-      "src/livecall/S.ts: imports fastify outside src/http/",
-      "src/store/Keys.ts: imports ioredis outside a Redis*.ts adapter"
+      "src/agent/Dial.ts: imports ws outside a websocket/Ws*.ts adapter",
+      "src/agent/WsElsewhere.ts: imports ws outside a websocket/Ws*.ts adapter",
+      "src/redis/Keys.ts: imports ioredis outside a redis/Redis*.ts adapter",
+      "src/session/RedisElsewhere.ts: imports ioredis outside a redis/Redis*.ts adapter",
+      "src/session/S.ts: imports @fastify/websocket outside src/http/",
+      "src/session/S.ts: imports fastify outside src/http/"
     ])
   })
 })

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { ReceiveLedger, SendLedger } from "../../bench/frameLedger.js"
-import { writeStamp } from "../../src/sim/FrameStamp.js"
+import { writeStamp } from "../../sim/FrameStamp.js"
 
 const frame = (stream: number, seq: number, sentUs: number) => {
   const bytes = new Uint8Array(160).fill(0xff)

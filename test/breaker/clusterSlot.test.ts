@@ -4,9 +4,9 @@ import { Effect, Layer } from "effect"
 import { Redis } from "ioredis"
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
 import { BreakerStore } from "../../src/breaker/BreakerStore.js"
-import { keys } from "../../src/store/keys.js"
-import { RedisBreakerStoreLive } from "../../src/store/RedisBreakerStore.js"
-import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
+import { keys } from "../../src/redis/keys.js"
+import { RedisBreakerStoreLive } from "../../src/redis/RedisBreakerStore.js"
+import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConnection.js"
 import { uniqueId } from "../support/testApp.js"
 
 /** Redis Cluster's key-to-slot function (CRC16 of the hash tag, mod 16384), as ioredis computes it. */

@@ -1,9 +1,10 @@
+import { callTraceIds } from "../../src/observability/Tracing.js"
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ApiKeys } from "../../src/apikeys/ApiKeys.js"
 import { audioFrames, type Gateway, type Peer, startGateway, telnyxCall, twilioCall, until } from "../livecall/callHarness.js"
 import twilio from "twilio"
-import { accountSidOf } from "../../src/core/TwilioIds.js"
+import { accountSidOf } from "../../src/kernel/TwilioIds.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"
 import { ADMIN_KEY, type StoreKind } from "../support/testApp.js"
 import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
@@ -171,8 +172,11 @@ describe.each<StoreKind>(["memory", "redis"])("outbound calls, %s store", (store
         environmentId: env.environmentId,
         from: OUR_NUMBER,
         to: CUSTOMER,
+        from_number: OUR_NUMBER,
+        to_number: CUSTOMER,
         direction: "outbound",
-        provider: "twilio"
+        provider: "twilio",
+        traceparent: `00-${callTraceIds(placed.id).traceId}-${callTraceIds(placed.id).spanId}-00`
       })
       expect(await sessionOf(env, placed.id)).toMatchObject({ status: "active", createdAt: placed.createdAt })
 

@@ -6,9 +6,9 @@ import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { buildDashboard } from "../../dashboard/build.mjs"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
-import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
-import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { readUlawFile, silence } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
+import { placeTwilioCall } from "../../sim/TwilioCall.js"
 import { type GatewayProcess, repoRoot, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 import { uniqueId } from "../support/testApp.js"
 import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
@@ -199,6 +199,15 @@ describe("the dashboard, in chromium", () => {
     expect(await page.getByTestId("webhook-secret").count()).toBe(0)
     expect(await page.content()).not.toContain(webhookSecret)
     expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.webhookUrl).toBe(receiver.url("/events"))
+    // The signature scheme: Standard Webhooks, saved with the URL, shown again after a reload.
+    expect(await page.getByLabel("Signature scheme").inputValue()).toBe("service")
+    await page.getByLabel("Signature scheme").selectOption("both")
+    await page.getByRole("button", { name: "Save" }).click()
+    await page.getByRole("status").getByText("Saved.").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.webhookSignatureScheme).toBe("both")
+    await page.reload()
+    await page.getByRole("button", { name: "Webhook Settings" }).click()
+    expect(await page.getByLabel("Signature scheme").inputValue()).toBe("both")
     await page.getByRole("button", { name: "Webhook Settings" }).click()
   })
 

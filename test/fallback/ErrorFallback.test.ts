@@ -5,9 +5,9 @@ import { ErrorFallback } from "../../src/fallback/ErrorFallback.js"
 import type { FallbackRecord } from "../../src/fallback/FallbackRecord.js"
 import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { HardError } from "../../src/core/HardError.js"
-import type { SessionInfo } from "../../src/core/SessionInfo.js"
-import type { CallKind } from "../../src/core/Carrier.js"
+import { HardError } from "../../src/kernel/HardError.js"
+import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
+import type { CallKind } from "../../src/kernel/Carrier.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
@@ -180,6 +180,27 @@ describe("error fallback: webhook request", () => {
       EnvironmentId: environmentId,
       Provider: "twilio"
     })
+    expect(
+      verifySignature({
+        secret: view.errorFallbackWebhookSecret!,
+        signature: request.headers["x-service-signature"] as string,
+        timestamp: request.headers["x-service-timestamp"] as string,
+        rawBody: request.body
+      })
+    ).toBe(true)
+  })
+
+  it.each(["standard", "both"] as const)("keeps the interface's scheme when the event webhooks' scheme is %s", async (webhookSignatureScheme) => {
+    const { agentId, environmentId, view } = await environment({
+      errorFallbackType: "webhook",
+      errorFallbackValue: receiver.url("/fallback"),
+      webhookSignatureScheme
+    })
+    expect(view.webhookSignatureScheme).toBe(webhookSignatureScheme)
+    await rescue(sessionFor(agentId, environmentId))
+    const request = receiver.requests[0]!
+    expect(request.headers["webhook-signature"]).toBeUndefined()
+    expect(request.headers["webhook-id"]).toBeUndefined()
     expect(
       verifySignature({
         secret: view.errorFallbackWebhookSecret!,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest"
-import { classifyFallbackAnswer, fallbackUrl, xmlRootName } from "../../src/fallback/FallbackWebhook.js"
+import { classifyFallbackAnswer, fallbackUrl } from "../../src/fallback/FallbackWebhook.js"
+import { xmlRootName } from "../../src/twiml/TwimlDocument.js"
 
 describe("fallbackUrl", () => {
   it("adds the error as a percent-encoded query parameter", () => {

@@ -1,7 +1,7 @@
 import type { Socket } from "node:net"
 import { expect } from "vitest"
 import { WebSocket } from "ws"
-import type { CallKind } from "../../src/core/Carrier.js"
+import type { CallKind } from "../../src/kernel/Carrier.js"
 import type { RecordedRequest } from "../support/recordingServer.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 import {

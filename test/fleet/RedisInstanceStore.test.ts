@@ -1,8 +1,8 @@
 import { Layer } from "effect"
 import { inject } from "vitest"
 import { InstanceStore } from "../../src/fleet/InstanceStore.js"
-import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
-import { makeRedisInstanceStore } from "../../src/store/RedisInstanceStore.js"
+import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConnection.js"
+import { makeRedisInstanceStore } from "../../src/redis/RedisInstanceStore.js"
 import { uniqueId } from "../support/testApp.js"
 import { instanceStoreContract } from "./InstanceStore.contract.js"
 

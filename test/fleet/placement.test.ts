@@ -1,7 +1,7 @@
 import { Effect, Option } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
 import { type SilentAgent, startSilentAgent } from "../../examples/agents/silent-agent.js"
-import { entryUrl, postEntryWebhook, twilioSid, twilioSignature } from "../../src/sim/CallEntry.js"
+import { entryUrl, postEntryWebhook, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
 import { LiveCallDrain } from "../../src/livecall/LiveCallDrain.js"
 import { SessionTokens } from "../../src/telephony/SessionTokens.js"
 import { type Gateway, startGateway } from "../livecall/callHarness.js"

@@ -1,6 +1,6 @@
 import fc from "fast-check"
-import type { WireListener, WireSocket } from "../../src/core/WireSocket.js"
-import { isAscii } from "../../src/wire/MediaFields.js"
+import type { WireListener, WireSocket } from "../../src/frames/WireSocket.js"
+import { isAscii } from "../../src/frames/MediaFields.js"
 
 /** Cases per parser (the floor); FUZZ_RUNS raises it for a longer local run. */
 export const RUNS = Math.max(10_000, Number(process.env.FUZZ_RUNS ?? 0) || 0)

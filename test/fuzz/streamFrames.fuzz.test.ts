@@ -1,7 +1,7 @@
 import fc from "fast-check"
 import { Either, Option } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { CallerEvents, StreamOpening } from "../../src/core/CallLegs.js"
+import type { CallerEvents, StreamOpening } from "../../src/kernel/CallLegs.js"
 import type { StreamHost } from "../../src/telephony/streams/StreamHost.js"
 import { TelnyxStream } from "../../src/telephony/streams/TelnyxStream.js"
 import { TwilioStream } from "../../src/telephony/streams/TwilioStream.js"

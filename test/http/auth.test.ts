@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
 import { apiRoutes } from "../../src/http/HttpApp.js"
 import { apiKeyRoutes, environmentRoutes } from "../../src/http/routes/environmentRoutes.js"
 import { ApiKeyStore } from "../../src/apikeys/ApiKeyStore.js"
-import { keys } from "../../src/store/keys.js"
+import { keys } from "../../src/redis/keys.js"
 import { ADMIN_KEY, makeTestApp, type StoreKind, type TestApp, uniqueId } from "../support/testApp.js"
 import { call, createEnvironment, createScopedKey, environmentsUrl, expectError } from "./client.js"
 

@@ -41,6 +41,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         updatedAt: env.createdAt,
         webhookUrl: null,
         webhookSecretLast4: null,
+        webhookSignatureScheme: "service",
         errorFallbackType: "disabled",
         errorFallbackValue: null,
         errorFallbackTimeout: 0,
@@ -48,7 +49,8 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackTimeWindow: 300,
         errorFallbackWebhookSecret: null,
         agentUrl: null,
-        maxConcurrentOutboundCalls: 10
+        maxConcurrentOutboundCalls: 10,
+        recording: "off"
       })
       expect(Date.parse(env.createdAt)).toBeGreaterThanOrEqual(before - 1000)
       expect(new Date(env.createdAt).toISOString()).toBe(env.createdAt)
@@ -143,6 +145,32 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
       expect(answer.json.data).toEqual({ ...created, name: "renamed", errorFallbackTimeout: 4, updatedAt: answer.json.data.updatedAt })
       expect(Date.parse(answer.json.data.updatedAt)).toBeGreaterThan(Date.parse(created.updatedAt))
       expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json).toEqual(answer.json)
+    })
+
+    it("webhookSignatureScheme is service, standard or both; stored and returned; anything else is 400", async () => {
+      const agentId = uniqueId("agent")
+      const created = await createEnvironment(t.app, agentId, { webhookSignatureScheme: "both" })
+      expect(created.webhookSignatureScheme).toBe("both")
+      const answer = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { webhookSignatureScheme: "standard" } })
+      expect(answer.status).toBe(200)
+      expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json.data.webhookSignatureScheme).toBe("standard")
+      const refused = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { webhookSignatureScheme: "svix" } })
+      expect(refused.status).toBe(400)
+      expect(refused.json.error.details).toEqual([{ field: "webhookSignatureScheme", message: "must be one of service, standard, both" }])
+    })
+
+    it("recording: off by default, on and off again; any other value is refused", async () => {
+      const agentId = uniqueId("agent")
+      const created = await createEnvironment(t.app, agentId)
+      expect(created.recording).toBe("off")
+      const on = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { recording: "on" } })
+      expect(on.json.data.recording).toBe("on")
+      expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json.data.recording).toBe("on")
+      const off = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { recording: "off" } })
+      expect(off.json.data.recording).toBe("off")
+      const refused = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { recording: true } })
+      expectError(refused, 400, "VALIDATION_FAILED")
+      expect(refused.json.error.details).toEqual([{ field: "recording", message: "must be one of off, on" }])
     })
 
     it("setting webhookUrl generates webhookSecret once, shown only in that response", async () => {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest"
-import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/core/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/kernel/CallLegs.js"
 import { unwatched } from "../../src/livecall/CallTurns.js"
 import { LiveCall } from "../../src/livecall/LiveCall.js"
-import type { SessionInfo } from "../../src/core/SessionInfo.js"
+import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
 import type { TurnObserver } from "../../src/turns/TurnObserver.js"
 
 const info: SessionInfo = {

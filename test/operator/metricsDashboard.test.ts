@@ -7,7 +7,7 @@ import { makeTestApp, type TestApp } from "../support/testApp.js"
 const dashboard = JSON.parse(readFileSync(join(repoRoot, "deploy/grafana/callgate.json"), "utf8")) as {
   panels: Array<{ title: string; type: string; targets: Array<{ expr: string }> }>
 }
-const metricsDoc = readFileSync(join(repoRoot, "docs/metrics.md"), "utf8")
+const metricsDoc = readFileSync(join(repoRoot, "docs/observability.md"), "utf8")
 
 describe("metrics reference and Grafana dashboard", () => {
   let t: TestApp
@@ -52,7 +52,7 @@ describe("metrics reference and Grafana dashboard", () => {
     expect(has(/callgate_nodejs_eventloop_lag_p99_seconds/)).toBe(true)
   })
 
-  it("docs/metrics.md names every metric /metrics exports", () => {
+  it("docs/observability.md names every metric /metrics exports", () => {
     for (const name of exported.keys()) expect(metricsDoc, name).toContain(`\`${name}\``)
   })
 })

@@ -65,5 +65,16 @@ describe("npm start", () => {
     expect(await second.exited).toBe(0)
     expect(second.stderr()).not.toContain("building")
     expect(second.stdout()).toContain('"msg":"callgate listening"')
+
+    // `npm install` with nothing to do rewrites package-lock.json with the same bytes; an editor's
+    // save without a change does the same to a source. Same content, newer times: still no build.
+    const now = new Date()
+    for (const file of ["package-lock.json", "src/main.ts"]) utimesSync(join(repoRoot, file), now, now)
+    const port3 = await freePort()
+    const third = start({ ...env, PORT: String(port3) })
+    await healthy(port3, third)
+    third.child.kill("SIGTERM")
+    expect(await third.exited).toBe(0)
+    expect(third.stderr()).not.toContain("building")
   }, 300_000)
 })

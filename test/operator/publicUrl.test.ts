@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from "vitest"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
-import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
-import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { readUlawFile, silence } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
+import { placeTwilioCall } from "../../sim/TwilioCall.js"
 import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 import { freePort } from "../support/redisServer.js"
 

@@ -3,8 +3,8 @@ import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
-import { readUlawFile } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
+import { readUlawFile } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import { type GatewayProcess, repoRoot, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 
 const ADMIN = "dev-admin-key-change-me"
@@ -28,7 +28,7 @@ const run = (command: string, args: ReadonlyArray<string>, env: Record<string, s
   return { child, stdout: () => stdout, done }
 }
 
-const sim = (args: ReadonlyArray<string>) => run(process.execPath, ["--import", "tsx", "src/sim/cli.ts", ...args])
+const sim = (args: ReadonlyArray<string>) => run(process.execPath, ["--import", "tsx", "sim/cli.ts", ...args])
 
 const api = async (gateway: GatewayProcess, method: string, path: string, body?: unknown) => {
   const response = await fetch(`${gateway.baseUrl}${path}`, {

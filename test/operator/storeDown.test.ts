@@ -22,6 +22,14 @@ const waitForLine = async (gateway: GatewayProcess, test: (msg: string) => boole
   }
 }
 
+const waitForLines = async (gateway: GatewayProcess, test: (msg: string) => boolean, count: number) => {
+  for (;;) {
+    if (lines(gateway).filter((line) => test(line.msg)).length >= count) return
+    if (gateway.child.exitCode !== null) throw new Error(`gateway exited: ${gateway.stderr()}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
 const voiceWebhook = (gateway: GatewayProcess, environmentId: string) =>
   fetch(`${gateway.baseUrl}/telephony/twilio/voice?agentId=demo-agent&environmentId=${environmentId}`, {
     method: "POST",
@@ -45,7 +53,9 @@ describe("the store going away and coming back", () => {
       ADMIN_API_KEY: ADMIN,
       REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}`,
       SECRETS_KEY: TEST_SECRETS_KEY,
-      REDIS_KEY_PREFIX: `storedown${Date.now()}:`
+      REDIS_KEY_PREFIX: `storedown${Date.now()}:`,
+      // Debug lines show the retrying loops at work while they stay quiet at warn.
+      LOG_LEVEL: "debug"
     })
     await waitForHealthy(gateway, "/readyz")
     const created = await fetch(`${gateway.baseUrl}/v1/agents/demo-agent/environments`, {
@@ -65,6 +75,9 @@ describe("the store going away and coming back", () => {
     const refused = await voiceWebhook(gateway, environmentId)
     expect(refused.status).toBe(503)
     expect((await fetch(`${gateway.baseUrl}/readyz`)).status).toBe(503)
+    // The fleet registry's refresh and the lost-instance sweep (every 2 s) have each failed twice.
+    await waitForLines(gateway, (msg) => msg === "could not refresh this instance in the fleet registry", 2)
+    await waitForLines(gateway, (msg) => msg === "could not reconcile the fleet's lost instances; retrying", 2)
 
     redis = await startRedisServer(port)
     const back = await waitForLine(gateway, (msg) => msg.startsWith("store reachable again"))
@@ -75,9 +88,36 @@ describe("the store going away and coming back", () => {
     const all = lines(gateway)
     expect(all.filter((line) => line.msg.startsWith("store unreachable"))).toHaveLength(1)
     expect(all.filter((line) => line.msg.startsWith("store reachable again"))).toHaveLength(1)
+    // One line each way: the retrying loops' lines are at debug level (a call refused meanwhile is an event of its own).
+    const outage = all.slice(all.findIndex((line) => line.msg === down.msg), all.findIndex((line) => line.msg.startsWith("store reachable again")) + 1)
+    const loud = outage.filter((line) => line.level !== "debug" && !line.msg.startsWith("call refused"))
+    expect(loud.map((line) => line.msg)).toEqual([down.msg, back.msg])
     // Expected network failures are one line each: no stack traces anywhere, and never the password.
     expect(gateway.stdout()).not.toMatch(/\n\s+at /)
     expect(gateway.stdout()).not.toContain("\\n    at ")
+    expect(gateway.stdout() + gateway.stderr()).not.toContain(PASSWORD)
+  }, 120_000)
+
+  it("a store unreachable from the start is one line, then quiet retries", async () => {
+    redis = await startRedisServer()
+    const port = redis.port
+    // A free port nothing listens on: the mistyped REDIS_URL.
+    await redis.stop()
+    redis = undefined
+    gateway = await spawnGateway({
+      ADMIN_API_KEY: ADMIN,
+      REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${port}`,
+      SECRETS_KEY: TEST_SECRETS_KEY,
+      LOG_LEVEL: "debug"
+    })
+    await waitForLine(gateway, (msg) => msg === "callgate listening")
+    // The retrying loops have each come round more than once.
+    await waitForLines(gateway, (msg) => msg === "could not refresh this instance in the fleet registry", 3)
+    await waitForLines(gateway, (msg) => msg === "could not reconcile the fleet's lost instances; retrying", 2)
+    const loud = lines(gateway).filter((line) => line.level === "warn" || line.level === "error")
+    expect(loud.filter((line) => /store|fleet|reconcil|deliver|breaker/.test(line.msg)).map((line) => line.msg)).toEqual([
+      `store unreachable at redis://127.0.0.1:${port}: connection refused; retrying`
+    ])
     expect(gateway.stdout() + gateway.stderr()).not.toContain(PASSWORD)
   }, 120_000)
 })

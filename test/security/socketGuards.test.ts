@@ -2,9 +2,9 @@ import { it } from "@effect/vitest"
 import { Effect, Layer, TestClock } from "effect"
 import { describe, expect, it as plainIt } from "vitest"
 import { AppConfig } from "../../src/config/AppConfig.js"
-import { type GateLimit, SocketGate } from "../../src/core/SocketGate.js"
+import { type GateLimit, SocketGate } from "../../src/websocket/SocketGate.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { SocketGuards } from "../../src/ws/SocketGuards.js"
+import { SocketGuards } from "../../src/websocket/SocketGuards.js"
 import { testConfigLayer } from "../support/testApp.js"
 
 const guardsLayer = (env: Record<string, string> = {}) =>
@@ -101,6 +101,58 @@ describe("SocketGuards (TestClock)", () => {
     // From here the silence is the peer's own.
     for (let now = 30_200; now <= 40_200; now += 100) gate.tick(now, 100)
     expect(expired).toEqual(["idle"])
+  })
+
+  plainIt("a stall of this process is not a flood: the backlog it queued is admitted, before or after the ticker's late tick", () => {
+    const settings = { rate: 200, burst: 300 }
+    for (const tickFirst of [false, true]) {
+      let now = 0
+      const gate = new SocketGate(settings, 0, undefined, () => now)
+      const expired = watch(gate)
+      // 20 s of real traffic: 50 frames a second, ticked every 100 ms.
+      for (; now < 20_000; now += 100) {
+        gate.tick(now, 100)
+        for (let n = 0; n < 5; n++) expect(gate.admit()).toBe(true)
+      }
+      // A 30 s stall: 1500 frames queued in the kernel, read at once on resume.
+      const stallStart = now - 100
+      now = stallStart + 30_000
+      if (tickFirst) gate.tick(now, 30_000)
+      for (let n = 0; n < 1500; n++) expect(gate.admit()).toBe(true)
+      expect(expired).toEqual([])
+      // Traffic goes on at its own rate.
+      for (let step = 0; step < 50; step++) {
+        now += 100
+        gate.tick(now, 100)
+        for (let n = 0; n < 5; n++) expect(gate.admit()).toBe(true)
+      }
+      expect(expired).toEqual([])
+    }
+  })
+
+  plainIt("a stall's credit is the sustained rate over the stall, and lapses: a peer that floods is still cut", () => {
+    let now = 0
+    const gate = new SocketGate({ rate: 200, burst: 300 }, 0, undefined, () => now)
+    const expired = watch(gate)
+    gate.tick(100, 100)
+    // 7 s stall: at most 300 + 1400 messages pass, whatever the peer queued.
+    now = 7_100
+    let admitted = 0
+    while (gate.admit()) admitted++
+    expect(admitted).toBeGreaterThanOrEqual(1_400)
+    expect(admitted).toBeLessThanOrEqual(1_700)
+    expect(expired).toEqual(["rate"])
+
+    // Unspent credit lapses after as long again: a flood later is cut at the burst.
+    const later = new SocketGate({ rate: 200, burst: 300 }, 0, undefined, () => now)
+    const laterExpired = watch(later)
+    now = 7_000
+    later.tick(now, 7_000)
+    for (now = 7_100; now <= 15_000; now += 100) later.tick(now, 100)
+    let flood = 0
+    while (later.admit()) flood++
+    expect(flood).toBeLessThanOrEqual(320)
+    expect(laterExpired).toEqual(["rate"])
   })
 
   it.scoped("agent sockets have no idle or handshake limit (an idle dial-in socket is capacity)", () =>

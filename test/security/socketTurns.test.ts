@@ -1,9 +1,9 @@
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { WebSocket, WebSocketServer } from "ws"
-import { MESSAGES_PER_TURN, SocketGate, TurnClock } from "../../src/core/SocketGate.js"
-import type { WireListener } from "../../src/core/WireSocket.js"
-import { wsWireSocket } from "../../src/ws/WsWireSocket.js"
+import { MESSAGES_PER_TURN, SocketGate, TurnClock } from "../../src/websocket/SocketGate.js"
+import type { WireListener } from "../../src/frames/WireSocket.js"
+import { wsWireSocket } from "../../src/websocket/WsWireSocket.js"
 import { until } from "../livecall/callHarness.js"
 
 /**

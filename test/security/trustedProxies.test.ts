@@ -9,6 +9,9 @@ const PROXY = "172.28.0.10"
 const limits = { AUTH_FAILURES_PER_MINUTE: "2", RATE_LIMIT_PER_MINUTE: "3" }
 
 /** A request as it reaches callgate: from TCP peer `peer`, with the X-Forwarded-For the proxy (or the client) wrote. */
+/** A key callgate never issued: refused, counted against the client's address. */
+const BAD_KEY = "cg_invalid_probe"
+
 const request = (t: TestApp, peer: string, forwardedFor: string | undefined, url: string, key?: string) =>
   t.app.inject({
     method: "GET",
@@ -35,12 +38,14 @@ describe("TRUSTED_PROXIES: the per-address limits key on the client behind a tru
   })
   afterAll(() => t.close())
 
-  it("two clients behind the proxy are throttled separately: one throttled, the other still gets in", async () => {
+  it("two clients behind the proxy are throttled separately: one throttled, the other not; a valid key gets in from both", async () => {
     expect(await failUntilThrottled(t, PROXY, () => "203.0.113.1")).toBe(2)
-    expect((await request(t, PROXY, "203.0.113.1", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(429)
-    expect((await request(t, PROXY, "203.0.113.2", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(200)
+    expect((await request(t, PROXY, "203.0.113.1", environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(429)
+    expect((await request(t, PROXY, "203.0.113.2", environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(401)
+    // Valid credentials are never throttled by the address's failures.
+    expect((await request(t, PROXY, "203.0.113.1", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(200)
     // A proxy in a trusted CIDR counts too.
-    expect((await request(t, "10.1.2.3", "203.0.113.1", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(429)
+    expect((await request(t, "10.1.2.3", "203.0.113.1", environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(429)
   })
 
   it("the per-address rate limit (public /v1 paths) counts each client behind the proxy apart", async () => {
@@ -56,7 +61,7 @@ describe("TRUSTED_PROXIES: the per-address limits key on the client behind a tru
 
   it("an untrusted peer's X-Forwarded-For is ignored: it is throttled on its own address whatever it claims", async () => {
     expect(await failUntilThrottled(t, "198.51.100.60", (i) => `203.0.113.${100 + i}`)).toBe(2)
-    expect((await request(t, "198.51.100.60", "203.0.113.200", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(429)
+    expect((await request(t, "198.51.100.60", "203.0.113.200", environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(429)
   })
 })
 
@@ -69,9 +74,9 @@ describe("without TRUSTED_PROXIES the header is ignored", () => {
 
   it("every client of one peer shares its budget, whatever X-Forwarded-For says", async () => {
     expect(await failUntilThrottled(t, PROXY, (i) => `203.0.113.${10 + i}`)).toBe(2)
-    expect((await request(t, PROXY, "203.0.113.99", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(429)
-    expect((await request(t, PROXY, undefined, environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(429)
-    expect((await request(t, "198.51.100.61", "203.0.113.99", environmentsUrl("a_1"), ADMIN_KEY)).statusCode).toBe(200)
+    expect((await request(t, PROXY, "203.0.113.99", environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(429)
+    expect((await request(t, PROXY, undefined, environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(429)
+    expect((await request(t, "198.51.100.61", "203.0.113.99", environmentsUrl("a_1"), BAD_KEY)).statusCode).toBe(401)
   })
 })
 

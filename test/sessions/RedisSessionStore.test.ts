@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer } from "effect"
 import { inject } from "vitest"
-import { makeRedisSessionStore } from "../../src/store/RedisSessionStore.js"
+import { makeRedisSessionStore } from "../../src/redis/RedisSessionStore.js"
 import { SessionStore } from "../../src/sessions/SessionStore.js"
-import { keys } from "../../src/store/keys.js"
-import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
+import { keys } from "../../src/redis/keys.js"
+import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConnection.js"
 import { uniqueId } from "../support/testApp.js"
 import { sampleSession, sessionStoreContract } from "./SessionStore.contract.js"
 

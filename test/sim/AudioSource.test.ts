@@ -3,11 +3,11 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { comfortNoise, loadAudio, readUlawFile, readWavFile, silence, speechLike } from "../../src/sim/AudioSource.js"
-import { readStamp, STAMP_BYTES, writeStamp } from "../../src/sim/FrameStamp.js"
+import { comfortNoise, loadAudio, readUlawFile, readWavFile, silence, speechLike } from "../../sim/AudioSource.js"
+import { readStamp, STAMP_BYTES, writeStamp } from "../../sim/FrameStamp.js"
 import { QUIET_POWER } from "../../src/turns/VoiceActivity.js"
-import { decodeMulaw, encodeMulaw, FRAME_BYTES, framesOf, isVoicedFrame, linearToMulaw, MULAW_TO_LINEAR, mulawRms } from "../../src/sim/Mulaw.js"
-import { AudioFormatError, makeWav } from "../../src/sim/Wav.js"
+import { decodeMulaw, encodeMulaw, FRAME_BYTES, framesOf, isVoicedFrame, linearToMulaw, MULAW_TO_LINEAR, mulawRms } from "../../sim/Mulaw.js"
+import { AudioFormatError, makeWav } from "../../sim/Wav.js"
 
 const fixture = (name: string) => `test/fixtures/audio/${name}.ulaw`
 

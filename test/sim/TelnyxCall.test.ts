@@ -1,9 +1,9 @@
 import { generateKeyPairSync, verify } from "node:crypto"
 import { afterEach, beforeEach, describe, expect, it } from "vitest"
-import { readUlawFile } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
-import type { SimCall } from "../../src/sim/SimCall.js"
-import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../src/sim/TelnyxCall.js"
+import { readUlawFile } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
+import type { SimCall } from "../../sim/SimCall.js"
+import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
 import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
 const appointment = readUlawFile("test/fixtures/audio/caller-appointment.ulaw")

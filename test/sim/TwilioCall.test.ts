@@ -1,11 +1,11 @@
 import twilio from "twilio"
 import { afterEach, beforeEach, describe, expect, it } from "vitest"
-import { readUlawFile, silence, speechLike } from "../../src/sim/AudioSource.js"
-import { nowUs, readStamp, STAMP_BYTES } from "../../src/sim/FrameStamp.js"
-import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
-import { SimError, type SimCall } from "../../src/sim/SimCall.js"
-import { runScript } from "../../src/sim/Script.js"
-import { connectTwilioStream, placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { readUlawFile, silence, speechLike } from "../../sim/AudioSource.js"
+import { nowUs, readStamp, STAMP_BYTES } from "../../sim/FrameStamp.js"
+import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../sim/Mulaw.js"
+import { SimError, type SimCall } from "../../sim/SimCall.js"
+import { runScript } from "../../sim/Script.js"
+import { connectTwilioStream, placeTwilioCall } from "../../sim/TwilioCall.js"
 import { defaultAnswer, type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
 const appointment = readUlawFile("test/fixtures/audio/caller-appointment.ulaw")

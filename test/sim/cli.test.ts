@@ -1,8 +1,8 @@
 import { spawn } from "node:child_process"
 import { afterEach, describe, expect, it } from "vitest"
 import { EnergyTurnDetector } from "../../examples/agents/energy-turn-detector.js"
-import { readUlawFile } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
+import { readUlawFile } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import { type FakeGateway, type FakeStream, startFakeGateway } from "./fakeGateway.js"
 
 const reply = readUlawFile("test/fixtures/audio/agent-greeting.ulaw").subarray(20 * FRAME_BYTES, 30 * FRAME_BYTES)
@@ -24,7 +24,7 @@ const answerTurns = (stream: FakeStream) => {
 
 const runCli = (args: Array<string>) =>
   new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "src/sim/cli.ts", ...args], { stdio: ["ignore", "pipe", "pipe"] })
+    const child = spawn(process.execPath, ["--import", "tsx", "sim/cli.ts", ...args], { stdio: ["ignore", "pipe", "pipe"] })
     let stdout = ""
     let stderr = ""
     child.stdout.on("data", (chunk) => (stdout += chunk))

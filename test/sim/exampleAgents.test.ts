@@ -1,12 +1,13 @@
+import { type ChildProcess, spawn } from "node:child_process"
 import { performance } from "node:perf_hooks"
 import { afterEach, describe, expect, it, vi } from "vitest"
 import { WebSocket } from "ws"
 import { type AnsweringAgentOptions, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
 import { startSilentAgent } from "../../examples/agents/silent-agent.js"
-import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
-import { twilioDialect } from "../../src/sim/CarrierDialect.js"
-import { readStamp } from "../../src/sim/FrameStamp.js"
-import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../src/sim/Mulaw.js"
+import { readUlawFile, silence } from "../../sim/AudioSource.js"
+import { twilioDialect } from "../../sim/CarrierDialect.js"
+import { readStamp } from "../../sim/FrameStamp.js"
+import { FRAME_BYTES, framesOf, isVoicedFrame } from "../../sim/Mulaw.js"
 import { type FakeGateway, type FakeStream, startFakeGateway } from "./fakeGateway.js"
 
 const audio = (name: string) => readUlawFile(`test/fixtures/audio/${name}.ulaw`)
@@ -51,7 +52,7 @@ const agentMedia = (stream: FakeStream) => stream.events("media").map((m) => Buf
 
 /**
  * The agents' frame clock in the test's hand: `performance.now`, which their FramePacer
- * (src/sim/FramePacer.ts) reads to decide which frames are due, stands still until `advance`
+ * (sim/FramePacer.ts) reads to decide which frames are due, stands still until `advance`
  * moves it. A frame therefore reaches the fake gateway only once the test moved the clock to
  * its due time, whatever the machine's load; `at` stamps each media frame with the clock's value
  * when it arrived.
@@ -258,15 +259,52 @@ describe("example agents", () => {
     expect(first.streamSid).toBe(callgate.streamSid)
   })
 
-  it("retries when /connect refuses its key", async () => {
-    await connectEndpoint()
-    const agent = await startAnsweringAgent({ gatewayUrl: gateway.url, agentId: "agent_1", environmentId: "env_1", apiKey: "wrong-key", reconnectDelayMs: 20 })
+  const envelope = (code: string, message: string) => JSON.stringify({ error: { code, message, details: [] } })
+
+  it.each([
+    [401, "UNAUTHORIZED", "A valid API key is required: send Authorization: Bearer <key>."],
+    [403, "FORBIDDEN", "This API key may not act for this agent."],
+    [404, "NOT_FOUND", "Environment env_9 not found."]
+  ])("stops on %i from /connect and reports callgate's own message", async (status, code, message) => {
+    gateway = await startFakeGateway({ refuseUpgrade: () => ({ status, body: envelope(code, message) }) })
+    cleanup.push(() => gateway.close())
+    const agent = await startAnsweringAgent({ gatewayUrl: gateway.url, agentId: "agent_1", environmentId: "env_1", apiKey: "some-key", capacity: 2, reconnectDelayMs: 1 })
+    cleanup.push(() => agent.close())
+    const retried: Array<string> = []
+    agent.on("connectError", (text) => retried.push(text))
+    const [refusal] = await new Promise<[any]>((resolve) => agent.once("fatal", (...args) => resolve(args as [any])))
+    expect(refusal).toEqual({ status, code, message })
+    // Both sockets were refused once and the pool is closed: nothing is left to retry.
+    await until(() => gateway.upgrades.length >= 2, "both sockets' attempts")
+    await until(() => agent.pool!.openSockets === 0, "the pool to close")
+    expect(agent.pool!.isStopped).toBe(true)
+    expect(retried).toEqual([])
+  })
+
+  it("backs off and keeps trying on 5xx and network errors", async () => {
+    let refuse = true
+    gateway = await startFakeGateway({
+      refuseUpgrade: () => (refuse ? { status: 503, body: envelope("UNAVAILABLE", "callgate is shutting down: connect to another instance.") } : undefined)
+    })
+    cleanup.push(() => gateway.close())
+    const agent = await startAnsweringAgent({ gatewayUrl: gateway.url, agentId: "agent_1", environmentId: "env_1", apiKey: KEY, reconnectDelayMs: 1 })
+    cleanup.push(() => agent.close())
+    const errors: Array<string> = []
+    agent.on("connectError", (message) => errors.push(message))
+    await until(() => errors.length >= 3, "three failed attempts")
+    expect(errors[0]).toBe("503 UNAVAILABLE: callgate is shutting down: connect to another instance.")
+    refuse = false
+    await agent.ready(60_000)
+    expect(gateway.streams).toHaveLength(1)
+  })
+
+  it("retries a refused TCP connection (the gateway not up yet)", async () => {
+    const agent = await startAnsweringAgent({ url: "ws://127.0.0.1:1/v1/agents/a/environments/e/connect", apiKey: KEY, reconnectDelayMs: 1 })
     cleanup.push(() => agent.close())
     const errors: Array<string> = []
     agent.on("connectError", (message) => errors.push(message))
     await until(() => errors.length >= 2, "a second attempt")
-    expect(errors[0]).toContain("401")
-    expect(gateway.streams).toHaveLength(0)
+    expect(errors[0]).toContain("ECONNREFUSED")
   })
 
   it("serves dial-out calls on its own WebSocket server", async () => {
@@ -342,5 +380,61 @@ describe("silent agent", () => {
       expect(socket.events("mark")).toHaveLength(0)
       if (kind === "noise") expect(frames.some((frame) => frame.some((byte) => byte !== 0xff))).toBe(true)
     }
+  })
+})
+
+describe("example agent CLIs", () => {
+  let gateway: FakeGateway | undefined
+  const children: Array<ChildProcess> = []
+  afterEach(async () => {
+    for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+    await gateway?.close()
+    gateway = undefined
+  })
+
+  const run = (script: string, args: Array<string>) => {
+    const child = spawn(process.execPath, ["--import", "tsx", `examples/agents/${script}`, ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CALLGATE_API_KEY: undefined } })
+    children.push(child)
+    const output = { stdout: "", stderr: "" }
+    child.stdout!.on("data", (chunk) => (output.stdout += chunk))
+    child.stderr!.on("data", (chunk) => (output.stderr += chunk))
+    const exited = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)))
+    return { child, output, exited }
+  }
+
+  it.each(["answering-agent.ts", "silent-agent.ts"])("%s prints callgate's refusal and exits 1 on a wrong key, after one attempt per socket", async (script) => {
+    gateway = await startFakeGateway({
+      refuseUpgrade: () => ({
+        status: 401,
+        body: JSON.stringify({ error: { code: "UNAUTHORIZED", message: "A valid API key is required: send Authorization: Bearer <key>.", details: [] } })
+      })
+    })
+    const agent = run(script, ["--gateway", gateway.url, "--agent", "agent_1", "--environment", "env_1", "--key", "wrong", "--capacity", "2"])
+    expect(await agent.exited).toBe(1)
+    expect(agent.output.stderr).toContain("callgate refused the connection: 401 UNAUTHORIZED: A valid API key is required: send Authorization: Bearer <key>.")
+    expect(agent.output.stderr).toContain("Check --key")
+    expect(gateway.upgrades.length).toBeLessThanOrEqual(2)
+  })
+
+  it("refuses to start a dial-in agent with an empty or missing key", async () => {
+    gateway = await startFakeGateway()
+    const empty = run("answering-agent.ts", ["--gateway", gateway.url, "--agent", "agent_1", "--environment", "env_1", "--key", ""])
+    expect(await empty.exited).toBe(2)
+    expect(empty.output.stderr).toContain("--key is empty")
+    const missing = run("silent-agent.ts", ["--gateway", gateway.url, "--agent", "agent_1", "--environment", "env_1"])
+    expect(await missing.exited).toBe(2)
+    expect(missing.output.stderr).toContain("a dial-in agent needs an API key")
+    expect(gateway.upgrades).toHaveLength(0)
+  })
+
+  it("names the callSid and accountSid of each call it takes", async () => {
+    gateway = await startFakeGateway()
+    const agent = run("answering-agent.ts", ["--gateway", gateway.url, "--agent", "agent_1", "--environment", "env_1", "--key", KEY])
+    const stream = await gateway.stream()
+    callgateSide(stream, "ses_42").start()
+    await until(() => agent.output.stdout.includes("callSid"), "the call's log line")
+    expect(agent.output.stdout).toContain("call ses_42 started (twilio, inbound, from +15550001 to +15550002; callSid CA0, accountSid AC0)")
+    agent.child.kill("SIGTERM")
+    expect(await agent.exited).toBe(0)
   })
 })

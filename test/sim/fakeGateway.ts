@@ -92,8 +92,11 @@ export class FakeStream {
 export interface FakeGatewayOptions {
   /** Answers the webhook; default: `<Connect><Stream>` to this server's stream path for the provider. */
   readonly answer?: (hook: RecordedWebhook, origin: string) => { status: number; body: string }
-  /** Refuses an upgrade by answering this status (e.g. a bad signature). */
-  readonly refuseUpgrade?: (request: IncomingMessage) => number | undefined
+  /**
+   * Refuses an upgrade by answering this status (e.g. a bad signature), with callgate's JSON error
+   * envelope when a body is given.
+   */
+  readonly refuseUpgrade?: (request: IncomingMessage) => number | { readonly status: number; readonly body: string } | undefined
 }
 
 export const defaultAnswer = (hook: RecordedWebhook, origin: string) => {
@@ -118,6 +121,7 @@ export const defaultAnswer = (hook: RecordedWebhook, origin: string) => {
 export const startFakeGateway = async (options: FakeGatewayOptions = {}) => {
   const webhooks: Array<RecordedWebhook> = []
   const streams: Array<FakeStream> = []
+  const upgrades: Array<IncomingMessage> = []
   const streamWaiters = new Set<() => void>()
   let origin = ""
   const server = createServer((request, response) => {
@@ -141,9 +145,13 @@ export const startFakeGateway = async (options: FakeGatewayOptions = {}) => {
   })
   const wss = new WebSocketServer({ noServer: true })
   server.on("upgrade", (request, socket, head) => {
+    upgrades.push(request)
+    // A client that gives up (or is killed) mid-handshake resets the connection: not this server's failure.
+    socket.on("error", () => {})
     const refusal = options.refuseUpgrade?.(request)
     if (refusal !== undefined) {
-      socket.end(`HTTP/1.1 ${refusal} Refused\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`)
+      const { status, body } = typeof refusal === "number" ? { status: refusal, body: "" } : refusal
+      socket.end(`HTTP/1.1 ${status} Refused\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
       return
     }
     wss.handleUpgrade(request, socket, head, (ws) => {
@@ -158,6 +166,8 @@ export const startFakeGateway = async (options: FakeGatewayOptions = {}) => {
     url: origin,
     webhooks,
     streams,
+    /** Every upgrade request, refused or not. */
+    upgrades,
     /** The `index`-th stream (0-based) to connect, once it has. */
     stream: (index = 0): Promise<FakeStream> =>
       new Promise((resolve) => {

@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
-import { readUlawFile, silence } from "../../src/sim/AudioSource.js"
-import { FRAME_BYTES } from "../../src/sim/Mulaw.js"
-import type { SimCall } from "../../src/sim/SimCall.js"
-import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../src/sim/TelnyxCall.js"
-import { placeTwilioCall } from "../../src/sim/TwilioCall.js"
+import { readUlawFile, silence } from "../../sim/AudioSource.js"
+import { FRAME_BYTES } from "../../sim/Mulaw.js"
+import type { SimCall } from "../../sim/SimCall.js"
+import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
+import { placeTwilioCall } from "../../sim/TwilioCall.js"
 import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 
@@ -74,6 +74,35 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     expect(agent!.stats).toMatchObject({ calls: 1, turns: 2, replies: 2 })
     await until(() => gateway!.outbox.events.length === 1, "session.ended")
     expect(gateway!.outbox.events[0]).toMatchObject({ event: "session.ended", agentId, environmentId, status: "completed", provider })
+  })
+
+  it.each(["twilio", "telnyx"] as const)("%s: the entry URL's custom parameters and from_number / to_number reach the agent; callgate's own win", async (provider) => {
+    const { agentId, environmentId } = await setup()
+    const options = {
+      gatewayUrl: gateway!.httpBase,
+      agentId,
+      environmentId,
+      from: "+15551110001",
+      to: "+15551110002",
+      entryParameters: { lang: "es", "crm.case": "A-42", from: "+19999999999", provider: "other" }
+    } as const
+    const started = new Promise<Record<string, string>>((resolve) => agent!.once("call", (start) => resolve({ ...start.customParameters })))
+    const call =
+      provider === "twilio"
+        ? await placeTwilioCall({ ...options, streamVia: "gateway", authToken: gateway!.twilio.authToken, publicUrl: "https://callgate.test" })
+        : await placeTelnyxTexmlCall({ ...options, streamVia: "gateway", webhookHeaders: gateway!.telnyx.signWebhook })
+    calls.push(call)
+    expect(await started).toMatchObject({
+      lang: "es",
+      "crm.case": "A-42",
+      from: "+15551110001",
+      to: "+15551110002",
+      from_number: "+15551110001",
+      to_number: "+15551110002",
+      provider,
+      agentId,
+      environmentId
+    })
   })
 
   it("a Telnyx Call Control stream, opened straight to the stream URL with its auth token", async () => {

@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { inject } from "vitest"
-import { RedisApiKeyStoreLive } from "../../src/store/RedisApiKeyStore.js"
-import { RedisConnection, makeRedisConnection } from "../../src/store/RedisConnection.js"
+import { RedisApiKeyStoreLive } from "../../src/redis/RedisApiKeyStore.js"
+import { RedisConnection, makeRedisConnection } from "../../src/redis/RedisConnection.js"
 import { ApiKeyStore } from "../../src/apikeys/ApiKeyStore.js"
-import { keys } from "../../src/store/keys.js"
+import { keys } from "../../src/redis/keys.js"
 import { apiKeyStoreContract, sampleApiKey } from "./ApiKeyStore.contract.js"
 
 const connection = Layer.scoped(RedisConnection, makeRedisConnection(inject("redisUrl")))

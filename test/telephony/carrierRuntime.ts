@@ -1,13 +1,13 @@
 import { Effect, Layer, Logger, ManagedRuntime, TestContext } from "effect"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { type CallRef, type CarrierError, Carriers, type CarrierShape } from "../../src/core/Carrier.js"
-import { CarriersLive } from "../../src/telephony/CarriersLive.js"
-import { TelnyxCallCommands } from "../../src/telephony/TelnyxCallCommands.js"
-import { TelnyxCarrier } from "../../src/telephony/TelnyxCarrier.js"
-import { TelnyxRest } from "../../src/telephony/TelnyxRest.js"
-import { TelnyxTwimlRunner } from "../../src/telephony/TelnyxTwimlRunner.js"
-import { TwilioCarrier } from "../../src/telephony/TwilioCarrier.js"
+import { type CallRef, type CarrierError, Carriers, type CarriersShape } from "../../src/kernel/Carrier.js"
+import { CarriersLive } from "../../src/carriers/CarriersLive.js"
+import { TelnyxCallCommands } from "../../src/carriers/TelnyxCallCommands.js"
+import { TelnyxCarrier } from "../../src/carriers/TelnyxCarrier.js"
+import { TelnyxRest } from "../../src/carriers/TelnyxRest.js"
+import { TelnyxTwimlRunner } from "../../src/carriers/TelnyxTwimlRunner.js"
+import { TwilioCarrier } from "../../src/carriers/TwilioCarrier.js"
 import { testConfigLayer } from "../support/testApp.js"
 
 /**
@@ -18,8 +18,8 @@ import { testConfigLayer } from "../support/testApp.js"
 export const makeCarrierRuntime = (env: Record<string, string>, options: { readonly clock?: "live" | "test" } = {}) =>
   ManagedRuntime.make(
     CarriersLive.pipe(
-      Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default, TelnyxCallCommands.Default)),
-      Layer.provideMerge(TelnyxTwimlRunner.Default),
+      Layer.provideMerge(Layer.mergeAll(TwilioCarrier.Default, TelnyxCarrier.Default)),
+      Layer.provideMerge(Layer.mergeAll(TelnyxCallCommands.Default, TelnyxTwimlRunner.Default)),
       Layer.provideMerge(TelnyxRest.Default),
       Layer.provideMerge(Metrics.Default),
       Layer.provideMerge(AppConfig.Default),
@@ -33,7 +33,7 @@ export type CarrierRuntime = ReturnType<typeof makeCarrierRuntime>
 /** Runs one port operation; the result is an Either so tests can assert on the CarrierError. */
 export const carrierOp = (
   runtime: CarrierRuntime,
-  op: (carriers: CarrierShape) => Effect.Effect<void, CarrierError>
+  op: (carriers: CarriersShape) => Effect.Effect<void, CarrierError>
 ) => runtime.runPromise(Effect.either(Effect.flatMap(Carriers, op)))
 
 export const metricsText = (runtime: CarrierRuntime) => runtime.runPromise(Effect.flatMap(Metrics, (m) => Effect.promise(() => m.registry.metrics())))

@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from "vitest"
 import { defaults } from "../../config/defaults.js"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { type AnsweredTurn, type EndedTurn, TurnTracker } from "../../src/turns/TurnTracker.js"
-import { writeStamp } from "../../src/sim/FrameStamp.js"
+import { writeStamp } from "../../sim/FrameStamp.js"
 import { loadFvad, MU_LAW_TO_PCM, QUIET_POWER, QUIET_SETTLE_FRAMES, VoiceActivity, VoiceDetector } from "../../src/turns/VoiceActivity.js"
 import { testConfigLayer } from "../support/testApp.js"
 

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { EnvironmentStore } from "../../src/environments/EnvironmentStore.js"
+import { Webhook } from "standardwebhooks"
 import { verifySignature } from "../../src/webhooks/index.js"
 import { freePort } from "../support/redisServer.js"
 import type { StoreKind } from "../support/testApp.js"
@@ -165,6 +166,48 @@ describe.each<StoreKind>(["memory", "redis"])("DeliveryWorker (%s outbox)", (kin
     expect(verifies(second!, ids.secret!)).toBe(false)
     // Each attempt carries its own send-time timestamp.
     expect(Math.abs(Number(header(second!, "x-service-timestamp")) - Date.now() / 1000)).toBeLessThan(30)
+  })
+
+  /** Verified as a receiver would, with the `standardwebhooks` package and the secret as shown. */
+  const standardVerifies = (request: ReceivedRequest, secret: string) => {
+    try {
+      new Webhook(secret).verify(request.body.toString("utf8"), {
+        "webhook-id": header(request, "webhook-id") ?? "",
+        "webhook-timestamp": header(request, "webhook-timestamp") ?? "",
+        "webhook-signature": header(request, "webhook-signature") ?? ""
+      })
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  it.each([
+    ["service", { service: true, standard: false }],
+    ["standard", { service: false, standard: true }],
+    ["both", { service: true, standard: true }]
+  ] as const)("webhookSignatureScheme %s: the scheme's headers, verified by its receivers, on every attempt", async (scheme, signedWith) => {
+    const path = `/scheme-${scheme}`
+    replies.set(path, () => ({ status: forPath(path).length === 1 ? 503 : 200 }))
+    const ids = await t.createEnvironment(receiver.url(path), { webhookSignatureScheme: scheme })
+    await t.enqueue(t.sessionEnded(ids))
+    const [delivery] = await t.settled(ids)
+    expect(delivery!.state).toBe("delivered")
+    const requests = forPath(path)
+    expect(requests).toHaveLength(2)
+    for (const request of requests) {
+      expect(verifies(request, ids.secret!)).toBe(signedWith.service)
+      expect(request.headers["x-service-signature"] !== undefined).toBe(signedWith.service)
+      expect(standardVerifies(request, ids.secret!)).toBe(signedWith.standard)
+      expect(request.headers["webhook-signature"] !== undefined).toBe(signedWith.standard)
+      if (signedWith.standard) {
+        // The id is the delivery's, the same on a retry (receivers deduplicate on it).
+        expect(header(request, "webhook-id")).toBe(delivery!.id)
+        expect(header(request, "webhook-signature")).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/)
+      }
+    }
+    // Another secret does not verify.
+    expect(standardVerifies(requests[0]!, `whsec_${Buffer.alloc(32, 7).toString("base64")}`)).toBe(false)
   })
 
   it("sends unsigned (no signature headers) when the environment's secret was cleared, and says so in the headers it sends", async () => {

@@ -1,9 +1,9 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { inject } from "vitest"
-import { keys } from "../../src/store/keys.js"
-import { makeRedisConnection, RedisConnection } from "../../src/store/RedisConnection.js"
-import { makeRedisOutboxStore } from "../../src/store/RedisOutboxStore.js"
+import { keys } from "../../src/redis/keys.js"
+import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConnection.js"
+import { makeRedisOutboxStore } from "../../src/redis/RedisOutboxStore.js"
 import { uniqueId } from "../support/testApp.js"
 import { outboxStoreContract, sampleDelivery } from "./OutboxStore.contract.js"
 

@@ -1,6 +1,6 @@
 import { type Duration, Effect, Either, Exit, Scope } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AddressRefusal, classifyAddress, classifyHostname } from "../../src/core/AddressPolicy.js"
+import { type AddressRefusal, classifyAddress, classifyHostname } from "../../src/egress/AddressPolicy.js"
 import { makeSafeHttpClient, type ResolvedAddress, type SafeHttpOptions } from "../../src/webhooks/SafeHttpClient.js"
 import { freePort } from "../support/redisServer.js"
 import { type Receiver, type Reply, startReceiver, TEST_CA } from "./httpsReceiver.js"

@@ -1,3 +1,4 @@
+import type { CreateEnvironmentBody } from "../../src/environments/EnvironmentSchema.js"
 import { Effect, Layer, ManagedRuntime } from "effect"
 import { Environments } from "../../src/environments/Environments.js"
 import { DomainLive, FoundationLive } from "../../src/layers.js"
@@ -40,9 +41,9 @@ export const makeWebhookRuntime = (
   const run = <A, E>(effect: Effect.Effect<A, E, Layer.Layer.Success<ReturnType<typeof webhookLayer>>>) => runtime.runPromise(effect)
 
   /** A new environment whose webhook points at `url`; returns its ids and the generated secret. */
-  const createEnvironment = async (url: string | null) => {
+  const createEnvironment = async (url: string | null, fields: Omit<CreateEnvironmentBody, "name" | "webhookUrl"> = {}) => {
     const agentId = uniqueId("agent")
-    const view = await run(Effect.flatMap(Environments, (envs) => envs.create(agentId, { name: "webhook test", webhookUrl: url })))
+    const view = await run(Effect.flatMap(Environments, (envs) => envs.create(agentId, { ...fields, name: "webhook test", webhookUrl: url })))
     return { agentId, environmentId: view.id, secret: view.webhookSecret }
   }
 

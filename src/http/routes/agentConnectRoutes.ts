@@ -5,8 +5,8 @@ import type { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { Environments } from "../../environments/Environments.js"
 import { ApiError } from "../ApiError.js"
 import { authenticationHook, principalOf, toApiError } from "../ApiRoute.js"
-import { SocketGuards } from "../../ws/SocketGuards.js"
-import { wsWireSocket } from "../../ws/WsWireSocket.js"
+import { SocketGuards } from "../../websocket/SocketGuards.js"
+import { wsWireSocket } from "../../websocket/WsWireSocket.js"
 import { AgentConnection } from "../../agent/AgentConnection.js"
 import { AgentPool } from "../../agent/AgentPool.js"
 
@@ -42,8 +42,7 @@ export const registerAgentRoutes = (app: FastifyInstance, runtime: Runtime.Runti
     const { agentId, environmentId } = request.params as ConnectParams
     const exit = await run(Effect.flatMap(Environments, (envs) => envs.get(agentId, environmentId)))
     if (Exit.isSuccess(exit)) return
-    const failure = exit.cause._tag === "Fail" ? toApiError(exit.cause.error) : undefined
-    throw failure !== undefined && failure._tag === "Some" ? failure.value : ApiError.of("INTERNAL")
+    throw exit.cause._tag === "Fail" ? toApiError(exit.cause.error) : ApiError.of("INTERNAL")
   }
 
   app.get(

@@ -1,7 +1,8 @@
 import { Effect, Either, Runtime, Schema } from "effect"
 import type { FastifyInstance } from "fastify"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
-import { OutboundCalls, TWILIO_STATUS_PATH } from "../../calls/OutboundCalls.js"
+import { OutboundCalls } from "../../calls/OutboundCalls.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { CallParams, PlaceCallBody } from "../../calls/OutboundCallWire.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
@@ -54,12 +55,12 @@ export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Ru
   const config = Runtime.runSync(runtime)(AppConfig)
   const publicUrl = Runtime.runSync(runtime)(PublicUrl)
   const throttle = Runtime.runSync(runtime)(AuthThrottle)
-  app.post(TWILIO_STATUS_PATH, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
-    const wait = throttle.retryAfter(request.ip)
-    if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
+  app.post(EntryPaths.twilioStatus, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
     const params = formParams(request.body)
     if (!verifyTwilioWebhook({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
-      throttle.failed(request.ip)
+      // Past AUTH_FAILURES_PER_MINUTE a bad signature is answered 429, unlogged; a signed callback always goes through.
+      const wait = throttle.refused(request.ip)
+      if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
       await run(Effect.logWarning("twilio status callback refused: bad X-Twilio-Signature"))
       return reply.code(401).send()
     }

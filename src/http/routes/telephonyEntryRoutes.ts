@@ -12,14 +12,16 @@ import type { Environments } from "../../environments/Environments.js"
 import type { CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { makeTelnyxVerifier } from "../../telephony/CarrierSignatures.js"
 import type { SessionTokens } from "../../telephony/SessionTokens.js"
-import type { TelnyxCallCommands } from "../../telephony/TelnyxCallCommands.js"
-import type { TelnyxCarrier } from "../../telephony/TelnyxCarrier.js"
-import type { TelnyxTwimlRunner } from "../../telephony/TelnyxTwimlRunner.js"
-import { EntryPaths, type EntryRequest, type EntryResponse } from "../../telephony/entry/EntryWire.js"
+import type { TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
+import type { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
+import type { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { type EntryRequest, type EntryResponse } from "../../telephony/entry/EntryWire.js"
 import { afterStreamEntry } from "../../telephony/entry/AfterStreamEntry.js"
 import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlEntry.js"
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
+import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
 
 /** What the call entry endpoints need from the app's runtime. */
 export type TelephonyEntryServices =
@@ -41,7 +43,7 @@ export type TelephonyEntryServices =
 const internalError: EntryResponse = {
   status: 500,
   contentType: "text/xml",
-  body: '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
+  body: hangupTwiml()
 }
 
 /**
@@ -75,8 +77,6 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
   const route = <E>(path: string, handle: (request: EntryRequest) => Effect.Effect<EntryResponse, E, TelephonyEntryServices>) =>
     // Unauthenticated (signatures are checked inside): a small body limit (docs/security.md).
     app.post(path, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
-      const wait = throttle.retryAfter(request.ip)
-      if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
       const response = await run(
         handle(toEntryRequest(request)).pipe(
           Effect.catchAllCause((cause) =>
@@ -86,7 +86,12 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
           )
         )
       )
-      if (response.status === 401) throttle.failed(request.ip)
+      // A bad signature counts against the address; past its limit it is answered 429. A signed
+      // request is answered whatever its address's failures (docs/security.md).
+      if (response.status === 401) {
+        const wait = throttle.refused(request.ip)
+        if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
+      }
       return reply.code(response.status).header("content-type", `${response.contentType}; charset=utf-8`).send(response.body)
     })
 

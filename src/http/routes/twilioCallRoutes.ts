@@ -69,7 +69,11 @@ export const registerTwilioCallRoutes = (app: FastifyInstance, runtime: Runtime.
     const failure = Cause.failureOption(exit.cause)
     if (Option.isSome(failure) && failure.value instanceof TwilioRestError) {
       // A refused key counts against the client's address (docs/security.md, "Authentication throttling").
-      if (failure.value.status === 401) throttle.failed(reply.request.ip)
+      // Past AUTH_FAILURES_PER_MINUTE it is answered 429; valid credentials always go through.
+      if (failure.value.status === 401) {
+        const wait = throttle.refused(reply.request.ip)
+        if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send(TwilioErrors.tooManyRequests().toBody())
+      }
       return sendTwilioError(reply, failure.value)
     }
     await run(Effect.logError("call-control request failed", exit.cause))
@@ -102,8 +106,6 @@ export const registerTwilioCallRoutes = (app: FastifyInstance, runtime: Runtime.
         method: ["GET", "POST"],
         url: TWILIO_CALL_PATH.slice(`/${TWILIO_API_VERSION}`.length),
         handler: (request, reply) => {
-          const wait = throttle.retryAfter(request.ip)
-          if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send(TwilioErrors.tooManyRequests().toBody())
           const parsed = requestOf(request)
           if (Option.isNone(parsed)) return sendTwilioError(reply, TwilioErrors.notFound(pathOf(request)))
           if (request.method === "GET") return answer(reply, Effect.flatMap(CallControl, (control) => control.get(parsed.value)))

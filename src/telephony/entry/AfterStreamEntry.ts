@@ -1,9 +1,9 @@
 import { Effect, Either } from "effect"
-import twilio from "twilio"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import type { CallKind, CarrierShape } from "../../core/Carrier.js"
+import type { CallKind, CarrierShape } from "../../kernel/Carrier.js"
 import { AfterStream } from "../../recovery/AfterStream.js"
+import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
 import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
@@ -17,13 +17,11 @@ const answerCarrier = () => {
   const carrier: CarrierShape = {
     hangup: () =>
       Effect.sync(() => {
-        markup = hangupOnly(200).body
+        markup = hangupTwiml()
       }),
     transfer: (_call, to, callerId) =>
       Effect.sync(() => {
-        const response = new twilio.twiml.VoiceResponse()
-        response.dial(callerId === undefined ? {} : { callerId }, to)
-        markup = response.toString()
+        markup = dialTwiml(to, callerId)
       }),
     applyTwiml: (_call, twiml) =>
       Effect.sync(() => {

@@ -1,12 +1,13 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
-import twilio from "twilio"
 import { Environments } from "../../environments/Environments.js"
-import { newSessionId } from "../../core/SessionInfo.js"
+import { withCallSpan } from "../../observability/Tracing.js"
+import { newSessionId } from "../../kernel/SessionInfo.js"
 import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Placement } from "../../fleet/Placement.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
+import { connectStreamTwiml, hangupTwiml, sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type EntryResponse } from "./EntryWire.js"
 
 /**
@@ -20,8 +21,11 @@ export type Admission =
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
 
-export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) =>
-  Effect.gen(function* () {
+export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) => {
+  // An outbound call's session exists already; an inbound call's is minted here, so the entry
+  // answer's <Redirect> can name it (docs/reliability.md), and the admission is a span of its trace.
+  const sessionId = claims.sessionId ?? newSessionId()
+  return Effect.gen(function* () {
     const environments = yield* Environments
     const tokens = yield* SessionTokens
     const placement = yield* Placement
@@ -57,15 +61,22 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     const placed =
       claims.sessionId !== undefined
         ? placement.here
-        : yield* placement.place(claims.agentId, claims.environmentId, lookup.value.agentUrl)
+        : yield* placement
+            .place(claims.agentId, claims.environmentId, lookup.value.agentUrl)
+            .pipe(
+              Effect.tap((placed) =>
+                Effect.annotateCurrentSpan({
+                  "callgate.placement.instance": placed._tag === "NoInstance" ? "none" : placed.instanceId,
+                  "callgate.placement.agent": placed._tag === "NoInstance" ? "none" : placed.agent._tag
+                })
+              ),
+              withCallSpan(sessionId, "callgate.placement", { attributes: { "callgate.session.id": sessionId } })
+            )
     if (placed._tag === "NoInstance") {
       yield* Effect.logWarning("call refused: callgate is shutting down and no other instance is live", { kind: claims.kind, callId: claims.callId })
       return { _tag: "Unavailable" } as Admission
     }
     const agent = placed.agent
-    // An outbound call's session exists already; an inbound call's is minted here, so the entry
-    // answer's <Redirect> can name it (docs/reliability.md).
-    const sessionId = claims.sessionId ?? newSessionId()
     const token = tokens.issue({
       ...claims,
       ...(claims.sessionId !== undefined ? {} : { entrySessionId: sessionId }),
@@ -82,7 +93,25 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       agent: agent._tag
     })
     return { _tag: "Admitted", token, sessionId, streamBase: publicWsUrl(placed.publicUrl), instanceId: placed.instanceId } as Admission
-  })
+  }).pipe(
+    Effect.tap((admission) => Effect.annotateCurrentSpan("callgate.admission.outcome", admission._tag)),
+    Effect.annotateLogs({ sessionId }),
+    withCallSpan(sessionId, "callgate.admission", {
+      attributes: {
+        "callgate.session.id": sessionId,
+        "callgate.agent.id": claims.agentId,
+        "callgate.environment.id": claims.environmentId,
+        "callgate.provider": claims.kind === "twilio" ? "twilio" : "telnyx",
+        "callgate.call.kind": claims.kind,
+        "callgate.direction": claims.direction
+      }
+    })
+  )
+}
+
+/** The claims field for an entry URL's custom parameters: none when it has none (a token no larger than before). */
+export const withCustomParameters = (parameters: Readonly<Record<string, string>>): { customParameters?: Record<string, string> } =>
+  Object.keys(parameters).length > 0 ? { customParameters: { ...parameters } } : {}
 
 /** Decodes with the schema; the failure is one line naming the first bad field (for logs and 400s). */
 export const decodeEntry = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =>
@@ -104,19 +133,10 @@ export const formParams = (body: unknown): Record<string, string> => {
 const xml = (status: number, body: string): EntryResponse => ({ status, contentType: "text/xml", body })
 
 /** A sentence for the caller, then the call ends. */
-export const sayAndHangup = (status: number, sentence: string): EntryResponse => {
-  const response = new twilio.twiml.VoiceResponse()
-  response.say(sentence)
-  response.hangup()
-  return xml(status, response.toString())
-}
+export const sayAndHangup = (status: number, sentence: string): EntryResponse => xml(status, sayAndHangupTwiml(sentence))
 
 /** A refusal no caller hears (bad signature, malformed request): the call ends. */
-export const hangupOnly = (status: number): EntryResponse => {
-  const response = new twilio.twiml.VoiceResponse()
-  response.hangup()
-  return xml(status, response.toString())
-}
+export const hangupOnly = (status: number): EntryResponse => xml(status, hangupTwiml())
 
 /** The XML answer for an admission that did not go through (200 so the carrier plays it). */
 export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): EntryResponse =>
@@ -124,22 +144,8 @@ export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): En
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")
 
-/**
- * `<Response><Connect><Stream url attributes>` with `<Parameter>`s, then `<Redirect>` to
- * `redirectUrl` (the verb a call goes on to when its stream ends: docs/reliability.md), built with
- * the SDK's TwiML builder.
- */
-export const connectStream = (
-  attributes: Record<string, string>,
-  parameters: ReadonlyArray<readonly [string, string | undefined]>,
-  redirectUrl?: string
-): EntryResponse => {
-  const response = new twilio.twiml.VoiceResponse()
-  const stream = response.connect().stream(attributes as { url: string })
-  for (const [name, value] of parameters) if (value !== undefined) stream.parameter({ name, value })
-  if (redirectUrl !== undefined) response.redirect({ method: "POST" }, redirectUrl)
-  return xml(200, response.toString())
-}
+/** The entry answer that connects the call's media stream (`connectStreamTwiml`). */
+export const connectStream = (...args: Parameters<typeof connectStreamTwiml>): EntryResponse => xml(200, connectStreamTwiml(...args))
 
 /**
  * The `<Redirect>` URL for a call admitted as `sessionId`: any instance answers it, so it names the

@@ -15,6 +15,41 @@ export const EntryQuery = Schema.Struct({
 })
 export type EntryQuery = typeof EntryQuery.Type
 
+/** The query names callgate reads itself: never custom parameters. */
+const ENTRY_QUERY_NAMES: ReadonlySet<string> = new Set(["agentId", "environmentId", "sessionId"])
+
+/** Bounds of the custom parameters an entry URL may carry (docs/calls.md, "Custom parameters"). */
+export const CUSTOM_PARAMETER_LIMITS = { count: 10, nameLength: 64, valueLength: 256, totalLength: 1024 } as const
+const CUSTOM_PARAMETER_NAME = /^[A-Za-z0-9_.-]{1,64}$/
+
+/**
+ * The extra query parameters of an entry URL (`...&lang=es&crm=42`), which reach the agent in
+ * `start.customParameters`: every name but callgate's own (`agentId`, `environmentId`,
+ * `sessionId`). Names are 1 to 64 of `A-Za-z0-9_.-`, values at most 256 characters, at most 10
+ * of them and 1024 characters in all, each given once; anything else is a problem (one line, for
+ * the log and the 400). They travel inside the session token (signed), and callgate's own start
+ * parameters win over a parameter of the same name when the agent's `start` is written.
+ */
+export const entryCustomParameters = (query: unknown): { readonly parameters: Readonly<Record<string, string>> } | { readonly problem: string } => {
+  const parameters: Record<string, string> = {}
+  if (typeof query !== "object" || query === null) return { parameters }
+  let count = 0
+  let total = 0
+  for (const [name, value] of Object.entries(query)) {
+    if (ENTRY_QUERY_NAMES.has(name)) continue
+    if (!CUSTOM_PARAMETER_NAME.test(name) || name === "__proto__") {
+      return { problem: `custom parameter name ${JSON.stringify(name.slice(0, 70))} must be 1 to 64 letters, digits, '_', '.' or '-'` }
+    }
+    if (typeof value !== "string") return { problem: `custom parameter ${name} must be given once` }
+    if (value.length > CUSTOM_PARAMETER_LIMITS.valueLength) return { problem: `custom parameter ${name} is longer than 256 characters` }
+    if (++count > CUSTOM_PARAMETER_LIMITS.count) return { problem: "more than 10 custom parameters" }
+    total += name.length + value.length
+    if (total > CUSTOM_PARAMETER_LIMITS.totalLength) return { problem: "custom parameters longer than 1024 characters in all" }
+    parameters[name] = value
+  }
+  return { parameters }
+}
+
 const CarrierText = Schema.String.pipe(Schema.maxLength(256))
 const CallIdText = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))
 
@@ -77,18 +112,6 @@ export interface EntryRequest {
   readonly body: unknown
   readonly rawBody: Buffer | undefined
 }
-
-/** Paths of the entry endpoints and of the media streams they point carriers to. */
-export const EntryPaths = {
-  twilioVoice: "/telephony/twilio/voice",
-  twilioStream: "/telephony/twilio/stream",
-  telnyxTexml: "/telephony/telnyx/texml",
-  telnyxCallControl: "/telephony/telnyx/call-control",
-  telnyxStream: "/telephony/telnyx/stream",
-  /** Where the entry answer's `<Redirect>` sends a call whose stream ended (docs/reliability.md). */
-  twilioAfterStream: "/telephony/twilio/after-stream",
-  telnyxAfterStream: "/telephony/telnyx/after-stream"
-} as const
 
 /** The `<Redirect>` URL's query: the call's environment and the session the entry minted for it. */
 export const AfterStreamQuery = Schema.Struct({ agentId: ResourceId, environmentId: ResourceId, sessionId: ResourceId })

@@ -2,16 +2,17 @@ import { Effect, Either } from "effect"
 import { AfterStream } from "../../recovery/AfterStream.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { sessionIdOfClientState, TelnyxCallCommands } from "../TelnyxCallCommands.js"
-import { TelnyxCarrier } from "../TelnyxCarrier.js"
-import { TelnyxTwimlRunner } from "../TelnyxTwimlRunner.js"
-import { admitCall, decodeEntry } from "./CallAdmission.js"
+import { sessionIdOfClientState, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
+import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
+import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
+import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
 import {
   CallControlCallPayload,
   CallControlWebhook,
   directionOf,
-  EntryPaths,
+  entryCustomParameters,
   EntryQuery,
   type EntryRequest,
   type EntryResponse
@@ -107,6 +108,11 @@ export const telnyxCallControlEntry = (
     if ((event === "call.initiated") !== (direction === "inbound")) return received
     const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
     if (Either.isLeft(query)) return error(400, "VALIDATION_FAILED", `The webhook URL's query is not valid: ${query.left}.`)
+    const custom = entryCustomParameters(request.query)
+    if ("problem" in custom) {
+      yield* Effect.logWarning("telnyx call-control webhook refused: malformed", { problem: `query: ${custom.problem}` })
+      return error(400, "VALIDATION_FAILED", `The webhook URL's query is not valid: ${custom.problem}.`)
+    }
     const admission = yield* admitCall({
       agentId: query.right.agentId,
       environmentId: query.right.environmentId,
@@ -116,6 +122,7 @@ export const telnyxCallControlEntry = (
       to: payload.to ?? undefined,
       direction,
       accountSid: payload.connection_id ?? undefined,
+      ...withCustomParameters(custom.parameters),
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")

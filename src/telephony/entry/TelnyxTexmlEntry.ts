@@ -2,8 +2,9 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
-import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
  * `POST /telephony/telnyx/texml?agentId=..&environmentId=..`, a TeXML application's voice URL.
@@ -29,9 +30,10 @@ export const telnyxTexmlEntry = (
     }
     const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
     const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, formParams(request.body)))
-    if (Either.isLeft(query) || Either.isLeft(form)) {
+    const custom = entryCustomParameters(request.query)
+    if (Either.isLeft(query) || Either.isLeft(form) || "problem" in custom) {
       yield* Effect.logWarning("telnyx TeXML request refused: malformed", {
-        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
+        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : "problem" in custom ? `query: ${custom.problem}` : ""
       })
       return hangupOnly(400)
     }
@@ -45,7 +47,8 @@ export const telnyxTexmlEntry = (
       from: call.From,
       to: call.To,
       direction: directionOf(call.Direction),
-      accountSid: call.AccountSid
+      accountSid: call.AccountSid,
+      ...withCustomParameters(custom.parameters)
     })
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(

@@ -2,8 +2,9 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal } from "./CallAdmission.js"
-import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**
  * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
@@ -14,7 +15,7 @@ import { directionOf, EntryPaths, EntryQuery, type EntryRequest, VoiceWebhookFor
  *
  * PLACED is the PUBLIC_URL of the instance placement chose (docs/scaling.md, "Placement").
  * X-Twilio-Signature is checked first when TWILIO_AUTH_TOKEN is set (401 when it fails); a bad
- * query or form is 400; an unknown environment is a spoken refusal; an unreadable store is 503
+ * query or form is 400 (extra query parameters are the agent's custom parameters: EntryWire.entryCustomParameters); an unknown environment is a spoken refusal; an unreadable store is 503
  * (Twilio then tries the number's fallback URL).
  */
 export const twilioVoiceEntry = (request: EntryRequest) =>
@@ -28,9 +29,10 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
     }
     const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
     const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, params))
-    if (Either.isLeft(query) || Either.isLeft(form)) {
+    const custom = entryCustomParameters(request.query)
+    if (Either.isLeft(query) || Either.isLeft(form) || "problem" in custom) {
       yield* Effect.logWarning("twilio voice webhook refused: malformed", {
-        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
+        problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : "problem" in custom ? `query: ${custom.problem}` : ""
       })
       return hangupOnly(400)
     }
@@ -46,6 +48,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       to: call.To,
       direction,
       accountSid: call.AccountSid,
+      ...withCustomParameters(custom.parameters),
       ...(sessionId !== undefined ? { sessionId } : {})
     })
     if (admission._tag !== "Admitted") return refusal(admission)

@@ -1,9 +1,9 @@
 import { Either } from "effect"
-import type { CallerEvents, CarrierLeg, LegFault, StreamOpening } from "../../core/CallLegs.js"
-import { type FrameProblem, parseJson } from "../../wire/FrameDecoding.js"
-import { isCallerTrack } from "../../wire/MediaFields.js"
-import type { MediaScanner } from "../../wire/MediaScanner.js"
-import { CloseCode, type WireListener, type WireSocket } from "../../core/WireSocket.js"
+import type { CallerEvents, CarrierLeg, LegFault, StreamOpening } from "../../kernel/CallLegs.js"
+import { type FrameProblem, parseJson } from "../../frames/FrameDecoding.js"
+import { isCallerTrack } from "../../frames/MediaFields.js"
+import type { MediaScanner } from "../../frames/MediaScanner.js"
+import { CloseCode, type WireListener, type WireSocket } from "../../frames/WireSocket.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import type { StreamHost } from "./StreamHost.js"
 
@@ -21,6 +21,8 @@ export interface CarrierMedia {
   readonly track: string | undefined
   /** The chunk number, for dialects whose chunks may arrive out of order; undefined otherwise. */
   readonly chunk: number | undefined
+  /** The frame's timestamp in ms since the stream began; -1 when it has none (see timestampOf). */
+  readonly timestamp: number
   readonly payload: string
 }
 
@@ -38,7 +40,7 @@ export type CarrierFrame<Start> =
 
 /**
  * One carrier's media-stream dialect, as the shared leg needs it: its names, its media fast path
- * (src/wire/MediaScanner.ts), its full-parse media guard, and its decoder for everything else.
+ * (src/frames/MediaScanner.ts), its full-parse media guard, and its decoder for everything else.
  */
 export interface CarrierStreamDialect<Start> {
   /** "twilio" or "telnyx": prefixes close reasons. */
@@ -82,8 +84,8 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
   protected abstract begin(start: Start): void
 
   /** Hands one caller media frame to the session; a dialect with out-of-order chunks reorders here. */
-  protected deliver(_chunk: number | undefined, payload: string): void {
-    this.events?.callerMedia(payload)
+  protected deliver(_chunk: number | undefined, payload: string, timestampMs: number): void {
+    this.events?.callerMedia(payload, timestampMs)
   }
 
   /** Runs for a live session when the carrier stops, before the session hears it. */
@@ -98,7 +100,7 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
       const scanner = this.dialect.scanner
       if (scanner.scan(text) && scanner.result.isStream(text, this.streamId)) {
         const scanned = scanner.result
-        if (scanned.isCallerTrack(text)) this.deliver(scanned.chunk < 0 ? undefined : scanned.chunk, scanned.payload(text))
+        if (scanned.isCallerTrack(text)) this.deliver(scanned.chunk < 0 ? undefined : scanned.chunk, scanned.payload(text), scanned.timestamp)
         return
       }
     }
@@ -157,7 +159,7 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
     if (media.stream !== undefined && media.stream !== this.streamId) {
       return this.protocolError(`media frame for another ${this.dialect.streamField}`)
     }
-    if (isCallerTrack(media.track)) this.deliver(media.chunk, media.payload)
+    if (isCallerTrack(media.track)) this.deliver(media.chunk, media.payload, media.timestamp)
   }
 
   /** `stop`: a live session hears it after `beforeStop`; before start, the stream just closes. */

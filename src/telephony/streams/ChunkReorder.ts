@@ -9,10 +9,12 @@
  * delivered, an overflowing window re-bases on the lowest chunk seen instead of failing, so a
  * stream whose numbering starts elsewhere costs one window of delay, once.
  *
- * No allocation per chunk: the ring holds the payload strings that arrived.
+ * No allocation per chunk: the ring holds the payload strings that arrived, and their timestamps
+ * in a number array beside it (the recorder places audio by them: docs/recording.md).
  */
 export class ChunkReorder {
   private readonly slots: Array<string | undefined>
+  private readonly stamps: Float64Array
   private next: number
   private held = 0
   private delivered = false
@@ -21,19 +23,20 @@ export class ChunkReorder {
 
   constructor(
     private readonly window: number,
-    private readonly deliver: (payload: string) => void,
+    private readonly deliver: (payload: string, timestampMs: number) => void,
     first = 1
   ) {
     this.slots = new Array<string | undefined>(window).fill(undefined)
+    this.stamps = new Float64Array(window)
     this.next = first
   }
 
   /** Offers chunk `chunk`; false when the stream is beyond repair. */
-  push(chunk: number, payload: string): boolean {
+  push(chunk: number, payload: string, timestampMs = -1): boolean {
     if (chunk === this.next && this.held === 0) {
       this.next++
       this.delivered = true
-      this.deliver(payload)
+      this.deliver(payload, timestampMs)
       return true
     }
     if (chunk < this.next) {
@@ -47,6 +50,7 @@ export class ChunkReorder {
       return true
     }
     this.slots[slot] = payload
+    this.stamps[slot] = timestampMs
     this.held++
     this.drain()
     return true
@@ -65,7 +69,7 @@ export class ChunkReorder {
       if (payload === undefined) continue
       this.slots[slot] = undefined
       this.held--
-      this.deliver(payload)
+      this.deliver(payload, this.stamps[slot]!)
     }
     this.held = 0
   }
@@ -79,7 +83,7 @@ export class ChunkReorder {
       this.held--
       this.next++
       this.delivered = true
-      this.deliver(payload)
+      this.deliver(payload, this.stamps[slot]!)
     }
   }
 

@@ -1,6 +1,6 @@
 import type { Either, Option } from "effect"
-import type { StreamOpening } from "../../core/CallLegs.js"
-import type { FrameProblem } from "../../wire/FrameDecoding.js"
+import type { StreamOpening } from "../../kernel/CallLegs.js"
+import type { FrameProblem } from "../../frames/FrameDecoding.js"
 import type { SessionClaims } from "../SessionTokens.js"
 
 /**

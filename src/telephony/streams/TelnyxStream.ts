@@ -1,6 +1,7 @@
 import { Either } from "effect"
-import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
-import type { WireSocket } from "../../core/WireSocket.js"
+import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
+import { timestampOf } from "../../frames/MediaFields.js"
+import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
@@ -11,7 +12,7 @@ import {
   TelnyxInbound,
   telnyxMediaScanner,
   telnyxOutboundEncoder
-} from "../../wire/TelnyxFrames.js"
+} from "../../frames/TelnyxFrames.js"
 
 type TelnyxStartFrame = Extract<TelnyxInbound, { event: "start" }>
 
@@ -29,7 +30,13 @@ export const telnyxStreamDialect: CarrierStreamDialect<TelnyxStartFrame> = {
   media: (raw) => {
     if (!isTelnyxMediaFrame(raw)) return undefined
     const chunk = raw.media.chunk
-    return { stream: raw.stream_id, track: raw.media.track, chunk: typeof chunk === "number" ? chunk : +chunk, payload: raw.media.payload }
+    return {
+      stream: raw.stream_id,
+      track: raw.media.track,
+      chunk: typeof chunk === "number" ? chunk : +chunk,
+      timestamp: timestampOf(raw.media.timestamp),
+      payload: raw.media.payload
+    }
   },
   decode: (raw) =>
     Either.map(decodeFrame(raw), (frame): CarrierFrame<TelnyxStartFrame> => {
@@ -71,11 +78,11 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
     dialect: CarrierStreamDialect<TelnyxStartFrame> = telnyxStreamDialect
   ) {
     super(socket, host, dialect)
-    this.reorder = new ChunkReorder(TELNYX_REORDER_WINDOW, (payload) => this.events?.callerMedia(payload))
+    this.reorder = new ChunkReorder(TELNYX_REORDER_WINDOW, (payload, timestampMs) => this.events?.callerMedia(payload, timestampMs))
   }
 
-  protected override deliver(chunk: number | undefined, payload: string) {
-    if (!this.reorder.push(chunk ?? 0, payload)) this.protocolError("media chunks out of order beyond repair")
+  protected override deliver(chunk: number | undefined, payload: string, timestampMs: number) {
+    if (!this.reorder.push(chunk ?? 0, payload, timestampMs)) this.protocolError("media chunks out of order beyond repair")
   }
 
   /** Audio held back for a missing chunk is still the caller's: delivered before the end. */

@@ -1,6 +1,7 @@
 import { Either, Option } from "effect"
-import { makeFrameDecoder } from "../../wire/FrameDecoding.js"
-import type { WireSocket } from "../../core/WireSocket.js"
+import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
+import { timestampOf } from "../../frames/MediaFields.js"
+import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
@@ -9,7 +10,7 @@ import {
   TwilioInbound,
   twilioMediaScanner,
   twilioOutboundEncoder
-} from "../../wire/TwilioFrames.js"
+} from "../../frames/TwilioFrames.js"
 
 type TwilioStart = Extract<TwilioInbound, { event: "start" }>["start"]
 
@@ -22,7 +23,9 @@ export const twilioStreamDialect: CarrierStreamDialect<TwilioStart> = {
   streamField: "streamSid",
   scanner: twilioMediaScanner,
   media: (raw) =>
-    isTwilioMediaFrame(raw) ? { stream: raw.streamSid, track: raw.media.track, chunk: undefined, payload: raw.media.payload } : undefined,
+    isTwilioMediaFrame(raw)
+      ? { stream: raw.streamSid, track: raw.media.track, chunk: undefined, timestamp: timestampOf(raw.media.timestamp), payload: raw.media.payload }
+      : undefined,
   decode: (raw) =>
     Either.map(decodeFrame(raw), (frame): CarrierFrame<TwilioStart> => {
       switch (frame.event) {

@@ -235,6 +235,19 @@ describe("Telnyx entry endpoints", () => {
       expect(telnyx.requests.map((r) => r.path)).toEqual([next])
     })
 
+    it("call.initiated: the webhook URL's extra query parameters ride in the token; out of bounds is 400", async () => {
+      const body = telnyx.callControlEvent("call.initiated", callPayload("v3:cc-in-params"))
+      expect((await post(body, telnyx.signWebhook(body), `${path()}&lang=es&queue=sales`)).statusCode).toBe(200)
+      await telnyx.waitFor(() => telnyx.commands("v3:cc-in-params", "answer").length === 1)
+      const token = (telnyx.commands("v3:cc-in-params", "answer")[0]!.json as Record<string, string>).stream_auth_token!
+      expect((await t.claimsOf(token))?.customParameters).toEqual({ lang: "es", queue: "sales" })
+
+      const refused = telnyx.callControlEvent("call.initiated", callPayload("v3:cc-in-params-2"))
+      const res = await post(refused, telnyx.signWebhook(refused), `${path()}&bad%20name=1`)
+      expect(res.statusCode).toBe(400)
+      expect(res.json().error.message).toContain("custom parameter name")
+    })
+
     it("a failing answer command does not change the webhook's 200", async () => {
       telnyx.failNext({ status: 500 }, 3)
       const res = await post(telnyx.callControlEvent("call.initiated", callPayload("v3:cc-in-8")))

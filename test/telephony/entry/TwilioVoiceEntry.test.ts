@@ -79,6 +79,38 @@ describe.each<StoreKind>(["memory", "redis"])("POST /telephony/twilio/voice (%s 
     }
   })
 
+  it("extra query parameters are the agent's custom parameters, carried in the signed session token", async () => {
+    const url = `${path()}&lang=es&crm.id=42&agentId_hint=x`
+    const form = callForm()
+    const res = await post(url, form, twilioSignature(AUTH_TOKEN, PUBLIC_URL + url, form))
+    expect(res.statusCode).toBe(200)
+    const token = tokenIn(res.body)
+    expect((await t.claimsOf(token))?.customParameters).toEqual({ lang: "es", "crm.id": "42", agentId_hint: "x" })
+    // Not as <Parameter>s: only the token carries them (Telnyx streams have no parameters to rely on).
+    expect(res.body).not.toContain("lang")
+  })
+
+  it("a URL without custom parameters issues a token without the field", async () => {
+    const form = callForm()
+    const res = await post(path(), form, twilioSignature(AUTH_TOKEN, PUBLIC_URL + path(), form))
+    expect(await t.claimsOf(tokenIn(res.body))).not.toHaveProperty("customParameters")
+  })
+
+  it.each([
+    ["a name with a space", "&my%20name=1"],
+    ["__proto__", "&__proto__=1"],
+    ["a name given twice", "&lang=es&lang=en"],
+    ["a value over 256 characters", `&note=${"x".repeat(257)}`],
+    ["more than 10 parameters", Array.from({ length: 11 }, (_, i) => `&p${i}=v`).join("")],
+    ["more than 1024 characters in all", Array.from({ length: 5 }, (_, i) => `&p${i}=${"v".repeat(250)}`).join("")]
+  ])("custom parameters out of bounds (%s) are refused with 400", async (_name, extra) => {
+    const url = `${path()}${extra}`
+    const form = callForm()
+    const res = await post(url, form, twilioSignature(AUTH_TOKEN, PUBLIC_URL + url, form))
+    expect(res.statusCode).toBe(400)
+    expect(res.body).toBe(`${XML}<Response><Hangup/></Response>`)
+  })
+
   it("an unknown environment hears a refusal and the call ends", async () => {
     const url = `/telephony/twilio/voice?agentId=${t.agentId}&environmentId=env_missing`
     const form = callForm()

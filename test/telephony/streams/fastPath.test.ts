@@ -1,16 +1,16 @@
 import { Either, Option } from "effect"
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import type { CallerEvents, LegFault, StreamOpening } from "../../../src/core/CallLegs.js"
-import type { WireListener, WireSocket } from "../../../src/core/WireSocket.js"
+import type { CallerEvents, LegFault, StreamOpening } from "../../../src/kernel/CallLegs.js"
+import type { WireListener, WireSocket } from "../../../src/frames/WireSocket.js"
 import type { SessionClaims } from "../../../src/telephony/SessionTokens.js"
 import type { CarrierStreamDialect, CarrierStreamLeg } from "../../../src/telephony/streams/CarrierStreamLeg.js"
 import type { StreamHost } from "../../../src/telephony/streams/StreamHost.js"
 import { TelnyxStream, telnyxStreamDialect } from "../../../src/telephony/streams/TelnyxStream.js"
 import { TwilioStream, twilioStreamDialect } from "../../../src/telephony/streams/TwilioStream.js"
-import { isAscii } from "../../../src/wire/MediaFields.js"
-import { ScannedMedia } from "../../../src/wire/MediaScanner.js"
-import { dialects, frames, TELNYX_STREAM_ID, TWILIO_STREAM_SID, wellFormed } from "../../wire/mediaFrameArbitraries.js"
+import { isAscii } from "../../../src/frames/MediaFields.js"
+import { ScannedMedia } from "../../../src/frames/MediaScanner.js"
+import { dialects, frames, TELNYX_STREAM_ID, TWILIO_STREAM_SID, wellFormed } from "../../frames/mediaFrameArbitraries.js"
 
 /**
  * A carrier stream with the media fast path and the same stream reading every frame through the

@@ -1,15 +1,15 @@
 import { Either, Schema } from "effect"
 import { describe, expect, it } from "vitest"
-import { AgentMessage, CallgateMessage } from "../../../src/agent/AgentDialect.js"
-import { makeFrameDecoder } from "../../../src/wire/FrameDecoding.js"
-import { TelnyxInbound, TelnyxOutbound, telnyxOutboundEncoder, TELNYX_INBOUND_EVENTS } from "../../../src/wire/TelnyxFrames.js"
+import { AgentMessage, CallgateMessage } from "../../../src/frames/AgentDialect.js"
+import { makeFrameDecoder } from "../../../src/frames/FrameDecoding.js"
+import { TelnyxInbound, TelnyxOutbound, telnyxOutboundEncoder, TELNYX_INBOUND_EVENTS } from "../../../src/frames/TelnyxFrames.js"
 import {
   TWILIO_INBOUND_EVENTS,
   TwilioInbound,
   twilioInboundEncoder,
   TwilioOutbound,
   twilioOutboundEncoder
-} from "../../../src/wire/TwilioFrames.js"
+} from "../../../src/frames/TwilioFrames.js"
 
 const payload = Buffer.alloc(160, 0x7f).toString("base64")
 const decodes = (schema: Schema.Schema<any, any>, text: string) => Either.isRight(Schema.decodeUnknownEither(schema)(JSON.parse(text)))
@@ -110,7 +110,7 @@ describe("hot-path media guards agree with the schemas", () => {
   }
 
   it("Twilio inbound media", async () => {
-    const { TwilioMedia, isTwilioMediaFrame } = await import("../../../src/wire/TwilioFrames.js")
+    const { TwilioMedia, isTwilioMediaFrame } = await import("../../../src/frames/TwilioFrames.js")
     const base = { event: "media", sequenceNumber: "3", streamSid: "MZ1", media: { track: "inbound", chunk: "1", timestamp: "20", payload } }
     agree(
       "twilio",
@@ -121,7 +121,7 @@ describe("hot-path media guards agree with the schemas", () => {
   })
 
   it("Telnyx inbound media", async () => {
-    const { TelnyxMedia, isTelnyxMediaFrame } = await import("../../../src/wire/TelnyxFrames.js")
+    const { TelnyxMedia, isTelnyxMediaFrame } = await import("../../../src/frames/TelnyxFrames.js")
     const base = { event: "media", sequence_number: "4", stream_id: "s-1", media: { track: "inbound", chunk: "2", timestamp: "40", payload } }
     agree(
       "telnyx",
@@ -132,7 +132,7 @@ describe("hot-path media guards agree with the schemas", () => {
   })
 
   it("agent media", async () => {
-    const { AgentMedia, isAgentMediaFrame } = await import("../../../src/agent/AgentDialect.js")
+    const { AgentMedia, isAgentMediaFrame } = await import("../../../src/frames/AgentDialect.js")
     const base = { event: "media", streamSid: "MZ1", media: { payload } }
     agree("agent", AgentMedia, isAgentMediaFrame, variants(base, { streamSid: strings }, { payload: payloads }))
   })

@@ -1,3 +1,4 @@
+import { callTraceIds } from "../../../src/observability/Tracing.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   agentMedia,
@@ -64,8 +65,11 @@ describe("Telnyx media streams end to end", () => {
       environmentId: env.id,
       from: "+13122010094",
       to: "+13122123456",
+      from_number: "+13122010094",
+      to_number: "+13122123456",
       direction: "inbound",
-      provider: "telnyx"
+      provider: "telnyx",
+      traceparent: `00-${callTraceIds(sessionId).traceId}-${callTraceIds(sessionId).spanId}-00`
     })
     // The agent sees Twilio's dialect whichever carrier it is.
     expect(start.start.mediaFormat).toEqual({ encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 })

@@ -1,3 +1,4 @@
+import { callTraceIds } from "../../../src/observability/Tracing.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
   agentMedia,
@@ -57,8 +58,11 @@ describe("Twilio media streams end to end", () => {
       environmentId: env.id,
       from: "+14155550100",
       to: "+14155550111",
+      from_number: "+14155550100",
+      to_number: "+14155550111",
       direction: "inbound",
-      provider: "twilio"
+      provider: "twilio",
+      traceparent: `00-${callTraceIds(sessionId).traceId}-${callTraceIds(sessionId).spanId}-00`
     })
     expect(start.start.customParameters).not.toHaveProperty("token")
     expect(start.streamSid).toBe(start.start.streamSid)

@@ -1,0 +1,116 @@
+import { randomUUID } from "node:crypto"
+import { Effect } from "effect"
+import { CarrierError } from "../kernel/Carrier.js"
+import { isSessionId } from "../kernel/SessionInfo.js"
+import { TelnyxRest } from "./TelnyxRest.js"
+
+/** How a bidirectional RTP media stream to callgate is requested (PCMU both ways). */
+export interface StreamTarget {
+  /** wss://.../telephony/telnyx/stream?token=... */
+  readonly url: string
+  /** The session token, also sent as the stream's auth token. */
+  readonly token: string
+  /**
+   * The call's session id, set as the call's `client_state` (base64, as Telnyx requires): every
+   * later webhook of the call carries it, so `streaming.stopped` names its session (docs/reliability.md).
+   */
+  readonly sessionId: string
+}
+
+/** A session id as Call Control's `client_state` (base64 text). */
+export const clientStateOf = (sessionId: string) => Buffer.from(sessionId, "utf8").toString("base64")
+
+/** The session id back out of a webhook's `client_state`; undefined when it carries none or something else. */
+export const sessionIdOfClientState = (clientState: string | null | undefined): string | undefined => {
+  if (typeof clientState !== "string" || clientState.length === 0 || clientState.length > 128) return undefined
+  const text = Buffer.from(clientState, "base64").toString("utf8")
+  return isSessionId(text) ? text : undefined
+}
+
+/**
+ * The Call Control commands that bring a call to callgate's media stream: answer an incoming call
+ * with the stream, start it on an answered outgoing call, or reject a call callgate cannot serve.
+ */
+export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("callgate/TelnyxCallCommands", {
+  effect: Effect.gen(function* () {
+    const rest = yield* TelnyxRest
+
+    /** Answers an incoming Call Control call with a bidirectional RTP (PCMU) stream to callgate. */
+    const answerWithStream = (callControlId: string, stream: StreamTarget) =>
+      rest.command("answer", callControlId, (actions, command_id, signal) =>
+        actions.answer(
+          callControlId,
+          {
+            stream_url: stream.url,
+            stream_track: "inbound_track",
+            stream_bidirectional_mode: "rtp",
+            stream_bidirectional_codec: "PCMU",
+            // Sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
+            ...({ stream_auth_token: stream.token } as object),
+            client_state: clientStateOf(stream.sessionId),
+            command_id
+          },
+          { signal }
+        )
+      )
+
+    /** Starts the same stream on an outbound call once it is answered. */
+    const startStream = (callControlId: string, stream: StreamTarget) =>
+      rest.command("streaming_start", callControlId, (actions, command_id, signal) =>
+        actions.startStreaming(
+          callControlId,
+          {
+            stream_url: stream.url,
+            stream_track: "inbound_track",
+            stream_bidirectional_mode: "rtp",
+            stream_bidirectional_codec: "PCMU",
+            stream_auth_token: stream.token,
+            client_state: clientStateOf(stream.sessionId),
+            command_id
+          },
+          { signal }
+        )
+      )
+
+    /** Refuses a ringing call callgate cannot serve (unknown environment). */
+    const reject = (callControlId: string) =>
+      rest.command("reject", callControlId, (actions, command_id, signal) => actions.reject(callControlId, { cause: "CALL_REJECTED", command_id }, { signal }))
+
+    /**
+     * Places an outbound call on the Call Control application `connectionId`; answers its
+     * call_control_id. Telnyx reports progress (call.answered, call.hangup with its cause) to
+     * `webhookUrl`, callgate's Call Control webhook, which starts the stream once it is answered.
+     */
+    const dial = (params: {
+      readonly connectionId: string
+      readonly to: string
+      readonly from: string
+      readonly webhookUrl: string
+      readonly timeoutSecs: number
+    }) =>
+      rest
+        .requestFor("dial", "", (sdk, signal) =>
+          sdk.calls.dial(
+            {
+              connection_id: params.connectionId,
+              to: params.to,
+              from: params.from,
+              webhook_url: params.webhookUrl,
+              webhook_url_method: "POST",
+              timeout_secs: params.timeoutSecs,
+              command_id: randomUUID()
+            },
+            { signal }
+          )
+        )
+        .pipe(
+          Effect.flatMap((answer) =>
+            answer.data?.call_control_id !== undefined
+              ? Effect.succeed(answer.data.call_control_id)
+              : Effect.fail(new CarrierError({ provider: "telnyx", operation: "dial", detail: "the answer has no call_control_id", retryable: false }))
+          )
+        )
+
+    return { answerWithStream, startStream, reject, dial } as const
+  })
+}) {}

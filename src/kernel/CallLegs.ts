@@ -1,0 +1,114 @@
+import type { CallKind, Provider } from "./Carrier.js"
+import type { HardErrorKind } from "./HardError.js"
+
+/**
+ * The internal call-event model: what both carrier dialects (Twilio, Telnyx) turn into and what
+ * the agent side speaks to. All methods are synchronous and run once per frame; base64 media
+ * payloads stay strings from the socket they arrived on to the one they leave on.
+ */
+
+/** A failure reported by one leg; the session turns it into a HardError. */
+export interface LegFault {
+  readonly kind: HardErrorKind
+  readonly message: string
+}
+
+/** What the carrier side tells the session (a dialect handler calls these). */
+export interface CallerEvents {
+  /**
+   * One inbound audio frame, in order (Telnyx chunks are re-ordered before this), with the
+   * carrier's timestamp (ms since the stream began; -1 when the frame had none).
+   */
+  callerMedia(payload: string, timestampMs: number): void
+  callerDtmf(digit: string): void
+  /** The carrier played (or cleared) the audio before a mark: the echo the agent waits for. */
+  carrierMark(name: string): void
+  /** `stop` frame: the call or stream ended normally. */
+  carrierStopped(): void
+  /** The carrier socket is gone; `fault` when it broke rather than closed. */
+  carrierGone(fault: LegFault | undefined): void
+}
+
+/** What the session asks of the carrier stream. */
+export interface CarrierLeg {
+  sendMedia(payload: string): void
+  sendMark(name: string): void
+  sendClear(): void
+  close(code: number, reason: string): void
+  /** Forward the leg's events to `events` from now on. */
+  bind(events: CallerEvents): void
+  /** The agent paused (true) or resumed (false) the call's recording; present on a recorded call's leg (docs/recording.md). */
+  pauseRecording?(paused: boolean): void
+}
+
+/** What the agent side tells the session. */
+export interface AgentEvents {
+  agentMedia(payload: string): void
+  agentMark(name: string): void
+  agentClear(): void
+  agentHangup(): void
+  /**
+   * The agent closed its socket with 1000 (normal) during the call: an ending, not a failure
+   * (docs/calls.md, "A clean close is an ending").
+   */
+  agentClosed(): void
+  agentTransfer(to: string): void
+  /** `{"event":"recording","recording":{"paused":...}}`: pause or resume the call's recording (docs/recording.md). */
+  agentRecording?(paused: boolean): void
+  /** The agent failed: `error` event, protocol violation, socket dropped, stopped reading. */
+  agentFailed(fault: LegFault): void
+}
+
+/** What callgate tells the agent at the start of a call (the `start` customParameters). */
+export interface AgentStart {
+  readonly sessionId: string
+  readonly agentId: string
+  readonly environmentId: string
+  readonly from: string
+  readonly to: string
+  readonly direction: "inbound" | "outbound"
+  readonly provider: Provider
+  readonly streamSid: string
+  /** W3C trace context of the session span, for the agent to start its own spans from. */
+  readonly traceparent?: string | undefined
+  /** The placer's metadata of an outbound call, added to the `start` customParameters. */
+  readonly metadata?: Readonly<Record<string, string>> | undefined
+  /** The entry URL's extra query parameters, added to the `start` customParameters. */
+  readonly customParameters?: Readonly<Record<string, string>> | undefined
+}
+
+/** What the session asks of the agent connection. */
+export interface AgentLink {
+  /** Sends `connected` and `start`, then routes the agent's messages to `events`. */
+  begin(start: AgentStart, events: AgentEvents): void
+  sendMedia(payload: string, timestampMs: number): void
+  sendDtmf(digit: string): void
+  sendMark(name: string): void
+  /** Sends `stop` and closes the socket; idempotent. */
+  finish(code: number, reason: string): void
+  /** Bytes queued towards the agent. */
+  readonly backlog: number
+}
+
+/** A media stream that presented valid credentials: enough to open a session. */
+export interface StreamOpening {
+  /** An inbound call's session id, minted by the entry webhook and named in its `<Redirect>` (docs/reliability.md). */
+  readonly entrySessionId?: string | undefined
+  readonly agentId: string
+  readonly environmentId: string
+  readonly kind: CallKind
+  readonly callId: string
+  readonly accountSid?: string | undefined
+  readonly from?: string | undefined
+  readonly to?: string | undefined
+  readonly direction?: "inbound" | "outbound" | undefined
+  /** The entry URL's extra query parameters (EntryWire.entryCustomParameters), carried by the session token. */
+  readonly customParameters?: Readonly<Record<string, string>> | undefined
+  /** The carrier's id of this media stream (Twilio streamSid, Telnyx stream_id). */
+  readonly streamSid: string
+  /** Set for an outbound call callgate placed: the session waiting for this stream. */
+  readonly sessionId?: string | undefined
+  /** See SessionInfo.reservedAgent. */
+  readonly reservedAgent?: string | null | undefined
+  readonly carrier: CarrierLeg
+}

@@ -1,0 +1,34 @@
+import { randomBytes } from "node:crypto"
+import type { CallRef, Provider } from "./Carrier.js"
+
+/** A new session id: minted when the carrier's entry webhook admits the call (or when a stream opens without one). */
+export const newSessionId = () => `ses_${randomBytes(12).toString("base64url")}`
+
+/** Whether `text` has the shape of a session id (as newSessionId mints them). */
+export const isSessionId = (text: string) => /^ses_[A-Za-z0-9_-]{1,60}$/.test(text)
+
+/** Who and what a live session is: fixed when its stream starts. */
+export interface SessionInfo {
+  readonly sessionId: string
+  readonly agentId: string
+  readonly environmentId: string
+  readonly provider: Provider
+  /** How to reach the live call through the carrier's REST API. */
+  readonly call: CallRef
+  readonly from: string | null
+  readonly to: string | null
+  readonly direction: "inbound" | "outbound"
+  /** The carrier's id of the media stream (Twilio streamSid, Telnyx stream_id). */
+  readonly streamSid: string
+  /**
+   * The dial-in agent socket placement reserved for this call (docs/scaling.md, "Placement"):
+   * its id; null when placement found no idle agent anywhere in the fleet (rescued at once);
+   * undefined when the call was not placed (any idle socket of this instance serves).
+   */
+  readonly reservedAgent?: string | null | undefined
+  readonly createdAt: Date
+  /** An outbound call's metadata, as given when it was placed. */
+  readonly metadata?: Readonly<Record<string, string>> | undefined
+  /** The entry URL's extra query parameters, for the agent's `start.customParameters`. */
+  readonly customParameters?: Readonly<Record<string, string>> | undefined
+}

@@ -1,0 +1,39 @@
+import { Cause, Data, Effect, Option } from "effect"
+
+/**
+ * The cause a store adapter gives a command refused because the connection is down (refused at
+ * once, or given up after the client's reconnect attempts). The connection itself reports each
+ * state change once (down, back); loops that retry such a command say nothing more.
+ */
+export const STORE_UNREACHABLE = "the store is unreachable"
+
+/** The store could not be reached or answered something it should not have. Never carries data. */
+export class StoreError extends Data.TaggedError("StoreError")<{
+  readonly operation: string
+  readonly cause?: unknown
+}> {
+  override get message() {
+    return `store operation ${this.operation} failed`
+  }
+
+  /** Failed because the store cannot be reached, which its connection has already logged. */
+  get unreachable(): boolean {
+    return this.cause instanceof Error && this.cause.message === STORE_UNREACHABLE
+  }
+}
+
+const unreachableFailure = (error: unknown) => error instanceof StoreError && error.unreachable
+
+/** Whether a failure (an error, or a Cause holding one) is the store being unreachable. */
+export const isStoreUnreachable = (failure: unknown): boolean =>
+  Cause.isCause(failure) ? Option.exists(Cause.failureOption(failure), unreachableFailure) : unreachableFailure(failure)
+
+/**
+ * A retrying loop's failure line: a warning, except while the store is unreachable, when it is a
+ * debug line (the store connection said it once; docs/turns-and-breaker.md, "When Redis is slow or down").
+ */
+export const logStoreFailure = (message: string, failure: unknown, annotations: Record<string, unknown> = {}) =>
+  isStoreUnreachable(failure) ? Effect.logDebug(message, annotations) : Effect.logWarning(message, annotations)
+
+/** Optimistic-concurrency loops give up after this many conflicting writes in a row. */
+export const MAX_CAS_ATTEMPTS = 100

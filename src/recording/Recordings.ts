@@ -1,0 +1,486 @@
+import { createReadStream, close as closeFd, mkdir, open as openFd, write as writeFd } from "node:fs"
+import { stat } from "node:fs/promises"
+import { dirname } from "node:path"
+import type { Readable } from "node:stream"
+import { Data, Duration, Effect, Option, Runtime, Schedule } from "effect"
+import { Counter, Gauge } from "prom-client"
+import parseRange from "range-parser"
+import { AppConfig } from "../config/AppConfig.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { PublicUrl } from "../config/PublicUrl.js"
+import type { CarrierLeg } from "../kernel/CallLegs.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
+import type { RecordingMode } from "../environments/EnvironmentSchema.js"
+import { Environments } from "../environments/Environments.js"
+import { Metrics } from "../observability/Metrics.js"
+import { CallRecording, type FlushedAudio, type RecordingPause, WINDOW_SAMPLES } from "./CallRecording.js"
+import {
+  finishWav,
+  listRecordings,
+  objectNamesOf,
+  pathsOf,
+  readMeta,
+  type RecordingMeta,
+  type RecordingPaths,
+  removeLocal,
+  writeMeta
+} from "./RecordingFiles.js"
+import { RecordingLeg } from "./RecordingLeg.js"
+import { readRecordingSettings } from "./RecordingSettings.js"
+import { S3Bucket } from "./S3Bucket.js"
+import { FRAME_BYTES, HEADER_BYTES, PROVISIONAL_SIZE, wavHeader } from "./Wav.js"
+
+export class RecordingNotFound extends Data.TaggedError("RecordingNotFound")<{ readonly agentId: string; readonly sessionId: string }> {}
+export class RecordingInProgress extends Data.TaggedError("RecordingInProgress")<{ readonly agentId: string; readonly sessionId: string }> {}
+export class RecordingUnavailable extends Data.TaggedError("RecordingUnavailable")<{ readonly message: string }> {}
+export class RangeNotSatisfiable extends Data.TaggedError("RangeNotSatisfiable")<{ readonly size: number }> {}
+
+/** What `session.ended` and the session record carry about a finished recording. */
+export interface RecordingSummary {
+  readonly url: string
+  readonly durationMs: number
+  readonly pauses: ReadonlyArray<{ readonly startMs: number; readonly endMs: number }>
+}
+
+/** A recording's bytes as /v1 serves them. */
+export interface RecordingDownload {
+  readonly body: Readable
+  /** Bytes of the whole file. */
+  readonly size: number
+  /** The range served (inclusive), when the request asked for one. */
+  readonly range: { readonly start: number; readonly end: number } | undefined
+}
+
+/** The ticker's period; each recording is flushed when a second has passed since its last flush. */
+const TICK = Duration.millis(200)
+const FLUSH_EVERY_MS = 1000
+/** A sidecar still "recording" whose WAV has not changed for this long belongs to a lost instance (carriers send every 20 ms). */
+const ABANDONED_AFTER_MS = 60_000
+/** How long `finish` waits for the upload to the bucket before the session's end goes on without it. */
+const UPLOAD_WAIT = Duration.seconds(30)
+/** Output buffers of one flush: up to the window's audio as PCM. */
+const POOL_BUFFER_BYTES = WINDOW_SAMPLES * FRAME_BYTES
+const MAX_POOLED = 64
+
+interface Live {
+  readonly info: SessionInfo
+  readonly leg: RecordingLeg
+  readonly paths: RecordingPaths
+  readonly startedAt: string
+  /** Resolves once the environment was read: whether the call is recorded. */
+  decided: Promise<boolean>
+  fd: number | undefined
+  /** The audio write in flight, if any. */
+  inflight: Promise<void> | undefined
+  /** The sidecar write in flight, if any (sidecar writes are chained, never concurrent). */
+  metaWrite: Promise<void>
+  finishing: boolean
+  failed: boolean
+}
+
+const closedPauses = (pauses: ReadonlyArray<RecordingPause>, endMs: number) =>
+  pauses.map((pause) => ({ startMs: pause.startMs, endMs: pause.endMs ?? endMs }))
+
+/**
+ * Call recording (docs/recording.md): decides per call from the environment's `recording` field,
+ * taps the call's audio (RecordingLeg, CallRecording: synchronous, per frame a copy into the
+ * call's window), writes each recording once a second from one shared ticker (a positional write
+ * of PCM into its WAV file), finishes the file when the call ends (header, sidecar, upload to the
+ * bucket), finishes files a crash left, deletes recordings past RECORDINGS_RETENTION_DAYS, and
+ * serves them to /v1.
+ */
+export class Recordings extends Effect.Service<Recordings>()("callgate/Recordings", {
+  scoped: Effect.gen(function* () {
+    const settings = yield* readRecordingSettings
+    const config = yield* AppConfig
+    const environments = yield* Environments
+    const publicUrl = yield* PublicUrl
+    const { instanceId } = yield* InstanceIdentity
+    const metrics = yield* Metrics
+    const runtime = yield* Effect.runtime<never>()
+    const runPromise = Runtime.runPromise(runtime)
+    const runFork = Runtime.runFork(runtime)
+    const bucket = Option.map(settings.s3, (s3) => new S3Bucket(s3.location, s3.credentials))
+    const embedded = Option.isNone(config.redisUrl)
+
+    const writes = new Counter({
+      name: "callgate_recording_writes_total",
+      help: "Audio writes to recording files (one system call each)",
+      registers: [metrics.registry]
+    })
+    const dropped = new Counter({
+      name: "callgate_recording_dropped_frames_total",
+      help: "Frames (or parts) not recorded: late, too long, or beyond the agent's playout queue",
+      registers: [metrics.registry]
+    })
+    const finished = new Counter({
+      name: "callgate_recordings_finished_total",
+      help: "Recordings finished, by how: ended (the call ended), recovered (left by a crash), failed",
+      labelNames: ["how"] as const,
+      registers: [metrics.registry]
+    })
+    const live = new Map<string, Live>()
+    let writeTotal = 0
+    new Gauge({
+      name: "callgate_recordings_active",
+      help: "Calls being recorded on this instance",
+      registers: [metrics.registry],
+      collect() {
+        let count = 0
+        for (const entry of live.values()) if (entry.fd !== undefined) count++
+        this.set(count)
+      }
+    })
+
+    /** The last `recording` mode seen per environment: "off" calls get no window until the read says otherwise. */
+    const modes = new Map<string, RecordingMode>()
+    const pool: Array<Buffer> = []
+    const take = (bytes: number): Buffer => (bytes <= POOL_BUFFER_BYTES ? (pool.pop() ?? Buffer.allocUnsafeSlow(POOL_BUFFER_BYTES)) : Buffer.allocUnsafe(bytes))
+    const release = (buffer: Buffer) => {
+      if (buffer.length === POOL_BUFFER_BYTES && pool.length < MAX_POOLED) pool.push(buffer)
+    }
+    const logError = (message: string, details: Record<string, unknown>) => runFork(Effect.logError(message, details))
+
+    const urlOf = (agentId: string, sessionId: string) => `${publicUrl.current()}/v1/agents/${agentId}/sessions/${sessionId}/recording`
+
+    const metaOf = (entry: Live, state: RecordingMeta["state"], durationMs: number | null, pauses: ReadonlyArray<RecordingPause>): RecordingMeta => ({
+      sessionId: entry.info.sessionId,
+      agentId: entry.info.agentId,
+      environmentId: entry.info.environmentId,
+      instanceId,
+      startedAt: entry.startedAt,
+      state,
+      durationMs,
+      pauses
+    })
+
+    /** Chained after the previous sidecar write; rejects when this one fails (logged once here). */
+    const saveMeta = (entry: Live, meta: RecordingMeta): Promise<void> => {
+      const written = entry.metaWrite.then(() => writeMeta(entry.paths.meta, meta))
+      entry.metaWrite = written.catch((error) => {
+        logError("could not write a recording's metadata", { sessionId: entry.info.sessionId, error: String(error) })
+      })
+      return written
+    }
+
+    /** One positional write of flushed audio; the call stops being recorded if the disk refuses it. */
+    const write = (entry: Live, out: FlushedAudio): Promise<void> => {
+      const fd = entry.fd!
+      writes.inc()
+      writeTotal++
+      const done = new Promise<void>((resolve) => {
+        writeFd(fd, out.bytes, 0, out.length, HEADER_BYTES + out.at * FRAME_BYTES, (error) => {
+          release(out.bytes)
+          if (error !== null) {
+            entry.failed = true
+            entry.leg.recording = undefined
+            finished.inc({ how: "failed" })
+            logError("a recording write failed; the call is no longer recorded", { sessionId: entry.info.sessionId, error: error.message })
+          }
+          resolve()
+        })
+      })
+      entry.inflight = done
+      void done.then(() => {
+        if (entry.inflight === done) entry.inflight = undefined
+      })
+      return done
+    }
+
+    /** The shared ticker: each recording that has not been flushed for a second gets one write. */
+    const tick = () => {
+      const now = performance.now()
+      for (const entry of live.values()) {
+        const recording = entry.leg.recording
+        if (recording === undefined || entry.fd === undefined || entry.inflight !== undefined || entry.finishing) continue
+        if (now - recording.lastFlushAt < FLUSH_EVERY_MS) continue
+        const before = recording.droppedFrames
+        const out = recording.flush(take)
+        if (recording.droppedFrames > before) dropped.inc(recording.droppedFrames - before)
+        if (recording.metadataChanged) {
+          recording.metadataChanged = false
+          saveMeta(entry, metaOf(entry, "recording", null, recording.pauses.map((pause) => ({ ...pause })))).catch(() => {})
+        }
+        if (out !== undefined) void write(entry, out)
+      }
+    }
+    yield* Effect.sync(tick).pipe(Effect.repeat(Schedule.spaced(TICK)), Effect.forkScoped)
+
+    const makeDir = (path: string) =>
+      new Promise<void>((resolve, reject) => mkdir(dirname(path), { recursive: true }, (error) => (error !== null ? reject(error) : resolve())))
+
+    const openFile = (path: string) =>
+      new Promise<number>((resolve, reject) =>
+        openFd(path, "w", 0o640, (openError, fd) => {
+          if (openError !== null) return reject(openError)
+          writeFd(fd, wavHeader(PROVISIONAL_SIZE), 0, HEADER_BYTES, 0, (writeError) => (writeError !== null ? reject(writeError) : resolve(fd)))
+        })
+      )
+
+    /** Reads the environment; an "on" call gets its file (header with provisional sizes) and sidecar. */
+    const decide = async (entry: Live): Promise<boolean> => {
+      const { info } = entry
+      const key = `${info.agentId}/${info.environmentId}`
+      const mode = await runPromise(
+        environments.stored(info.agentId, info.environmentId).pipe(
+          Effect.map((env): RecordingMode => env.recording ?? "off"),
+          Effect.catchAll(() => Effect.succeed<RecordingMode | undefined>(undefined))
+        )
+      )
+      if (mode !== undefined) modes.set(key, mode)
+      if (mode !== "on") {
+        entry.leg.recording = undefined
+        live.delete(info.sessionId)
+        return false
+      }
+      entry.leg.recording ??= new CallRecording()
+      try {
+        // The sidecar first: a file a crash leaves is always found by its sidecar.
+        await makeDir(entry.paths.meta)
+        await saveMeta(entry, metaOf(entry, "recording", null, []))
+        entry.fd = await openFile(entry.paths.wav)
+        return true
+      } catch (error) {
+        entry.leg.recording = undefined
+        live.delete(info.sessionId)
+        finished.inc({ how: "failed" })
+        logError("could not start a call's recording; the call goes on unrecorded", { sessionId: info.sessionId, error: String(error) })
+        return false
+      }
+    }
+
+    /**
+     * The recorder's hook at the opening of a session (synchronous): the carrier leg the session is
+     * to use. The call's audio is kept from its first frame while the environment is read (unless
+     * the environment was last seen with recording off).
+     */
+    const tap = (info: SessionInfo, carrier: CarrierLeg): CarrierLeg => {
+      const leg = new RecordingLeg(carrier)
+      if (modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = new CallRecording()
+      const entry: Live = {
+        info,
+        leg,
+        paths: pathsOf(settings.dir, info.agentId, info.sessionId),
+        startedAt: info.createdAt.toISOString(),
+        decided: Promise.resolve(false),
+        fd: undefined,
+        inflight: undefined,
+        metaWrite: Promise.resolve(),
+        finishing: false,
+        failed: false
+      }
+      live.set(info.sessionId, entry)
+      entry.decided = decide(entry)
+      return leg
+    }
+
+    const upload = async (meta: RecordingMeta, paths: RecordingPaths, s3: S3Bucket) => {
+      const names = objectNamesOf(meta.agentId, meta.sessionId)
+      await s3.uploadFile(names.wav, paths.wav, "audio/wav")
+      await s3.putJson(names.meta, { ...meta, uploaded: true })
+      await removeLocal(paths)
+    }
+
+    const uploadBounded = (meta: RecordingMeta, paths: RecordingPaths) =>
+      Option.match(bucket, {
+        onNone: () => Effect.void,
+        onSome: (s3) =>
+          Effect.tryPromise(() => upload(meta, paths, s3)).pipe(
+            Effect.timeoutFail({ duration: UPLOAD_WAIT, onTimeout: () => new Error("the upload took too long") }),
+            Effect.catchAll((error) =>
+              Effect.logWarning("a recording could not be uploaded yet; the sweep retries it", { sessionId: meta.sessionId, error: String(error) })
+            )
+          )
+      })
+
+    /** Ends the call's recording: the last audio written, the header's sizes set, the sidecar complete, the upload done. */
+    const complete = async (entry: Live): Promise<RecordingSummary | undefined> => {
+      const on = await entry.decided
+      const recording = entry.leg.recording
+      if (!on || entry.finishing) return undefined
+      entry.finishing = true
+      entry.leg.recording = undefined
+      try {
+        await entry.inflight
+        if (entry.failed || recording === undefined) {
+          if (entry.fd !== undefined) closeFd(entry.fd, () => {})
+          entry.fd = undefined
+          return undefined
+        }
+        const out = recording.flush((bytes) => Buffer.allocUnsafe(bytes), true)
+        if (out !== undefined) await write(entry, out)
+        if (recording.droppedFrames > 0) dropped.inc(recording.droppedFrames)
+        const fd = entry.fd!
+        entry.fd = undefined
+        await new Promise<void>((resolve) => closeFd(fd, () => resolve()))
+        if (entry.failed) return undefined
+        const durationMs = await finishWav(entry.paths.wav, recording.end * FRAME_BYTES)
+        const pauses = closedPauses(recording.pauses, durationMs)
+        const meta = metaOf(entry, "complete", durationMs, pauses)
+        await saveMeta(entry, meta)
+        finished.inc({ how: "ended" })
+        return { url: urlOf(entry.info.agentId, entry.info.sessionId), durationMs, pauses }
+      } finally {
+        live.delete(entry.info.sessionId)
+      }
+    }
+
+    /**
+     * The call ended: its recording is finished (and uploaded, waiting UPLOAD_WAIT at most); what
+     * the session's record and `session.ended` say about it. None when the call was not recorded.
+     */
+    const finish = (sessionId: string): Effect.Effect<Option.Option<RecordingSummary>> =>
+      Effect.suspend(() => {
+        const entry = live.get(sessionId)
+        if (entry === undefined) return Effect.succeed(Option.none())
+        return Effect.tryPromise(() => complete(entry)).pipe(
+          Effect.tap((summary) =>
+            summary === undefined ? Effect.void : uploadBounded(metaOf(entry, "complete", summary.durationMs, summary.pauses), entry.paths)
+          ),
+          Effect.map(Option.fromNullable),
+          Effect.catchAll((error) =>
+            Effect.as(Effect.logError("a call's recording could not be finished", { sessionId, error: String(error.cause ?? error) }), Option.none())
+          )
+        )
+      })
+
+    /** A recording a crash left "recording": its header set from what was written, its open pause closed at the end. */
+    const recover = async (meta: RecordingMeta, paths: RecordingPaths): Promise<RecordingMeta> => {
+      const durationMs = await finishWav(paths.wav)
+      const recovered: RecordingMeta = { ...meta, state: "complete", durationMs, pauses: closedPauses(meta.pauses, durationMs) }
+      await writeMeta(paths.meta, recovered)
+      finished.inc({ how: "recovered" })
+      return recovered
+    }
+
+    /**
+     * The sweep (at start, then every RECORDINGS_SWEEP_INTERVAL_MS): finishes recordings a crash
+     * left (this instance's previous run's at start; any instance's whose file has not changed for
+     * a minute), uploads what has not reached the bucket, deletes what is past the retention.
+     */
+    const sweep = (atStart: boolean) =>
+      Effect.tryPromise(async () => {
+        const now = Date.now()
+        const cutoff = Option.map(settings.retentionDays, (days) => now - days * 86_400_000)
+        for (const found of await listRecordings(settings.dir)) {
+          let meta = found.meta
+          if (live.has(meta.sessionId)) continue
+          if (meta.state === "recording") {
+            const mine = atStart && (meta.instanceId === instanceId || embedded)
+            const abandoned = found.wavChangedAt === undefined || now - found.wavChangedAt > ABANDONED_AFTER_MS
+            if (!mine && !abandoned) continue
+            if (found.wavChangedAt === undefined) {
+              await removeLocal(found.paths)
+              continue
+            }
+            meta = await recover(meta, found.paths)
+          }
+          if (Option.isSome(cutoff) && Date.parse(meta.startedAt) < cutoff.value) {
+            await removeLocal(found.paths)
+            continue
+          }
+          if (Option.isSome(bucket) && meta.uploaded !== true) await upload(meta, found.paths, bucket.value)
+        }
+        if (Option.isSome(bucket) && Option.isSome(cutoff)) {
+          const old = (await bucket.value.list()).filter((object) => object.lastModified.getTime() < cutoff.value).map((object) => object.name)
+          for (let i = 0; i < old.length; i += 1000) await bucket.value.remove(old.slice(i, i + 1000))
+        }
+      }).pipe(Effect.catchAll((error) => Effect.logError("the recordings sweep failed", { error: String(error.cause ?? error) })))
+
+    yield* sweep(true).pipe(
+      Effect.zipRight(sweep(false).pipe(Effect.delay(Duration.millis(settings.sweepIntervalMs)), Effect.forever)),
+      Effect.forkScoped
+    )
+
+    // At shutdown, recordings still open are finished (the drain ends calls first; these were cut).
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach([...live.values()], (entry) => Effect.ignore(Effect.tryPromise(() => complete(entry))), { discard: true }).pipe(
+        Effect.zipRight(Effect.sync(() => Option.map(bucket, (s3) => s3.close())))
+      )
+    )
+
+    /** The recording's bytes (the whole file, or one range of it): disk first, then the bucket. */
+    const read = (agentId: string, sessionId: string, rangeHeader: string | undefined) =>
+      Effect.gen(function* () {
+        const running = live.get(sessionId)
+        if (running !== undefined && running.info.agentId === agentId && (yield* Effect.promise(() => running.decided))) {
+          return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
+        }
+        const paths = pathsOf(settings.dir, agentId, sessionId)
+        const local = yield* Effect.promise(() => readMeta(paths.meta))
+        const names = objectNamesOf(agentId, sessionId)
+        if (local !== undefined && local.agentId === agentId && local.state === "recording") {
+          return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
+        }
+        let size: number | undefined
+        let source: "disk" | "bucket" = "disk"
+        if (local !== undefined && local.agentId === agentId) {
+          size = yield* Effect.promise(() => stat(paths.wav).then((s) => s.size, () => undefined))
+        }
+        if (size === undefined && Option.isSome(bucket)) {
+          size = yield* Effect.tryPromise({
+            try: () => bucket.value.size(names.wav),
+            catch: (error) => new RecordingUnavailable({ message: `the recordings bucket did not answer: ${String(error)}` })
+          })
+          source = "bucket"
+        }
+        if (size === undefined) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
+        let range: { start: number; end: number } | undefined
+        if (rangeHeader !== undefined) {
+          const parsed = parseRange(size, rangeHeader, { combine: true })
+          if (parsed === -1) return yield* Effect.fail(new RangeNotSatisfiable({ size }))
+          // A malformed header (-2) or a unit other than bytes is ignored: the whole file is served (RFC 9110).
+          if (parsed !== -2 && parsed.type === "bytes" && parsed.length === 1) range = { start: parsed[0]!.start, end: parsed[0]!.end }
+        }
+        const start = range?.start ?? 0
+        const end = range?.end ?? size - 1
+        if (source === "disk") {
+          const download: RecordingDownload = { body: createReadStream(paths.wav, { start, end: Math.max(start, end) }), size, range }
+          return download
+        }
+        const object = yield* Effect.tryPromise({
+          try: () => bucket.pipe(Option.getOrThrow).read(names.wav, start, end, size),
+          catch: (error) => new RecordingUnavailable({ message: `the recordings bucket did not answer: ${String(error)}` })
+        })
+        if (object === undefined) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
+        const download: RecordingDownload = { body: object.body, size, range }
+        return download
+      })
+
+    /** Deletes the recording (disk and bucket). */
+    const remove = (agentId: string, sessionId: string) =>
+      Effect.gen(function* () {
+        if (live.has(sessionId) && live.get(sessionId)!.info.agentId === agentId) {
+          return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
+        }
+        const paths = pathsOf(settings.dir, agentId, sessionId)
+        const local = yield* Effect.promise(() => readMeta(paths.meta))
+        let existed = local !== undefined && local.agentId === agentId
+        if (existed) yield* Effect.promise(() => removeLocal(paths))
+        if (Option.isSome(bucket)) {
+          const names = objectNamesOf(agentId, sessionId)
+          const inBucket = yield* Effect.tryPromise({
+            try: async () => {
+              const size = await bucket.value.size(names.wav)
+              if (size !== undefined) await bucket.value.remove([names.wav, names.meta])
+              return size !== undefined
+            },
+            catch: (error) => new RecordingUnavailable({ message: `the recordings bucket did not answer: ${String(error)}` })
+          })
+          existed ||= inBucket
+        }
+        if (!existed) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
+      })
+
+    return {
+      tap,
+      finish,
+      read,
+      remove,
+      /** Runs the sweep now (tests; it also runs at start and every RECORDINGS_SWEEP_INTERVAL_MS). */
+      sweep: sweep(false),
+      /** Audio writes so far (the bench's write count). */
+      writeCount: (): number => writeTotal
+    } as const
+  })
+}) {}

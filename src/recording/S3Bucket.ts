@@ -1,0 +1,185 @@
+import { createReadStream } from "node:fs"
+import type { Readable } from "node:stream"
+import {
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  NoSuchKey,
+  NotFound,
+  PutObjectCommand,
+  S3Client
+} from "@aws-sdk/client-s3"
+import { Upload } from "@aws-sdk/lib-storage"
+
+/**
+ * Where RECORDINGS_S3_URL points: `s3://bucket/prefix` (AWS, region from AWS_REGION), or
+ * `http(s)://host[:port]/bucket/prefix` for another S3-compatible service (path-style addressing).
+ */
+export interface S3Location {
+  readonly endpoint: string | undefined
+  readonly bucket: string
+  /** Key prefix, empty or ending with "/". */
+  readonly prefix: string
+}
+
+export const parseS3Url = (text: string): S3Location | string => {
+  let url: URL
+  try {
+    url = new URL(text)
+  } catch {
+    return "must be s3://bucket/prefix or http(s)://host/bucket/prefix"
+  }
+  const parts = (url.protocol === "s3:" ? [url.hostname, ...url.pathname.split("/")] : url.pathname.split("/")).filter((part) => part.length > 0)
+  if (url.username !== "" || url.password !== "") return "must not carry credentials (use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+  if (!["s3:", "http:", "https:"].includes(url.protocol)) return "must be s3://bucket/prefix or http(s)://host/bucket/prefix"
+  const [bucket, ...rest] = parts
+  if (bucket === undefined) return "names no bucket"
+  return {
+    endpoint: url.protocol === "s3:" ? undefined : `${url.protocol}//${url.host}`,
+    bucket,
+    prefix: rest.length === 0 ? "" : `${rest.join("/")}/`
+  }
+}
+
+export interface S3Credentials {
+  readonly region: string
+  readonly accessKeyId?: string | undefined
+  readonly secretAccessKey?: string | undefined
+  readonly sessionToken?: string | undefined
+}
+
+export interface S3Object {
+  readonly body: Readable
+  /** Bytes of this answer (the range's, or the whole object's). */
+  readonly length: number
+  /** Bytes of the whole object. */
+  readonly size: number
+}
+
+const isMissing = (error: unknown) =>
+  error instanceof NoSuchKey ||
+  error instanceof NotFound ||
+  (typeof error === "object" && error !== null && (error as { name?: string }).name === "NoSuchKey") ||
+  (typeof error === "object" && error !== null && (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 404)
+
+/**
+ * The recordings' bucket over `@aws-sdk/client-s3`; uploads are `@aws-sdk/lib-storage`'s streaming
+ * multipart upload (parts of 5 MB sent as the file is read, never the whole file in memory).
+ */
+export class S3Bucket {
+  private readonly client: S3Client
+
+  constructor(
+    readonly location: S3Location,
+    credentials: S3Credentials
+  ) {
+    this.client = new S3Client({
+      region: credentials.region,
+      // Checksums only where S3 requires them: the SDK's default (CRC32 on every request) is not
+      // understood by every S3-compatible service, and the TLS/TCP checks already cover transport.
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+      ...(location.endpoint !== undefined ? { endpoint: location.endpoint, forcePathStyle: true } : {}),
+      ...(credentials.accessKeyId !== undefined && credentials.secretAccessKey !== undefined
+        ? {
+            credentials: {
+              accessKeyId: credentials.accessKeyId,
+              secretAccessKey: credentials.secretAccessKey,
+              ...(credentials.sessionToken !== undefined ? { sessionToken: credentials.sessionToken } : {})
+            }
+          }
+        : {})
+    })
+  }
+
+  key(name: string): string {
+    return `${this.location.prefix}${name}`
+  }
+
+  /** Streams the file at `path` to `name` as a multipart upload (one PutObject when it fits one part); returns the parts sent. */
+  async uploadFile(name: string, path: string, contentType: string): Promise<number> {
+    const upload = new Upload({
+      client: this.client,
+      params: { Bucket: this.location.bucket, Key: this.key(name), Body: createReadStream(path), ContentType: contentType },
+      queueSize: 2,
+      leavePartsOnError: false
+    })
+    let parts = 0
+    upload.on("httpUploadProgress", (progress) => {
+      parts = Math.max(parts, progress.part ?? 0)
+    })
+    await upload.done()
+    return parts
+  }
+
+  async putJson(name: string, value: unknown): Promise<void> {
+    await this.client.send(
+      new PutObjectCommand({ Bucket: this.location.bucket, Key: this.key(name), Body: JSON.stringify(value), ContentType: "application/json" })
+    )
+  }
+
+  async getJson(name: string): Promise<unknown | undefined> {
+    try {
+      const answer = await this.client.send(new GetObjectCommand({ Bucket: this.location.bucket, Key: this.key(name) }))
+      return JSON.parse(await answer.Body!.transformToString("utf8"))
+    } catch (error) {
+      if (isMissing(error)) return undefined
+      throw error
+    }
+  }
+
+  /** The object's size, or undefined when there is none. */
+  async size(name: string): Promise<number | undefined> {
+    try {
+      const head = await this.client.send(new HeadObjectCommand({ Bucket: this.location.bucket, Key: this.key(name) }))
+      return head.ContentLength ?? 0
+    } catch (error) {
+      if (isMissing(error)) return undefined
+      throw error
+    }
+  }
+
+  /** Bytes [start, end] (inclusive) of the object. */
+  async read(name: string, start: number, end: number, size: number): Promise<S3Object | undefined> {
+    try {
+      const answer = await this.client.send(
+        new GetObjectCommand({ Bucket: this.location.bucket, Key: this.key(name), Range: `bytes=${start}-${end}` })
+      )
+      return { body: answer.Body as Readable, length: end - start + 1, size }
+    } catch (error) {
+      if (isMissing(error)) return undefined
+      throw error
+    }
+  }
+
+  async remove(names: ReadonlyArray<string>): Promise<void> {
+    if (names.length === 0) return
+    await this.client.send(
+      new DeleteObjectsCommand({
+        Bucket: this.location.bucket,
+        Delete: { Objects: names.map((name) => ({ Key: this.key(name) })), Quiet: true }
+      })
+    )
+  }
+
+  /** Every object under the prefix, with its last change. */
+  async list(): Promise<Array<{ readonly name: string; readonly lastModified: Date }>> {
+    const found: Array<{ name: string; lastModified: Date }> = []
+    let token: string | undefined
+    do {
+      const page = await this.client.send(
+        new ListObjectsV2Command({ Bucket: this.location.bucket, Prefix: this.location.prefix, ContinuationToken: token })
+      )
+      for (const object of page.Contents ?? []) {
+        if (object.Key !== undefined) found.push({ name: object.Key.slice(this.location.prefix.length), lastModified: object.LastModified ?? new Date(0) })
+      }
+      token = page.IsTruncated === true ? page.NextContinuationToken : undefined
+    } while (token !== undefined)
+    return found
+  }
+
+  close(): void {
+    this.client.destroy()
+  }
+}

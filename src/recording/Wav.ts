@@ -1,0 +1,89 @@
+/**
+ * The recording's file format (docs/recording.md, "Format"): RIFF/WAVE, 16-bit linear PCM, two
+ * channels (caller left, agent right), 8 kHz. The carriers send G.711 mu-law; each mu-law byte
+ * decodes to exactly one 16-bit sample (the table below, ITU-T G.711), so nothing is lost, and
+ * silence is zero: a stretch the recorder never wrote (a gap, a pause, a hole a crash left) reads
+ * back as silence.
+ */
+
+export const SAMPLE_RATE = 8000
+export const CHANNELS = 2
+export const BYTES_PER_SAMPLE = 2
+/** Bytes per sample frame (one sample of each channel). */
+export const FRAME_BYTES = CHANNELS * BYTES_PER_SAMPLE
+export const HEADER_BYTES = 44
+/** The sizes a header carries while the recording is still being written: "to the end of the file". */
+export const PROVISIONAL_SIZE = 0xffffffff
+
+/** G.711 mu-law byte to 16-bit linear sample. */
+export const MULAW_TO_PCM: Int16Array = (() => {
+  const table = new Int16Array(256)
+  for (let byte = 0; byte < 256; byte++) {
+    const u = ~byte & 0xff
+    const exponent = (u >> 4) & 0x07
+    const mantissa = u & 0x0f
+    const magnitude = (((mantissa << 3) + 0x84) << exponent) - 0x84
+    table[byte] = u & 0x80 ? -magnitude : magnitude
+  }
+  return table
+})()
+
+/** The mu-law byte of silence (decodes to 0). */
+export const MULAW_SILENCE = 0xff
+
+/** A 44-byte canonical WAV header for `dataBytes` of audio (PROVISIONAL_SIZE while unknown). */
+export const wavHeader = (dataBytes: number): Buffer => {
+  const header = Buffer.alloc(HEADER_BYTES)
+  header.write("RIFF", 0, "ascii")
+  header.writeUInt32LE(dataBytes === PROVISIONAL_SIZE ? PROVISIONAL_SIZE : dataBytes + 36, 4)
+  header.write("WAVE", 8, "ascii")
+  header.write("fmt ", 12, "ascii")
+  header.writeUInt32LE(16, 16)
+  header.writeUInt16LE(1, 20) // PCM
+  header.writeUInt16LE(CHANNELS, 22)
+  header.writeUInt32LE(SAMPLE_RATE, 24)
+  header.writeUInt32LE(SAMPLE_RATE * FRAME_BYTES, 28)
+  header.writeUInt16LE(FRAME_BYTES, 32)
+  header.writeUInt16LE(BYTES_PER_SAMPLE * 8, 34)
+  header.write("data", 36, "ascii")
+  header.writeUInt32LE(dataBytes, 40)
+  return header
+}
+
+/** Whole sample frames of audio in a file of `fileBytes` (what a crash left: a partial frame is cut). */
+export const dataBytesOf = (fileBytes: number): number =>
+  Math.max(0, Math.floor((fileBytes - HEADER_BYTES) / FRAME_BYTES) * FRAME_BYTES)
+
+/** Milliseconds of audio in `dataBytes`. */
+export const durationMsOf = (dataBytes: number): number => Math.round((dataBytes / FRAME_BYTES / SAMPLE_RATE) * 1000)
+
+export interface ParsedWav {
+  readonly channels: number
+  readonly sampleRate: number
+  readonly bitsPerSample: number
+  /** Interleaved samples. */
+  readonly samples: Int16Array
+}
+
+/** Reads a canonical PCM WAV (the recorder's own files; tests and tools). */
+export const parseWav = (file: Buffer): ParsedWav => {
+  if (file.toString("ascii", 0, 4) !== "RIFF" || file.toString("ascii", 8, 12) !== "WAVE") throw new Error("not a WAV file")
+  let at = 12
+  let format: { channels: number; sampleRate: number; bitsPerSample: number } | undefined
+  while (at + 8 <= file.length) {
+    const id = file.toString("ascii", at, at + 4)
+    const size = file.readUInt32LE(at + 4)
+    if (id === "fmt ") {
+      format = { channels: file.readUInt16LE(at + 10), sampleRate: file.readUInt32LE(at + 12), bitsPerSample: file.readUInt16LE(at + 22) }
+    } else if (id === "data") {
+      if (format === undefined) throw new Error("WAV data before fmt")
+      const end = Math.min(file.length, at + 8 + size)
+      const data = file.subarray(at + 8, end - ((end - at - 8) % 2))
+      const samples = new Int16Array(data.length / 2)
+      for (let i = 0; i < samples.length; i++) samples[i] = data.readInt16LE(i * 2)
+      return { ...format, samples }
+    }
+    at += 8 + size + (size % 2)
+  }
+  throw new Error("WAV without data")
+}

@@ -1,0 +1,278 @@
+import { Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { Cluster, Redis } from "ioredis"
+import { AppConfig } from "../config/AppConfig.js"
+import { STORE_UNREACHABLE, StoreError } from "../kernel/StoreError.js"
+import { makeKeys, type RedisKeys } from "./keys.js"
+
+/** One Redis server or a Redis Cluster (ioredis `Cluster`): the same commands for the adapters. */
+export type RedisClient = Redis | Cluster
+
+/**
+ * The shared ioredis connection, opened for the lifetime of the layer and closed on shutdown.
+ * `duplicate` opens a further connection (for SUBSCRIBE, which takes a connection over) that
+ * closes with the caller's scope.
+ */
+export interface RedisConnectionShape {
+  readonly client: RedisClient
+  readonly duplicate: Effect.Effect<RedisClient, never, import("effect").Scope.Scope>
+  /** Every key and channel name, under this deployment's REDIS_KEY_PREFIX. */
+  readonly keys: RedisKeys
+}
+
+export class RedisConnection extends Context.Tag("callgate/RedisConnection")<RedisConnection, RedisConnectionShape>() {}
+
+/** `redis://host:port` (or rediss://): the address without user, password or database, for logs. */
+export const redisAddress = (url: string): string => {
+  if (isClusterUrl(url)) return `redis-cluster://${parseClusterUrl(url).nodes.map((node) => `${node.host}:${node.port}`).join(",")}`
+  try {
+    const parsed = new URL(url)
+    return `${parsed.protocol}//${parsed.hostname}:${parsed.port === "" ? "6379" : parsed.port}`
+  } catch {
+    return "redis (unparseable REDIS_URL)"
+  }
+}
+
+/** Why a connection attempt failed, in words, from the socket error's code. */
+export const connectionProblem = (error: unknown): string => {
+  const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : ""
+  const message = error instanceof Error ? error.message.split("\n")[0]! : String(error)
+  const known: Record<string, string> = {
+    ECONNREFUSED: "connection refused",
+    ETIMEDOUT: "connection timed out",
+    ECONNRESET: "connection reset",
+    EHOSTUNREACH: "host unreachable",
+    ENETUNREACH: "network unreachable",
+    ENOTFOUND: "host not found",
+    EAI_AGAIN: "host name lookup failed",
+    EPIPE: "connection closed"
+  }
+  if (known[code]) return known[code]!
+  if (/WRONGPASS|NOAUTH|invalid password|invalid username/i.test(message)) return "authentication failed"
+  return message.replace(/:\/\/[^@\s]*@/g, "://")
+}
+
+/** How often the main connection checks that Redis answers (a PING, bounded by REDIS_COMMAND_TIMEOUT). */
+export const HEALTH_CHECK_INTERVAL_MS = 500
+
+export interface RedisTimeouts {
+  /** REDIS_COMMAND_TIMEOUT: longest one command may take. */
+  readonly commandTimeoutMs: number
+  /** REDIS_CONNECT_TIMEOUT: longest a connection attempt may take. */
+  readonly connectTimeoutMs: number
+}
+
+export const DEFAULT_REDIS_TIMEOUTS: RedisTimeouts = { commandTimeoutMs: 1000, connectTimeoutMs: 2000 }
+
+/**
+ * Reports the connection's state changes, one log line each (docs/turns-and-breaker.md, "When
+ * Redis is slow or down"): unreachable (with the address and why, never the password) and reachable again
+ * (with how long it was away). While it is down, commands fail at once instead of waiting in
+ * ioredis's offline queue, so callers (the voice webhook above all) answer 503 without delay.
+ *
+ * A Redis that drops packets closes nothing: the socket stays open and commands wait. So the
+ * connection is also checked every HEALTH_CHECK_INTERVAL_MS with a PING bounded by
+ * REDIS_COMMAND_TIMEOUT: one that gets no answer counts the store unreachable (logged once) and
+ * reconnects, so what follows fails at once until a new connection is ready; an attempt that
+ * stays unready for twice REDIS_CONNECT_TIMEOUT is started again. Returns the stop of the check.
+ */
+const watchConnection = (
+  client: RedisClient,
+  address: string,
+  timeouts: RedisTimeouts,
+  log: (level: "warn" | "info", message: string) => void
+): (() => void) => {
+  // connecting: never connected yet; up: ready; lost: closed, reconnecting, not reported (a quick
+  // reconnect says nothing); down: reported unreachable.
+  let state: "connecting" | "up" | "lost" | "down" = "connecting"
+  let downSince = Date.now()
+  let unreadySince = Date.now()
+  const down = (why: string) => {
+    if (state === "down") return
+    if (state === "up") downSince = Date.now()
+    state = "down"
+    client.options.enableOfflineQueue = false
+    log("warn", `store unreachable at ${address}: ${why}; retrying`)
+  }
+  client.on("ready", () => {
+    client.options.enableOfflineQueue = true
+    if (state === "down") log("info", `store reachable again after ${Math.round((Date.now() - downSince) / 1000)} s`)
+    state = "up"
+  })
+  client.on("close", () => {
+    unreadySince = Date.now()
+    if (state !== "up") return
+    state = "lost"
+    downSince = Date.now()
+  })
+  client.on("error", (error: unknown) => down(connectionProblem(error)))
+  let checking = false
+  const check = () => {
+    if (checking) return
+    if (client.status !== "ready") {
+      // An attempt that hangs (a ready check whose answer is dropped) is started again.
+      if (state === "down" && Date.now() - unreadySince >= 2 * timeouts.connectTimeoutMs) {
+        unreadySince = Date.now()
+        client.disconnect(true)
+      }
+      return
+    }
+    checking = true
+    client.ping().then(
+      () => {
+        checking = false
+      },
+      (error: unknown) => {
+        checking = false
+        if (!(error instanceof Error) || !/timed out/i.test(error.message) || client.status !== "ready") return
+        down(`no answer within ${timeouts.commandTimeoutMs} ms`)
+        unreadySince = Date.now()
+        client.disconnect(true)
+      }
+    )
+  }
+  const timer = setInterval(check, HEALTH_CHECK_INTERVAL_MS)
+  timer.unref()
+  return () => clearInterval(timer)
+}
+
+const CLUSTER_SCHEME = /^redis-cluster:\/\//i
+
+/**
+ * The nodes and credentials of a `redis-cluster://[user:password@]host:port,host:port` URL (the
+ * form REDIS_CLUSTER_NODES is turned into). Any reachable node is enough; ioredis finds the rest.
+ */
+export const parseClusterUrl = (url: string) => {
+  const rest = url.replace(CLUSTER_SCHEME, "")
+  const at = rest.lastIndexOf("@")
+  const credentials = at >= 0 ? rest.slice(0, at) : ""
+  const [username, password] = credentials.includes(":") ? credentials.split(/:(.*)/s, 2) : ["", credentials]
+  const nodes = (at >= 0 ? rest.slice(at + 1) : rest)
+    .split(",")
+    .map((node) => node.trim().replace(/\/+$/, ""))
+    .filter((node) => node.length > 0)
+    .map((node) => {
+      const colon = node.lastIndexOf(":")
+      return colon > 0 ? { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) } : { host: node, port: 6379 }
+    })
+  return {
+    nodes,
+    username: username ? decodeURIComponent(username) : undefined,
+    password: password ? decodeURIComponent(password) : undefined
+  }
+}
+
+export const isClusterUrl = (url: string) => CLUSTER_SCHEME.test(url)
+
+// Fail commands quickly while Redis is away instead of queueing them for ever, and give every
+// command a time limit: callers (the breaker above all) have local fallbacks and must not stall
+// behind a dead or silent server.
+const commandOptions = (timeouts: RedisTimeouts) =>
+  ({ maxRetriesPerRequest: 2, connectTimeout: timeouts.connectTimeoutMs, commandTimeout: timeouts.commandTimeoutMs }) as const
+
+/** A Redis connection, or a Redis Cluster client for a `redis-cluster://` URL. */
+const connect = (url: string, name: string, timeouts: RedisTimeouts): RedisClient => {
+  const options = commandOptions(timeouts)
+  if (!isClusterUrl(url)) return new Redis(url, { connectionName: name, ...options, enableAutoPipelining: true })
+  const { nodes, username, password } = parseClusterUrl(url)
+  return new Cluster(nodes, {
+    enableAutoPipelining: true,
+    scaleReads: "master",
+    redisOptions: {
+      connectionName: name,
+      ...options,
+      ...(username !== undefined ? { username } : {}),
+      ...(password !== undefined ? { password } : {})
+    }
+  })
+}
+
+/** A further connection like `client`, with `options` (a Cluster's apply to each node's connection). */
+export const duplicateClient = (
+  client: RedisClient,
+  options: { readonly connectionName: string; readonly enableOfflineQueue?: boolean; readonly autoResendUnfulfilledCommands?: boolean }
+): RedisClient =>
+  client instanceof Cluster
+    ? client.duplicate(undefined, {
+        ...(options.enableOfflineQueue !== undefined ? { enableOfflineQueue: options.enableOfflineQueue } : {}),
+        redisOptions: { ...client.options.redisOptions, ...options }
+      })
+    : client.duplicate({ ...options })
+
+/** Opens a connection; `report`: log its state changes and check it answers (the main connection only, so each change is one line). */
+const open = (url: string, name: string, report: boolean, timeouts: RedisTimeouts) =>
+  Effect.acquireRelease(
+    Effect.sync(() => ({ client: connect(url, name, timeouts), stop: [] as Array<() => void> })),
+    ({ client, stop }) =>
+      Effect.promise(() => {
+        for (const f of stop) f()
+        return client.quit().then(
+          () => undefined,
+          () => client.disconnect()
+        )
+      })
+  ).pipe(
+    Effect.tap(({ client, stop }) =>
+      Effect.gen(function* () {
+        // ioredis emits "error" for every failed reconnect; without a listener Node would crash.
+        client.on("error", () => {})
+        if (!report) return
+        const runtime = yield* Effect.runtime<never>()
+        const runLog = Runtime.runSync(runtime)
+        stop.push(
+          watchConnection(client, redisAddress(url), timeouts, (level, message) =>
+            runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message))
+          )
+        )
+      })
+    ),
+    Effect.map(({ client }) => client)
+  )
+
+export const makeRedisConnection = (url: string, keyPrefix = "callgate:", timeouts: RedisTimeouts = DEFAULT_REDIS_TIMEOUTS) =>
+  Effect.gen(function* () {
+    const client = yield* open(url, "callgate", true, timeouts)
+    const duplicate = open(url, "callgate-sub", false, timeouts)
+    return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix) })
+  })
+
+/**
+ * Whether the store can serve: a Redis answers PING; a Redis Cluster also reports
+ * `cluster_state:ok` (a cluster that lost a slot's primary answers PING but refuses the slot).
+ */
+export const redisHealth = (client: RedisClient) =>
+  Effect.gen(function* () {
+    yield* redisCall("ping", () => client.ping())
+    if (!(client instanceof Cluster)) return
+    const info = yield* redisCall("cluster.info", () => client.cluster("INFO") as Promise<string>)
+    if (!/^cluster_state:ok\s*$/m.test(info)) {
+      return yield* Effect.fail(new StoreError({ operation: "cluster.info", cause: new Error("the cluster reports cluster_state:fail") }))
+    }
+  })
+
+/** Connects to `REDIS_URL` (a Redis Cluster for `redis-cluster://` or REDIS_CLUSTER_NODES); only built when it is set. */
+export const RedisConnectionLive = Layer.scoped(
+  RedisConnection,
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const url = Option.getOrThrowWith(config.redisUrl, () => new Error("REDIS_URL is not set"))
+    return yield* makeRedisConnection(Redacted.value(url), config.redisKeyPrefix, {
+      commandTimeoutMs: Duration.toMillis(config.redisCommandTimeout),
+      connectTimeoutMs: Duration.toMillis(config.redisConnectTimeout)
+    })
+  })
+)
+
+const UNREACHABLE_MESSAGES = /enableOfflineQueue|max retries per request|Connection is closed/i
+
+/** Runs an ioredis call as an Effect, mapping rejections to a StoreError that carries no data. */
+export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
+  Effect.tryPromise({
+    try: run,
+    catch: (cause) =>
+      new StoreError({
+        operation,
+        // ioredis's words for "refused at once because the connection is down" (see watchConnection),
+        // "gave up reconnecting for this command" and "the connection closed under it".
+        cause: cause instanceof Error && UNREACHABLE_MESSAGES.test(cause.message) ? new Error(STORE_UNREACHABLE) : cause
+      })
+  })

@@ -1,0 +1,340 @@
+import { isAscii, isUtf8 } from "node:buffer"
+import type { Duplex } from "node:stream"
+import type { WebSocket } from "ws"
+import {
+  FIN_PING,
+  FIN_PONG,
+  FIN_TEXT,
+  LENGTH_BITS,
+  LONG_LENGTH_MARKER,
+  MASK_BIT,
+  MASK_BYTES,
+  MEDIUM_HEADER,
+  MEDIUM_LENGTH,
+  MEDIUM_LENGTH_MARKER
+} from "./WsFraming.js"
+
+/**
+ * The receiving half of a WebSocket without extensions, read by callgate itself for the frames
+ * that make up real traffic, and by `ws` for everything else (docs/design.md, "The path of a
+ * media frame").
+ *
+ * `ws` reads a socket through a Writable stream (its Receiver): per frame a stream write, three
+ * Buffer views (header, mask, payload), two event emissions and a Buffer handed to the listener
+ * to decode. Nearly every frame of a call is one whole, masked text frame of a few hundred
+ * bytes, so the reader takes the socket's `data` events itself and, for each frame that is
+ *
+ * - a whole text message (FIN set, no RSV bits, opcode 1), masked as its side requires (a
+ *   server's peer masks, a client's does not: RFC 6455 5.1), with a 7- or 16-bit length within
+ *   the receiver's `maxPayload`, and valid UTF-8: unmasks it in place if masked and hands the
+ *   listener its text, decoded in one step (Latin-1 when it is all ASCII);
+ * - a ping or pong with a short payload: hands it to `ws`'s own handlers (the automatic pong, the
+ *   `pong` event), as `ws` would.
+ *
+ * Any other frame (a close, binary, a fragment, a 64-bit length, an oversized or wrongly masked frame,
+ * invalid UTF-8, reserved bits) hands the socket back to `ws` for good, from that frame's first
+ * byte: `ws`'s receiver has seen nothing before it, so it starts at a frame boundary and reacts
+ * exactly as it always did (the close handshake, 1003, 1007, 1009, 1002). A frame split across
+ * reads waits, as chunks, until its last byte has arrived; when the socket ends or closes, what
+ * waits goes to `ws` too.
+ *
+ * The fields read are `ws` internals (pinned by package-lock.json): the reader takes over only
+ * when they are as expected and the receiver has not yet been given a byte, and otherwise leaves
+ * the socket to `ws`. test/websocket/WsFrameReader.test.ts feeds the same bytes, cut at random places,
+ * to both, on either side, and requires the same messages, replies and closes.
+ */
+
+/** The parts of `ws`'s receiver the reader relies on (ws/lib/receiver.js). */
+interface WsReceiver {
+  readonly _isServer: boolean
+  readonly _maxPayload: number
+  readonly _maxBufferedChunks?: number
+  readonly _skipUTF8Validation: boolean
+  readonly _allowSynchronousEvents: boolean
+  readonly _bufferedBytes: number
+  readonly _state: number
+  readonly _fragments: ReadonlyArray<Buffer>
+  readonly _extensions: object
+  write(chunk: Buffer): boolean
+  emit(event: "ping" | "pong", data: Buffer): boolean
+}
+
+interface WsInternals {
+  readonly _isServer?: unknown
+  readonly _receiver?: WsReceiver
+  readonly _socket?: Duplex | null
+}
+
+/** The most bytes a frame read here can have: a 16-bit length (or maxPayload), a 4-byte header and the mask. */
+const largestFrame = (maxPayload: number) => MEDIUM_HEADER + MASK_BYTES + (maxPayload > 0 ? Math.min(maxPayload, MEDIUM_LENGTH) : MEDIUM_LENGTH)
+
+/** ws's Receiver state before a frame's first byte (GET_INFO in ws/lib/receiver.js). */
+const RECEIVER_AT_FRAME_START = 0
+
+/** The socket and receiver of a `ws` WebSocket the reader can take, with `ws`'s own data listener. */
+const takeable = (ws: WebSocket) => {
+  const internals = ws as unknown as WsInternals
+  const receiver = internals._receiver
+  const socket = internals._socket
+  const isServer = internals._isServer
+  if (typeof isServer !== "boolean" || ws.extensions !== "" || ws.readyState !== 1) return undefined
+  if (receiver == null || socket == null || typeof socket.prependListener !== "function") return undefined
+  if (receiver._isServer !== isServer || receiver._skipUTF8Validation !== false || receiver._allowSynchronousEvents !== true) return undefined
+  if (Object.keys(receiver._extensions).length !== 0 || typeof receiver._maxPayload !== "number") return undefined
+  // ws refuses a frame that arrives in more than maxBufferedChunks reads (1008); a frame read
+  // here has at most largestFrame bytes, so it never comes in that many reads.
+  const maxChunks = receiver._maxBufferedChunks ?? 0
+  if (maxChunks !== 0 && maxChunks <= largestFrame(receiver._maxPayload)) return undefined
+  if (receiver._bufferedBytes !== 0 || receiver._state !== RECEIVER_AT_FRAME_START || receiver._fragments.length !== 0) return undefined
+  if (ws.listenerCount("message") !== 1) return undefined
+  const wsOnData = socket.listeners("data").find((listener) => listener.name === "socketOnData")
+  if (wsOnData === undefined || socket.listenerCount("data") !== 1) return undefined
+  return { socket, receiver, masked: isServer, wsOnData: wsOnData as (chunk: Buffer) => void }
+}
+
+/**
+ * Reads `ws`'s frames itself where it can (see above), handing each text message to `onText`
+ * instead of `ws`'s `message` event, which must have exactly one listener (the adapter's, which
+ * stays for what `ws` reads after a hand-over). Returns whether it took the socket.
+ */
+export const readFramesOf = (ws: WebSocket, onText: (text: string) => void): boolean => {
+  const parts = takeable(ws)
+  if (parts === undefined) return false
+  new FrameReader(parts.socket, parts.receiver, parts.masked, parts.wsOnData, onText)
+  return true
+}
+
+class FrameReader {
+  /** A frame's first bytes, when it has not wholly arrived: chunks, joined once it has. */
+  private waiting: Array<Buffer> | undefined = undefined
+  private waitingBytes = 0
+  /** Bytes the waiting frame needs before the next attempt can get further. */
+  private needed = 0
+  private readonly maxPayload: number
+
+  constructor(
+    private readonly socket: Duplex,
+    private readonly receiver: WsReceiver,
+    /** Whether the peer's frames are masked: a server's peer masks, a client's does not. */
+    private readonly masked: boolean,
+    private readonly wsOnData: (chunk: Buffer) => void,
+    private readonly onText: (text: string) => void
+  ) {
+    this.maxPayload = receiver._maxPayload
+    socket.removeListener("data", wsOnData)
+    socket.on("data", this.onData)
+    // Before ws's own listeners: what waits here reaches its receiver before it ends.
+    socket.prependListener("end", this.onEnd)
+    socket.prependListener("close", this.onEnd)
+    this.pushesTaken = takePushes(socket, this.onData)
+  }
+
+  /** Whether the socket's reads come to onData straight from its push (see takePushes). */
+  private readonly pushesTaken: boolean
+
+  /** Removed at a hand-over, so it runs only while the reader still has the socket. */
+  private readonly onEnd = (): void => this.handOver(this.takeWaiting(), 0)
+
+  private takeWaiting(): Buffer {
+    const waiting = this.waiting
+    this.waiting = undefined
+    this.waitingBytes = 0
+    if (waiting === undefined) return EMPTY
+    return waiting.length === 1 ? waiting[0]! : Buffer.concat(waiting)
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    let buffer = chunk
+    if (this.waiting !== undefined) {
+      this.waiting.push(chunk)
+      this.waitingBytes += chunk.length
+      if (this.waitingBytes < this.needed) return
+      buffer = this.takeWaiting()
+    }
+    this.read(buffer)
+  }
+
+  /** Every whole frame of `buffer`, in order; a frame cut short waits for the next read. */
+  private read(buffer: Buffer): void {
+    const end = buffer.length
+    const maxPayload = this.maxPayload
+    const masked = this.masked
+    const maskBit = masked ? MASK_BIT : 0
+    let at = 0
+    while (at < end) {
+      const available = end - at
+      if (available < 2) return this.wait(buffer, at, 2)
+      const first = buffer[at]!
+      const second = buffer[at + 1]!
+      if ((second & MASK_BIT) !== maskBit || (first !== FIN_TEXT && first !== FIN_PING && first !== FIN_PONG)) return this.handOver(buffer, at)
+      let length = second & LENGTH_BITS
+      let maskAt = at + 2
+      if (length === MEDIUM_LENGTH_MARKER) {
+        if (first !== FIN_TEXT) return this.handOver(buffer, at)
+        if (available < MEDIUM_HEADER) return this.wait(buffer, at, MEDIUM_HEADER)
+        length = (buffer[at + 2]! << 8) | buffer[at + 3]!
+        maskAt = at + MEDIUM_HEADER
+      } else if (length === LONG_LENGTH_MARKER) {
+        return this.handOver(buffer, at)
+      }
+      if (maxPayload > 0 && length > maxPayload) return this.handOver(buffer, at)
+      const start = masked ? maskAt + MASK_BYTES : maskAt
+      const frameEnd = start + length
+      if (frameEnd > end) return this.wait(buffer, at, frameEnd - at)
+      const ascii = masked ? unmask(buffer, maskAt, start, frameEnd) : isAscii(buffer.subarray(start, frameEnd))
+      if (first === FIN_TEXT) {
+        if (ascii) this.onText(buffer.toString("latin1", start, frameEnd))
+        else if (isUtf8(buffer.subarray(start, frameEnd))) this.onText(buffer.toString("utf8", start, frameEnd))
+        else {
+          // ws refuses it (1007) from the bytes as they came: masked again.
+          if (masked) unmask(buffer, maskAt, start, frameEnd)
+          return this.handOver(buffer, at)
+        }
+      } else {
+        // A ping or pong (a 7-bit length: at most 125 bytes), emitted on ws's receiver: its own
+        // handlers answer a ping and report a pong.
+        this.receiver.emit(first === FIN_PING ? "ping" : "pong", buffer.subarray(start, frameEnd))
+      }
+      at = frameEnd
+    }
+  }
+
+  private wait(buffer: Buffer, at: number, needed: number): void {
+    this.waiting = [at === 0 ? buffer : buffer.subarray(at)]
+    this.waitingBytes = buffer.length - at
+    this.needed = needed
+  }
+
+  /** From `buffer[at]` (a frame's first byte) on, the socket is ws's, as if it had read it all along. */
+  private handOver(buffer: Buffer, at: number): void {
+    const socket = this.socket
+    socket.removeListener("data", this.onData)
+    socket.removeListener("end", this.onEnd)
+    socket.removeListener("close", this.onEnd)
+    if (this.pushesTaken) delete (socket as { push?: unknown }).push
+    socket.on("data", this.wsOnData)
+    if (at < buffer.length && !this.receiver.write(at === 0 ? buffer : buffer.subarray(at))) socket.pause()
+  }
+}
+
+const EMPTY = Buffer.alloc(0)
+
+/** What the direct push reads of a Readable (node:internal/streams/readable's state, and EventEmitter's listeners). */
+interface ReadableView {
+  readonly _events?: { readonly data?: unknown }
+  readonly _readableState?: {
+    readonly flowing: boolean | null
+    readonly length: number
+    readonly reading: boolean
+    readonly sync: boolean
+    readonly ended: boolean
+    readonly destroyed: boolean
+    readonly errored: unknown
+    readonly objectMode: boolean
+    readonly decoder: unknown
+    dataEmitted: boolean
+  }
+}
+
+/**
+ * A socket hands each read to its stream with `push(buffer)` (Node's onStreamRead). A stream that
+ * flows, holds nothing and is already reading (it asked its socket for more and was not told to
+ * stop) emits the read as `data` at once, then queues a tick that asks for more, which changes
+ * nothing: it is reading. For a socket whose one `data` listener is the reader, that is a detour
+ * per read, so its `push` hands such a read to `onData` itself and leaves the stream's state as
+ * the tick would have left it (reading, flowing, empty, data emitted). Any other read (paused by
+ * `ws.pause()`, bytes held, not reading, inside a `_read`, the end, destroyed or errored, an
+ * encoding set, another `data` listener) takes the stream's own `push` and arrives through `data`
+ * as always, in order. Taken only from a byte-mode Readable with the state above and no own `push`.
+ */
+const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean => {
+  const view = socket as unknown as ReadableView
+  const state = view._readableState
+  if (state === undefined || Object.hasOwn(socket, "push") || typeof socket.push !== "function" || view._events === undefined) return false
+  if (state.objectMode !== false || state.decoder !== null || typeof state.reading !== "boolean" || typeof state.sync !== "boolean") return false
+  const streamPush = socket.push
+  socket.push = function push(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (
+      chunk instanceof Buffer &&
+      chunk.length > 0 &&
+      view._events!.data === onData &&
+      state.flowing === true &&
+      state.length === 0 &&
+      state.reading &&
+      !state.sync &&
+      !state.ended &&
+      !state.destroyed &&
+      state.errored === null &&
+      state.decoder === null
+    ) {
+      state.dataEmitted = true
+      onData(chunk)
+      return true
+    }
+    return streamPush.call(this, chunk, encoding)
+  }
+  return true
+}
+
+/** The mask's 4 bytes as one 32-bit word in the host's byte order. */
+const maskBytes = new Uint8Array(4)
+const maskWord = new Uint32Array(maskBytes.buffer)
+
+/**
+ * XORs `buffer[start, end)` with the 4-byte mask at `maskAt`, in place (the same call masks
+ * again), and tells whether every unmasked byte is ASCII. Where the payload starts on a 4-byte
+ * boundary of its memory (a 16-bit length: header and mask are 8 bytes), whole words at a time.
+ */
+const unmask = (buffer: Buffer, maskAt: number, start: number, end: number): boolean => {
+  const m0 = buffer[maskAt]!
+  const m1 = buffer[maskAt + 1]!
+  const m2 = buffer[maskAt + 2]!
+  const m3 = buffer[maskAt + 3]!
+  let seen = 0
+  let i = start
+  const words = (end - start) >>> 2
+  if (words >= 8 && ((buffer.byteOffset + start) & 3) === 0) {
+    maskBytes[0] = m0
+    maskBytes[1] = m1
+    maskBytes[2] = m2
+    maskBytes[3] = m3
+    const mask = maskWord[0]!
+    const view = new Uint32Array(buffer.buffer, buffer.byteOffset + start, words)
+    let seenWords = 0
+    for (let w = 0; w < words; w++) {
+      const word = view[w]! ^ mask
+      view[w] = word
+      seenWords |= word
+    }
+    if ((seenWords & 0x80808080) !== 0) seen = 0x80
+    i = start + (words << 2)
+  } else {
+    for (const whole = end - ((end - start) & 3); i < whole; i += 4) {
+      const b0 = buffer[i]! ^ m0
+      const b1 = buffer[i + 1]! ^ m1
+      const b2 = buffer[i + 2]! ^ m2
+      const b3 = buffer[i + 3]! ^ m3
+      buffer[i] = b0
+      buffer[i + 1] = b1
+      buffer[i + 2] = b2
+      buffer[i + 3] = b3
+      seen |= b0 | b1 | b2 | b3
+    }
+  }
+  if (i < end) {
+    const b = buffer[i]! ^ m0
+    buffer[i] = b
+    seen |= b
+  }
+  if (i + 1 < end) {
+    const b = buffer[i + 1]! ^ m1
+    buffer[i + 1] = b
+    seen |= b
+  }
+  if (i + 2 < end) {
+    const b = buffer[i + 2]! ^ m2
+    buffer[i + 2] = b
+    seen |= b
+  }
+  return seen < 0x80
+}

@@ -1,0 +1,130 @@
+import { describe, expect, it } from "vitest"
+import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
+import { CallRecording, type FlushedAudio, WINDOW_SAMPLES } from "../../src/recording/CallRecording.js"
+import { FRAME_BYTES } from "../../src/recording/Wav.js"
+
+/**
+ * The per-call window on its own: frames in, flushes out, laid into one "file" (a sparse array of
+ * samples by position) as the writer would. Every frame is distinct, so a frame in the wrong
+ * place cannot pass for another.
+ */
+const frame = (owner: number, n: number, samples = 160) => {
+  const bytes = Buffer.alloc(samples)
+  for (let i = 0; i < samples; i++) bytes[i] = (owner * 31 + n * 7 + i) % 250
+  return bytes.toString("base64")
+}
+const pcm = (payload: string) => Array.from(Buffer.from(payload, "base64"), (byte) => MULAW_TO_LINEAR[byte]!)
+
+class File {
+  readonly left = new Map<number, number>()
+  readonly right = new Map<number, number>()
+  writes = 0
+  end = 0
+  lay(out: FlushedAudio | undefined) {
+    if (out === undefined) return
+    this.writes++
+    for (let i = 0; i < out.length / FRAME_BYTES; i++) {
+      this.left.set(out.at + i, out.bytes.readInt16LE(i * FRAME_BYTES))
+      this.right.set(out.at + i, out.bytes.readInt16LE(i * FRAME_BYTES + 2))
+    }
+    this.end = Math.max(this.end, out.at + out.length / FRAME_BYTES)
+  }
+  channel(which: "left" | "right", from: number, length: number) {
+    return Array.from({ length }, (_, i) => this[which].get(from + i) ?? 0)
+  }
+}
+
+const take = (bytes: number) => Buffer.alloc(bytes)
+
+describe("CallRecording", () => {
+  it("flushes what the carrier's clock has passed, once per flush, and keeps the agent's lead for later", () => {
+    const recording = new CallRecording()
+    const file = new File()
+    const callerFrames = Array.from({ length: 200 }, (_, n) => frame(1, n))
+    // 1 s of caller audio, then 2 s of agent audio at once (a text-to-speech burst), then 3 s more of caller audio.
+    for (let n = 0; n < 50; n++) recording.caller(callerFrames[n]!, n * 20)
+    const burst = Array.from({ length: 100 }, (_, n) => frame(2, n))
+    for (const payload of burst) recording.agent(payload)
+    for (let second = 1; second <= 3; second++) {
+      file.lay(recording.flush(take))
+      for (let n = second * 50; n < (second + 1) * 50; n++) recording.caller(callerFrames[n]!, n * 20)
+    }
+    file.lay(recording.flush(take, true))
+    expect(file.writes).toBe(4)
+    expect(file.end).toBe(200 * 160)
+    for (let n = 0; n < 200; n++) expect(file.channel("left", n * 160, 160)).toEqual(pcm(callerFrames[n]!))
+    // The burst plays from 1 s on, back to back, as the carrier plays it: through the window and beyond it.
+    burst.forEach((payload, k) => expect(file.channel("right", 8000 + k * 160, 160), `agent frame ${k}`).toEqual(pcm(payload)))
+    expect(file.channel("right", 0, 8000).every((s) => s === 0)).toBe(true)
+    expect(file.channel("right", 8000 + 100 * 160, 8000).every((s) => s === 0)).toBe(true)
+  })
+
+  it("clear drops what the carrier had not played yet", () => {
+    const recording = new CallRecording()
+    const file = new File()
+    for (let n = 0; n < 10; n++) recording.caller(frame(1, n), n * 20)
+    for (let k = 0; k < 50; k++) recording.agent(frame(2, k))
+    for (let n = 10; n < 20; n++) recording.caller(frame(1, n), n * 20)
+    // 10 agent frames were played (the clock moved 200 ms); the other 40 are dropped.
+    recording.clear()
+    for (let n = 20; n < 30; n++) recording.caller(frame(1, n), n * 20)
+    recording.agent(frame(3, 0))
+    file.lay(recording.flush(take, true))
+    for (let k = 0; k < 10; k++) expect(file.channel("right", 1600 + k * 160, 160)).toEqual(pcm(frame(2, k)))
+    expect(file.channel("right", 3200, 1600).every((s) => s === 0)).toBe(true)
+    expect(file.channel("right", 4800, 160)).toEqual(pcm(frame(3, 0)))
+  })
+
+  it("a leap in the carrier's timestamps is silence of at most 5 s; late frames are dropped, not misplaced", () => {
+    const recording = new CallRecording()
+    const file = new File()
+    recording.caller(frame(1, 0), 0)
+    file.lay(recording.flush(take))
+    // 60 s later by the carrier's timestamps: kept 5 s after the previous frame.
+    recording.caller(frame(1, 1), 60_000)
+    recording.caller(frame(1, 2), 60_020)
+    // A frame for audio already written.
+    recording.caller(frame(1, 9), 0)
+    file.lay(recording.flush(take, true))
+    expect(recording.droppedFrames).toBe(1)
+    expect(file.channel("left", 0, 160)).toEqual(pcm(frame(1, 0)))
+    expect(file.channel("left", 160 + 40_000, 160)).toEqual(pcm(frame(1, 1)))
+    expect(file.channel("left", 320 + 40_000, 160)).toEqual(pcm(frame(1, 2)))
+    expect(file.end).toBe(480 + 40_000)
+  })
+
+  it("frames that leap past the window before a flush are settled early (one extra write at most per flush)", () => {
+    const recording = new CallRecording()
+    const file = new File()
+    // 4 s of audio arriving before any flush: the window (2.5 s) moves on early once.
+    for (let n = 0; n < 200; n++) recording.caller(frame(1, n), n * 20)
+    file.lay(recording.flush(take, true))
+    expect(WINDOW_SAMPLES).toBe(20_000)
+    // Whatever did not fit after the one early settle was dropped and counted; the rest is in place.
+    const kept = Array.from({ length: 200 }, (_, n) => n).filter((n) => file.channel("left", n * 160, 160).some((s) => s !== 0))
+    expect(kept.length + recording.droppedFrames).toBe(200)
+    for (const n of kept) expect(file.channel("left", n * 160, 160)).toEqual(pcm(frame(1, n)))
+    expect(file.writes).toBe(1)
+  })
+
+  it("paused stretches are silent on both channels and listed", () => {
+    const recording = new CallRecording()
+    const file = new File()
+    for (let n = 0; n < 10; n++) recording.caller(frame(1, n), n * 20)
+    recording.pause(true)
+    recording.pause(true)
+    for (let n = 10; n < 20; n++) {
+      recording.caller(frame(1, n), n * 20)
+      recording.agent(frame(2, n))
+    }
+    recording.pause(false)
+    for (let n = 20; n < 30; n++) recording.caller(frame(1, n), n * 20)
+    file.lay(recording.flush(take, true))
+    expect(recording.pauses).toEqual([{ startMs: 200, endMs: 400 }])
+    expect(file.channel("left", 1600, 1600).every((s) => s === 0)).toBe(true)
+    // The agent's frames sent while paused play from 220 ms on, back to back: silent up to the resume at 400 ms.
+    expect(file.channel("right", 0, 3200).every((s) => s === 0)).toBe(true)
+    expect(file.channel("right", 3200, 160)).toEqual(pcm(frame(2, 19)))
+    expect(file.channel("left", 3200, 160)).toEqual(pcm(frame(1, 20)))
+  })
+})

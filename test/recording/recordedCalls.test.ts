@@ -1,0 +1,258 @@
+import { existsSync, mkdtempSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
+import { parseWav } from "../../src/recording/Wav.js"
+import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
+import {
+  audioFrames,
+  type CarrierCall,
+  dialInAgent,
+  type Gateway,
+  type Peer,
+  sessionIdOf,
+  startGateway,
+  telnyxCall,
+  twilioCall,
+  until
+} from "../livecall/callHarness.js"
+
+/**
+ * Recorded calls on the production wiring (docs/recording.md): the WAV's left channel is what the
+ * caller sent, placed by the carrier's timestamps; the right channel is what the agent sent, from
+ * where the carrier's clock stood when it arrived, back to back; paused stretches are silent.
+ * Caller and agent steps are taken in lockstep (each waits until the other side received it), so
+ * where each frame lands is decided by the order of events, never by timing.
+ */
+
+const speech = [...audioFrames("caller-appointment.ulaw"), ...audioFrames("agent-greeting.ulaw")]
+/** Real speech, each frame stamped in its first two bytes so no two frames are alike. */
+const frames = (owner: number, count: number, offset = 0) =>
+  Array.from({ length: count }, (_, n) => {
+    const bytes = Buffer.from(speech[(offset + n) % speech.length]!, "base64")
+    bytes[0] = owner
+    bytes[1] = n & 0x7f
+    return bytes.toString("base64")
+  })
+
+/** Samples of a mu-law payload, decoded by the simulator's own G.711 table. */
+const pcmOf = (payload: string) => Array.from(Buffer.from(payload, "base64"), (byte) => MULAW_TO_LINEAR[byte]!)
+
+const channel = (samples: Int16Array, which: 0 | 1, from: number, length: number) =>
+  Array.from({ length }, (_, i) => samples[(from + i) * 2 + which] ?? Number.NaN)
+
+const silent = (samples: Int16Array, which: 0 | 1, from: number, length: number) => channel(samples, which, from, length).every((s) => s === 0)
+
+const get = (gateway: Gateway, path: string, key = ADMIN_KEY, headers: Record<string, string> = {}) =>
+  fetch(`${gateway.httpBase}${path}`, { headers: { authorization: `Bearer ${key}`, ...headers } })
+
+const recordingPath = (agentId: string, sessionId: string) => `/v1/agents/${agentId}/sessions/${sessionId}/recording`
+
+/** Sends caller frames numbered `chunks` (timestamp = chunk * 20 ms), in the given order, and waits until the agent has them all. */
+const callerSays = async (call: CarrierCall, agent: Peer, payloads: ReadonlyArray<string>, chunks: ReadonlyArray<number>) => {
+  const before = agent.events("media").length
+  for (let i = 0; i < payloads.length; i++) call.media(payloads[i]!, chunks[i]!)
+  await agent.waitForEvent("media", before + payloads.length)
+}
+
+/** The agent sends `payloads`; waits until the carrier has them all (so they were recorded where the clock stood). */
+const agentSays = async (call: CarrierCall, agent: Peer, payloads: ReadonlyArray<string>) => {
+  const before = call.sentMedia().length
+  for (const payload of payloads) agent.send({ event: "media", streamSid: "MZ", media: { payload } })
+  await call.peer.waitForEvent("media", before + payloads.length)
+}
+
+const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i)
+
+describe("recorded calls", () => {
+  let gateway: Gateway
+  let recordingsDir: string
+  beforeAll(async () => {
+    recordingsDir = mkdtempSync(join(tmpdir(), "callgate-recordings-"))
+    gateway = await startGateway({ env: { RECORDINGS_DIR: recordingsDir, LOG_LEVEL: process.env.TEST_LOG ?? "none" } })
+  })
+  afterAll(() => gateway.close())
+
+  const recordedLine = async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { recording: "on" })
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    return { agentId, env, agent }
+  }
+
+  it("Twilio: caller left and agent right, sample for sample, gaps and the paused stretch silent, pauses listed", async () => {
+    const { agentId, env, agent } = await recordedLine()
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: callSid }), callSid })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+
+    const caller = frames(1, 170)
+    const answer = frames(2, 25, 300)
+    const [quiet, loud] = frames(3, 2, 400)
+    // Chunks 1..50 (timestamps 20..1000 ms: the first 20 ms carry nothing), then the agent answers.
+    await callerSays(call, agent, caller.slice(0, 50), range(1, 50))
+    await agentSays(call, agent, answer)
+    await callerSays(call, agent, caller.slice(50, 100), range(51, 100))
+    // The carrier sends nothing for chunks 101..120: 400 ms of silence on the caller's side.
+    await callerSays(call, agent, caller.slice(120, 130), range(121, 130))
+    // A malformed recording event: an error back to the agent, the call goes on.
+    agent.send({ event: "recording", recording: { paused: "yes" } })
+    await agent.waitForEvent("error")
+    expect(agent.events("error")[0].error.message).toMatch(/invalid recording event/)
+    agent.send({ event: "recording", recording: { paused: true } })
+    await agentSays(call, agent, [quiet!])
+    await callerSays(call, agent, caller.slice(130, 150), range(131, 150))
+    agent.send({ event: "recording", recording: { paused: false } })
+    await agentSays(call, agent, [loud!])
+    await callerSays(call, agent, caller.slice(150, 170), range(151, 170))
+    call.stop()
+
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended.recording).toEqual({
+      url: `https://callgate.test${recordingPath(agentId, sessionId)}`,
+      durationMs: 3420,
+      pauses: [{ startMs: 2620, endMs: 3020 }]
+    })
+    const response = await get(gateway, recordingPath(agentId, sessionId))
+    expect(response.status).toBe(200)
+    expect(response.headers.get("content-type")).toBe("audio/wav")
+    const wav = parseWav(Buffer.from(await response.arrayBuffer()))
+    expect([wav.channels, wav.sampleRate, wav.bitsPerSample]).toEqual([2, 8000, 16])
+    const { samples } = wav
+    expect(samples.length / 2).toBe(3420 * 8)
+
+    // Caller: chunk n at n * 160 samples.
+    expect(silent(samples, 0, 0, 160)).toBe(true)
+    for (const n of [...range(1, 100), ...range(121, 130), ...range(151, 170)]) {
+      expect(channel(samples, 0, n * 160, 160), `caller chunk ${n}`).toEqual(pcmOf(caller[n - 1]!))
+    }
+    expect(silent(samples, 0, 101 * 160, 20 * 160), "the 400 ms the carrier sent nothing").toBe(true)
+    // Agent: from the end of chunk 50 (8160), back to back; silent before and after.
+    expect(silent(samples, 1, 0, 8160)).toBe(true)
+    answer.forEach((payload, k) => expect(channel(samples, 1, 8160 + k * 160, 160), `agent frame ${k}`).toEqual(pcmOf(payload)))
+    expect(silent(samples, 1, 8160 + 25 * 160, 20960 - 12160)).toBe(true)
+    // Paused from 2620 ms (the end of chunk 130) to 3020 ms: both channels silent, the agent's frame included.
+    expect(silent(samples, 0, 20960, 3200)).toBe(true)
+    expect(silent(samples, 1, 20960, 3200)).toBe(true)
+    // After resuming, the agent's next frame plays at the clock (3020 ms).
+    expect(channel(samples, 1, 24160, 160)).toEqual(pcmOf(loud!))
+    // The sidecar says the same.
+    const meta = JSON.parse(readFileSync(join(recordingsDir, agentId, `${sessionId}.json`), "utf8"))
+    expect(meta).toMatchObject({ state: "complete", durationMs: 3420, pauses: [{ startMs: 2620, endMs: 3020 }] })
+  })
+
+  it("Telnyx with reordered chunks: the caller's channel is in chunk order, the agent's in step", async () => {
+    const { agentId, env, agent } = await recordedLine()
+    const callControlId = `v3:${uniqueId("cc")}`
+    const call = await telnyxCall(gateway, {
+      token: gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId: callControlId }),
+      callControlId
+    })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+    const caller = frames(5, 60)
+    // Pairs swapped and a run of four reversed: 2,1,4,3,...
+    const order = range(1, 40).map((n) => (n % 2 === 1 ? n + 1 : n - 1))
+    const before = agent.events("media").length
+    for (const n of order) call.media(caller[n - 1]!, n)
+    await agent.waitForEvent("media", before + 40)
+    const answer = frames(6, 10, 500)
+    await agentSays(call, agent, answer)
+    const tail = [44, 43, 42, 41, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60]
+    const again = agent.events("media").length
+    for (const n of tail) call.media(caller[n - 1]!, n)
+    await agent.waitForEvent("media", again + tail.length)
+    call.stop()
+
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended.recording?.durationMs).toBe(1220)
+    const response = await get(gateway, recordingPath(agentId, sessionId))
+    const { samples } = parseWav(Buffer.from(await response.arrayBuffer()))
+    for (const n of range(1, 60)) expect(channel(samples, 0, n * 160, 160), `caller chunk ${n}`).toEqual(pcmOf(caller[n - 1]!))
+    // The answer starts where the caller's 40th chunk ends (820 ms).
+    answer.forEach((payload, k) => expect(channel(samples, 1, 6560 + k * 160, 160), `agent frame ${k}`).toEqual(pcmOf(payload)))
+    expect(silent(samples, 1, 0, 6560)).toBe(true)
+  })
+
+  it("Range requests, DELETE, and scoped keys: another agent's key finds nothing", async () => {
+    const { agentId, env, agent } = await recordedLine()
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: callSid }), callSid })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+    await callerSays(call, agent, frames(7, 50), range(1, 50))
+    // While the call runs, the recording is not served yet.
+    expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(409)
+    call.stop()
+    await gateway.outbox.forSession(sessionId)
+
+    const whole = Buffer.from(await (await get(gateway, recordingPath(agentId, sessionId))).arrayBuffer())
+    expect(whole.length).toBe(44 + 1020 * 8 * 4)
+    const partial = await get(gateway, recordingPath(agentId, sessionId), ADMIN_KEY, { range: "bytes=100-1099" })
+    expect(partial.status).toBe(206)
+    expect(partial.headers.get("content-range")).toBe(`bytes 100-1099/${whole.length}`)
+    expect(Buffer.from(await partial.arrayBuffer())).toEqual(whole.subarray(100, 1100))
+    const suffix = await get(gateway, recordingPath(agentId, sessionId), ADMIN_KEY, { range: "bytes=-500" })
+    expect(suffix.status).toBe(206)
+    expect(Buffer.from(await suffix.arrayBuffer())).toEqual(whole.subarray(whole.length - 500))
+    const beyond = await get(gateway, recordingPath(agentId, sessionId), ADMIN_KEY, { range: `bytes=${whole.length + 10}-` })
+    expect(beyond.status).toBe(416)
+    expect(beyond.headers.get("content-range")).toBe(`bytes */${whole.length}`)
+
+    const createKey = async (agentIds: Array<string>) => {
+      const res = await fetch(`${gateway.httpBase}/v1/api-keys`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+        body: JSON.stringify({ name: "recordings", agentIds })
+      })
+      return ((await res.json()) as { data: { key: string } }).data.key
+    }
+    const own = await createKey([agentId])
+    const otherAgent = uniqueId("agent")
+    const other = await createKey([otherAgent])
+    const byOwnKey = await get(gateway, recordingPath(agentId, sessionId), own)
+    expect(byOwnKey.status).toBe(200)
+    expect(Buffer.from(await byOwnKey.arrayBuffer())).toEqual(whole)
+    // The other agent's key, on its own agent's path with this session's id: no such recording.
+    const byOtherKey = await get(gateway, recordingPath(otherAgent, sessionId), other)
+    expect(byOtherKey.status).toBe(404)
+    expect(((await byOtherKey.json()) as { error: { code: string } }).error.code).toBe("NOT_FOUND")
+    // On this agent's path it is refused before anything is looked up (as every /v1/agents/{agentId} route).
+    expect((await get(gateway, recordingPath(agentId, sessionId), other)).status).toBe(403)
+    const deletedByOther = await fetch(`${gateway.httpBase}${recordingPath(otherAgent, sessionId)}`, { method: "DELETE", headers: { authorization: `Bearer ${other}` } })
+    expect(deletedByOther.status).toBe(404)
+
+    const deleted = await fetch(`${gateway.httpBase}${recordingPath(agentId, sessionId)}`, { method: "DELETE", headers: { authorization: `Bearer ${own}` } })
+    expect(deleted.status).toBe(204)
+    expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(404)
+    expect(existsSync(join(recordingsDir, agentId, `${sessionId}.wav`))).toBe(false)
+  })
+
+  it("an environment with recording off records nothing", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: callSid }), callSid })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+    await callerSays(call, agent, frames(8, 10), range(1, 10))
+    // Pausing an unrecorded call is no error.
+    agent.send({ event: "recording", recording: { paused: true } })
+    await agentSays(call, agent, frames(9, 1))
+    call.stop()
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended.recording).toBeUndefined()
+    expect(agent.events("error")).toEqual([])
+    expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(404)
+    expect(existsSync(join(recordingsDir, agentId))).toBe(false)
+  })
+})

@@ -1,0 +1,391 @@
+import fc from "fast-check"
+import type { AddressInfo } from "node:net"
+import { Duplex } from "node:stream"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { WebSocket, WebSocketServer } from "ws"
+import { readFramesOf } from "../../src/websocket/WsFrameReader.js"
+import { wsWireSocket } from "../../src/websocket/WsWireSocket.js"
+import { MAX_WS_MESSAGE_BYTES } from "../../src/http/HttpApp.js"
+
+/**
+ * The reader that takes whole text frames (and pings and pongs) off a server socket before `ws`
+ * sees them must be invisible: for any bytes a client may send, cut into reads anywhere, a socket
+ * it reads must give the same messages, the same replies on the wire (pongs, close frames), the
+ * same errors and the same close as a socket `ws` reads alone. Each case runs the same bytes
+ * through both, in memory (a Duplex per socket, so the reads are cut exactly where the case says).
+ */
+
+const MAX_PAYLOAD = 1024
+const RUNS = 2000
+
+/** One frame as a client could send it: fields chosen freely, including ones `ws` refuses. */
+interface FrameSpec {
+  readonly fin: boolean
+  readonly rsv: number
+  readonly opcode: number
+  readonly masked: boolean
+  readonly mask: ReadonlyArray<number>
+  readonly payload: Uint8Array
+  /** Length encoding: the shortest, or a longer one than needed (16- or 64-bit). */
+  readonly lengthAs: "shortest" | "medium" | "long"
+}
+
+const encode = (frame: FrameSpec): Buffer => {
+  const length = frame.payload.length
+  const marker = frame.lengthAs === "long" ? 127 : frame.lengthAs === "medium" || length > 125 ? (length > 0xffff ? 127 : 126) : length
+  const extra = marker === 126 ? 2 : marker === 127 ? 8 : 0
+  const header = Buffer.alloc(2 + extra + (frame.masked ? 4 : 0))
+  header[0] = (frame.fin ? 0x80 : 0) | (frame.rsv << 4) | frame.opcode
+  header[1] = (frame.masked ? 0x80 : 0) | marker
+  if (marker === 126) header.writeUInt16BE(length, 2)
+  if (marker === 127) header.writeBigUInt64BE(BigInt(length), 2)
+  const payload = Buffer.from(frame.payload)
+  if (frame.masked) {
+    for (let i = 0; i < 4; i++) header[2 + extra + i] = frame.mask[i]!
+    for (let i = 0; i < payload.length; i++) payload[i]! ^= frame.mask[i & 3]!
+  }
+  return Buffer.concat([header, payload])
+}
+
+const ascii = (min: number, max: number) =>
+  fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((code) => String.fromCharCode(code)), minLength: min, maxLength: max }).map((text) => Buffer.from(text, "latin1"))
+const unicode = fc.string({ unit: "grapheme", maxLength: 60 }).map((text) => Buffer.from(text, "utf8"))
+const bytes = (max: number) => fc.uint8Array({ maxLength: max })
+
+/** Payloads: mostly what real traffic carries (ASCII, often past 125 bytes), then the rest. */
+const payload = fc.oneof(
+  { weight: 6, arbitrary: ascii(0, 125) },
+  { weight: 4, arbitrary: ascii(126, 400) },
+  { weight: 1, arbitrary: ascii(MAX_PAYLOAD - 2, MAX_PAYLOAD + 2) },
+  { weight: 2, arbitrary: unicode },
+  { weight: 1, arbitrary: bytes(200) }
+)
+
+const mask = fc.array(fc.integer({ min: 0, max: 255 }), { minLength: 4, maxLength: 4 })
+
+/**
+ * The side of the socket under test: a server reads masked frames from its client, a client
+ * (callgate dialing an agent) unmasked frames from its server (RFC 6455 5.1).
+ */
+type Side = "server" | "client"
+
+/** A valid text frame as the peer sends it. */
+const textFrame = (masked: boolean) =>
+  fc.record({ payload, mask }).map(({ payload, mask }): FrameSpec => ({ fin: true, rsv: 0, opcode: 1, masked, mask, payload, lengthAs: "shortest" }))
+const controlFrame = (masked: boolean) =>
+  fc
+    .record({ opcode: fc.constantFrom(9, 10), payload: bytes(125), mask })
+    .map(({ opcode, payload, mask }): FrameSpec => ({ fin: true, rsv: 0, opcode, masked, mask, payload, lengthAs: "shortest" }))
+/** Anything at all: any opcode, reserved bits, fragments, unmasked, long length encodings, close frames. */
+const anyFrame = fc.record({
+  fin: fc.boolean(),
+  rsv: fc.oneof({ weight: 4, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 7 }) }),
+  opcode: fc.oneof({ weight: 3, arbitrary: fc.constantFrom(0, 1, 2, 8, 9, 10) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 15 }) }),
+  masked: fc.oneof({ weight: 4, arbitrary: fc.constant(true) }, { weight: 1, arbitrary: fc.constant(false) }),
+  mask,
+  payload,
+  lengthAs: fc.constantFrom("shortest", "medium", "long") as fc.Arbitrary<FrameSpec["lengthAs"]>
+})
+const closeFrame = (masked: boolean) =>
+  fc.record({ code: fc.constantFrom(1000, 1001, 1011, 999, 4000), reason: ascii(0, 20), mask }).map(({ code, reason, mask }): FrameSpec => {
+    const payload = Buffer.alloc(2 + reason.length)
+    payload.writeUInt16BE(code, 0)
+    reason.copy(payload, 2)
+    return { fin: true, rsv: 0, opcode: 8, masked, mask, payload, lengthAs: "shortest" }
+  })
+
+const frame = (masked: boolean) =>
+  fc.oneof(
+    { weight: 12, arbitrary: textFrame(masked) },
+    { weight: 2, arbitrary: controlFrame(masked) },
+    { weight: 2, arbitrary: anyFrame },
+    { weight: 1, arbitrary: closeFrame(masked) },
+    { weight: 1, arbitrary: bytes(12).map((garbage) => ({ garbage })) }
+  )
+
+/** A case: frames, and where the bytes are cut into reads (fractions of the whole). */
+const session = (side: Side) => fc.record({
+  frames: fc.array(frame(side === "server"), { minLength: 1, maxLength: 14 }),
+  cuts: fc.oneof(
+    fc.constant([] as Array<number>),
+    fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 12 }),
+    fc.constant("every byte" as const)
+  )
+})
+
+const bytesOf = (frames: ReadonlyArray<FrameSpec | { garbage: Uint8Array }>) => Buffer.concat(frames.map((f) => ("garbage" in f ? Buffer.from(f.garbage) : encode(f))))
+
+const readsOf = (all: Buffer, cuts: ReadonlyArray<number> | "every byte"): Array<Buffer> => {
+  if (cuts === "every byte") return Array.from(all, (byte) => Buffer.from([byte]))
+  const points = [...new Set(cuts.map((cut) => Math.floor(cut * all.length)))].filter((p) => p > 0 && p < all.length).sort((a, b) => a - b)
+  const reads: Array<Buffer> = []
+  let from = 0
+  for (const point of [...points, all.length]) {
+    reads.push(all.subarray(from, point))
+    from = point
+  }
+  return reads
+}
+
+/**
+ * A `ws` socket on an in-memory Duplex, set up as WebSocketServer sets up its own (a client side
+ * is the same with `_isServer` cleared, and a fixed mask so that what it writes can be compared).
+ */
+const serverSocket = (options: object = {}, wrote: Array<Buffer> = [], side: Side = "server") => {
+  const socket = new Duplex({
+    read() {},
+    write(chunk: Buffer, _encoding, done) {
+      wrote.push(Buffer.from(chunk))
+      done()
+    }
+  })
+  const ws = new WebSocket(null as unknown as string, undefined, { autoPong: true, maxPendingAutoPongs: 60 } as never)
+  if (side === "client") (ws as unknown as { _isServer: boolean })._isServer = false
+  ;(ws as unknown as { setSocket(socket: Duplex, head: Buffer, options: object): void }).setSocket(socket, Buffer.alloc(0), {
+    allowSynchronousEvents: true,
+    maxBufferedChunks: 256 * 1024,
+    maxFragments: 16 * 1024,
+    maxPayload: MAX_PAYLOAD,
+    skipUTF8Validation: false,
+    generateMask: (mask: Buffer) => mask.fill(0x5a),
+    ...options
+  })
+  return ws
+}
+
+/** Everything observable of one server socket fed `reads`: events in order, and the bytes it wrote. */
+const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean, side: Side = "server") =>
+  new Promise<{ events: Array<unknown>; wrote: string; tookOver: boolean; readHere: number }>((resolve) => {
+    let readHere = 0
+    const events: Array<unknown> = []
+    const wrote: Array<Buffer> = []
+    const ws = serverSocket({}, wrote, side)
+    const socket = (ws as unknown as { _socket: Duplex })._socket
+    ws.on("message", (data, isBinary) => events.push(["message", isBinary ? `binary ${(data as Buffer).toString("hex")}` : data.toString()]))
+    ws.on("ping", (data) => events.push(["ping", data.toString("hex")]))
+    ws.on("pong", (data) => events.push(["pong", data.toString("hex")]))
+    ws.on("error", (error: Error & { code?: string }) => events.push(["error", error.message, error.code]))
+    ws.on("close", (code, reason) => {
+      events.push(["close", code, reason.toString()])
+      resolve({ events, wrote: Buffer.concat(wrote).toString("hex"), tookOver, readHere })
+    })
+    const tookOver =
+      withReader &&
+      readFramesOf(ws, (text) => {
+        readHere++
+        events.push(["message", text])
+      })
+    // Copies: both readers unmask in place.
+    for (const read of reads) if (!socket.destroyed) socket.push(Buffer.from(read))
+    if (!socket.destroyed) socket.push(null)
+  })
+
+describe("WsFrameReader against ws alone", () => {
+  for (const side of ["server", "client"] as const) {
+    it(`${side} side: the same bytes, cut into reads anywhere, give the same messages, replies, errors and close (10,000+ frames)`, async () => {
+      let frames = 0
+      let cases = 0
+      let readHere = 0
+      await fc.assert(
+        fc.asyncProperty(session(side), async ({ frames: specs, cuts }) => {
+          const reads = readsOf(bytesOf(specs), cuts)
+          const alone = await observe(reads, false, side)
+          const read = await observe(reads, true, side)
+          expect(read.tookOver).toBe(true)
+          expect(read.events).toEqual(alone.events)
+          expect(read.wrote).toBe(alone.wrote)
+          frames += specs.length
+          readHere += read.readHere
+          cases++
+        }),
+        { numRuns: RUNS }
+      )
+      expect(cases).toBe(RUNS)
+      expect(frames).toBeGreaterThanOrEqual(10_000)
+      // Most messages were the reader's own, not ws's after a hand-over.
+      expect(readHere).toBeGreaterThan(frames / 4)
+    })
+  }
+
+  it("sees a byte over 0x7f wherever it is in the payload (every offset, aligned or not, alone or in a character)", async () => {
+    for (let length = 30; length <= 70; length += 7) {
+      for (let at = 0; at < length; at++) {
+        for (const [inserted, lead] of [[[0xe9], 0], [[0xe9], 1], [[0xc3, 0xa9], 0], [[0xc3, 0xa9], 1]] as const) {
+          for (const side of ["server", "client"] as const) {
+            const payload = Buffer.alloc(length, 0x61)
+            Buffer.from(inserted).copy(payload, Math.min(at, length - inserted.length))
+            const masked = side === "server"
+            const spec: FrameSpec = { fin: true, rsv: 0, opcode: 1, masked, mask: [7, 0x81, 0x33, 0xfe], payload, lengthAs: "shortest" }
+            // A frame before it whose length moves its payload onto a 4-byte boundary, or off one.
+            const reads = [bytesOf([{ ...spec, payload: Buffer.from("x".repeat(lead)) }, spec])]
+            const alone = await observe(reads, false, side)
+            const read = await observe(reads, true, side)
+            expect(read.events).toEqual(alone.events)
+          }
+        }
+      }
+    }
+  })
+
+  it("reads real traffic itself: whole text frames, in one read or cut anywhere, never reach ws's receiver", async () => {
+    const texts = ["a".repeat(300), "", `{"event":"media","media":{"payload":"${"A".repeat(216)}"}}`, "é ✓ 𝄞"]
+    const all = bytesOf(texts.map((text) => ({ fin: true, rsv: 0, opcode: 1, masked: true, mask: [1, 2, 3, 4], payload: Buffer.from(text), lengthAs: "shortest" as const })))
+    for (const reads of [[all], readsOf(all, "every byte"), readsOf(all, [0.1, 0.5, 0.51])]) {
+      const ws = serverSocket()
+      const viaWs: Array<string> = []
+      ws.on("message", (data) => viaWs.push(data.toString()))
+      const viaReader: Array<string> = []
+      expect(readFramesOf(ws, (text) => viaReader.push(text))).toBe(true)
+      const receiver = (ws as unknown as { _receiver: { _bufferedBytes: number; write: (chunk: Buffer) => boolean } })._receiver
+      let bytesToWs = 0
+      const write = receiver.write.bind(receiver)
+      receiver.write = (chunk) => {
+        bytesToWs += chunk.length
+        return write(chunk)
+      }
+      const closed = new Promise((resolve) => ws.once("close", resolve))
+      const socket = (ws as unknown as { _socket: Duplex })._socket
+      for (const read of reads) socket.push(Buffer.from(read))
+      socket.push(null)
+      await closed
+      expect(viaReader).toEqual(texts)
+      expect(viaWs).toEqual([])
+      expect(bytesToWs).toBe(0)
+    }
+  })
+
+  it("takes reads straight from the socket's push only while its stream flows empty: paused reads wait in the stream, in order, and a hand-over gives push back", async () => {
+    const textFrame = (text: string) => encode({ fin: true, rsv: 0, opcode: 1, masked: true, mask: [9, 8, 7, 6], payload: Buffer.from(text), lengthAs: "shortest" })
+    const ws = serverSocket()
+    const viaWs: Array<string> = []
+    ws.on("message", (data) => viaWs.push(data.toString()))
+    const heard: Array<string> = []
+    expect(readFramesOf(ws, (text) => heard.push(text))).toBe(true)
+    const socket = (ws as unknown as { _socket: Duplex })._socket
+    const state = (socket as unknown as { _readableState: { length: number; reading: boolean } })._readableState
+    expect(Object.hasOwn(socket, "push")).toBe(true)
+    // Not yet reading (the stream starts flowing on the next tick): the stream's own push, through data.
+    expect(state.reading).toBe(false)
+    socket.push(textFrame("zero"))
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(heard).toEqual(["zero"])
+    expect(state.reading).toBe(true)
+    heard.length = 0
+
+    socket.push(textFrame("one"))
+    // Straight to the reader: heard before push returns, nothing held by the stream.
+    expect(heard).toEqual(["one"])
+    ws.pause()
+    socket.push(textFrame("two"))
+    socket.push(textFrame("three"))
+    expect(heard).toEqual(["one"])
+    expect(state.length).toBeGreaterThan(0)
+    const flushed = new Promise<void>((resolve) => socket.once("data", () => setImmediate(resolve)))
+    ws.resume()
+    // Held bytes first: a read while the stream still holds some goes behind them.
+    socket.push(textFrame("four"))
+    await flushed
+    expect(heard).toEqual(["one", "two", "three", "four"])
+    expect(state.length).toBe(0)
+
+    // A binary frame is ws's: the socket goes back to its own push and ws reads the rest.
+    socket.push(encode({ fin: true, rsv: 0, opcode: 2, masked: true, mask: [1, 1, 1, 1], payload: Buffer.from([1]), lengthAs: "shortest" }))
+    expect(Object.hasOwn(socket, "push")).toBe(false)
+    const closed = new Promise((resolve) => ws.once("close", resolve))
+    socket.push(textFrame("five"))
+    socket.push(null)
+    await closed
+    expect(heard).toEqual(["one", "two", "three", "four"])
+    expect(viaWs).toEqual(["\u0001", "five"])
+  })
+
+  it("leaves a socket alone when it cannot read it exactly as ws would: a second message listener, bytes already with ws, other receiver settings, not yet open", async () => {
+    const server = (options: object = {}) => {
+      const ws = serverSocket(options)
+      ws.on("message", () => {})
+      return ws
+    }
+    expect(readFramesOf(server(), () => {})).toBe(true)
+    const twoListeners = server()
+    twoListeners.on("message", () => {})
+    expect(readFramesOf(twoListeners, () => {})).toBe(false)
+    const started = server()
+    const socket = (started as unknown as { _socket: Duplex })._socket
+    // ws's listener came first: once this one hears the byte, ws's receiver has it.
+    const read = new Promise((resolve) => socket.once("data", resolve))
+    socket.push(Buffer.from([0x81]))
+    await read
+    expect(readFramesOf(started, () => {})).toBe(false)
+    expect(readFramesOf(server({ skipUTF8Validation: true }), () => {})).toBe(false)
+    expect(readFramesOf(server({ maxBufferedChunks: 16 }), () => {})).toBe(false)
+    const client = new WebSocket("ws://127.0.0.1:9", { autoPong: true })
+    client.on("error", () => {})
+    client.on("message", () => {})
+    expect(readFramesOf(client, () => {})).toBe(false)
+    client.terminate()
+  })
+})
+
+/** Over loopback, through the adapter: a real client's messages, pings and close, as the listener hears them. */
+describe("WsFrameReader over a real socket", () => {
+  let server: WebSocketServer
+  let client: WebSocket
+  const heard: Array<unknown> = []
+  let closed: Promise<void>
+  let onHeard: () => void = () => {}
+  /** Bytes handed to ws's own receiver: none while the reader reads everything. */
+  let bytesToWs = 0
+
+  beforeAll(async () => {
+    // As HttpApp registers @fastify/websocket: ws's server defaults and a 64 KiB maxPayload.
+    server = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: MAX_WS_MESSAGE_BYTES })
+    await new Promise((resolve) => server.once("listening", resolve))
+    closed = new Promise((resolve) =>
+      server.once("connection", (ws) => {
+        const receiver = (ws as unknown as { _receiver: { write: (chunk: Buffer) => boolean } })._receiver
+        const write = receiver.write.bind(receiver)
+        receiver.write = (chunk) => {
+          bytesToWs += chunk.length
+          return write(chunk)
+        }
+        wsWireSocket(ws, {
+          onText: (text) => {
+            heard.push(text)
+            onHeard()
+          },
+          onClose: (code, reason, fault) => {
+            heard.push({ code, reason, fault })
+            resolve()
+          }
+        })
+      })
+    )
+    client = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`)
+    await new Promise((resolve) => client.once("open", resolve))
+  })
+  afterAll(async () => {
+    client.terminate()
+    await new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+
+  it("hears every text in order, answers pings, and then closes with the client's code", async () => {
+    const texts = Array.from({ length: 200 }, (_, i) => (i % 7 === 0 ? `✓ ${i} ${"x".repeat(i)}` : `{"n":${i},"pad":"${"p".repeat(i * 3)}"}`))
+    const all = new Promise<void>((resolve) => {
+      onHeard = () => {
+        if (heard.length === texts.length) resolve()
+      }
+    })
+    const pong = new Promise((resolve) => client.once("pong", (data) => resolve(data.toString())))
+    client.ping("are you there")
+    for (const text of texts) client.send(text)
+    await all
+    expect(heard).toEqual(texts)
+    expect(await pong).toBe("are you there")
+    // Every text and the ping were read by callgate; the close frame is ws's to read.
+    expect(bytesToWs).toBe(0)
+    client.close(4000, "done")
+    await closed
+    expect(heard.at(-1)).toEqual({ code: 4000, reason: "done", fault: undefined })
+    expect(bytesToWs).toBeGreaterThan(0)
+  })
+})
