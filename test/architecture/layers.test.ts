@@ -43,7 +43,7 @@ describe("check:layers", () => {
       "agent/Dial.ts": `import { WebSocket } from "ws"`,
       "redis/Keys.ts": `import { Redis } from "ioredis"`,
       "agent/WsElsewhere.ts": `import { WebSocket } from "ws"`,
-      "session/RedisElsewhere.ts": `import { Redis } from "ioredis"`,
+      "livecall/RedisElsewhere.ts": `import { Redis } from "ioredis"`,
       "websocket/WsOk.ts": `import { WebSocket } from "ws"`,
       "redis/RedisOk.ts": `import { Redis } from "ioredis"`,
       "http/Ok.ts": `import Fastify from "fastify"`
@@ -52,9 +52,9 @@ describe("check:layers", () => {
       "src/agent/Dial.ts: imports ws outside a websocket/Ws*.ts adapter",
       "src/agent/WsElsewhere.ts: imports ws outside a websocket/Ws*.ts adapter",
       "src/redis/Keys.ts: imports ioredis outside a redis/Redis*.ts adapter",
-      "src/session/RedisElsewhere.ts: imports ioredis outside a redis/Redis*.ts adapter",
-      "src/session/S.ts: imports @fastify/websocket outside src/http/",
-      "src/session/S.ts: imports fastify outside src/http/"
+      "src/livecall/RedisElsewhere.ts: imports ioredis outside a redis/Redis*.ts adapter",
+      "src/livecall/S.ts: imports @fastify/websocket outside src/http/",
+      "src/livecall/S.ts: imports fastify outside src/http/"
     ])
   })
 })
