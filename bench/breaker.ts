@@ -26,17 +26,10 @@ import { readFileSync } from "node:fs"
 import { loadavg } from "node:os"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { fileURLToPath, pathToFileURL } from "node:url"
-import { ConfigProvider, Effect, Layer, Logger, ManagedRuntime, Scope, Exit } from "effect"
-import { Breaker } from "../src/breaker/Breaker.js"
-import { BreakerMetrics } from "../src/breaker/BreakerMetrics.js"
-import { MemoryBreakerStoreLive } from "../src/breaker/MemoryBreakerStore.js"
-import { RedisBreakerStoreLive } from "../src/redis/RedisBreakerStore.js"
-import { AppConfig } from "../src/config/AppConfig.js"
+import { ConfigProvider, Effect, Layer, ManagedRuntime, Scope, Exit } from "effect"
 import { Environments } from "../src/environments/Environments.js"
+import { DomainLive, FoundationLive, LoggingLive, TurnsLive } from "../src/layers.js"
 import { Metrics } from "../src/observability/Metrics.js"
-import { SecretBox } from "../src/secrets/SecretBox.js"
-import { MemoryEnvironmentStoreLive } from "../src/environments/MemoryEnvironmentStore.js"
-import { RedisConnectionLive } from "../src/redis/RedisConnection.js"
 import { TurnTiming, type WatchedCall } from "../src/turns/TurnTiming.js"
 import { MU_LAW_TO_PCM, VoiceActivity } from "../src/turns/VoiceActivity.js"
 import { addCall, classifyCall, emptyAccount, type PlayedSentence, type TurnAccount } from "./turnAccounting.js"
@@ -108,20 +101,17 @@ const percentiles = (values: ReadonlyArray<number>): Percentiles => {
   return { count: sorted.length, p50: round(at(0.5)), p99: round(at(0.99)), max: round(sorted[sorted.length - 1] ?? NaN) }
 }
 
+/** The production graph's turn timing and breaker (src/layers.ts), over the domain and foundation, logs off; REDIS_URL picks the stores. */
 const layerFor = (redisUrl: string | undefined) => {
-  const env: Record<string, string> = { ADMIN_API_KEY: "bench-admin-key-0123456789" }
-  if (redisUrl) Object.assign(env, { REDIS_URL: redisUrl, SECRETS_KEY: Buffer.alloc(32, 9).toString("base64") })
-  const config = AppConfig.Default.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))))
-  const store = redisUrl ? RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)) : MemoryBreakerStoreLive
-  const infra = Layer.mergeAll(MemoryEnvironmentStoreLive, Metrics.Default, store).pipe(
-    Layer.provideMerge(SecretBox.Default),
-    Layer.provideMerge(config)
-  )
-  return TurnTiming.Default.pipe(
-    Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
-    Layer.provideMerge(Layer.mergeAll(Environments.Default, BreakerMetrics.Default)),
-    Layer.provideMerge(infra),
-    Layer.provide(Logger.remove(Logger.defaultLogger))
+  const env: Record<string, string> = { ADMIN_API_KEY: "bench-admin-key-0123456789", LOG_LEVEL: "none" }
+  if (redisUrl) {
+    Object.assign(env, { REDIS_URL: redisUrl, SECRETS_KEY: Buffer.alloc(32, 9).toString("base64"), REDIS_KEY_PREFIX: `bench-breaker-${process.pid}:` })
+  }
+  return TurnsLive.pipe(
+    Layer.provideMerge(DomainLive),
+    Layer.provideMerge(FoundationLive),
+    Layer.provide(LoggingLive),
+    Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env)))))
   )
 }
 

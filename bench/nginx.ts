@@ -33,6 +33,8 @@ export interface NginxOptions {
   readonly workerProcesses?: number | "auto"
   /** Run nginx (master and workers) on these cores only (`taskset -c`), e.g. "2-3". */
   readonly cpus?: string
+  /** The port nginx listens on (127.0.0.1); default a free one. */
+  readonly port?: number
 }
 
 /**
@@ -82,7 +84,7 @@ const listening = (port: number) =>
 /** Starts nginx in the foreground (`daemon off`) in front of the instances on `instancePorts`. */
 export const startFleetNginx = async (instancePorts: ReadonlyArray<number>, options: NginxOptions = {}): Promise<Nginx> => {
   const binary = nginxBinary()
-  const port = await freePort()
+  const port = options.port ?? (await freePort())
   const dir = mkdtempSync(join(tmpdir(), "callgate-nginx-"))
   for (const sub of ["body", "proxy", "fastcgi", "uwsgi", "scgi"]) mkdirSync(join(dir, sub))
   const config = fleetNginxConfig(instancePorts, port, dir, options)

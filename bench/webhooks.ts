@@ -20,19 +20,13 @@
 import { readFileSync } from "node:fs"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Worker } from "node:worker_threads"
-import { ConfigProvider, Effect, Layer, Logger, ManagedRuntime } from "effect"
+import { ConfigProvider, Effect, Layer, ManagedRuntime } from "effect"
+import { Redis } from "ioredis"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { Environments } from "../src/environments/Environments.js"
-import { Metrics } from "../src/observability/Metrics.js"
-import { SecretBox } from "../src/secrets/SecretBox.js"
-import { RedisConnection, RedisConnectionLive } from "../src/redis/RedisConnection.js"
-import { RedisEnvironmentStoreLive } from "../src/redis/RedisEnvironmentStore.js"
-import { Deliveries, OutboxLive } from "../src/webhooks/Deliveries.js"
-import { DeliveryMetrics } from "../src/webhooks/DeliveryMetrics.js"
-import { deliveryWorkerLayer } from "../src/webhooks/DeliveryWorker.js"
+import { DeliveryWorkerLive } from "../src/webhooks/DeliveryWorker.js"
+import { DomainLive, FoundationLive, LoggingLive } from "../src/layers.js"
 import { Outbox } from "../src/webhooks/Outbox.js"
-import { redisOutboxStoreLayer } from "../src/redis/RedisOutboxStore.js"
-import { SafeHttpClient } from "../src/webhooks/SafeHttpClient.js"
 import type { SessionEndedEvent } from "../src/webhooks/SessionEndedEvent.js"
 import { startRedis } from "./benchProcess.js"
 
@@ -135,24 +129,23 @@ const startReceiver = async () => {
   }
 }
 
-const layerFor = (redisUrl: string, queue: string, withWorker: boolean, settings: Record<string, string>) => {
-  const base = Layer.mergeAll(OutboxLive, SafeHttpClient.Default).pipe(
-    Layer.provideMerge(Deliveries.Default),
-    Layer.provideMerge(DeliveryMetrics.Default),
-    Layer.provideMerge(Layer.mergeAll(Environments.Default, Metrics.Default)),
-    Layer.provideMerge(SecretBox.Default),
-    Layer.provideMerge(Layer.mergeAll(RedisEnvironmentStoreLive, redisOutboxStoreLayer(queue)).pipe(Layer.provideMerge(RedisConnectionLive))),
-    Layer.provideMerge(AppConfig.Default)
-  )
-  const layer = withWorker ? deliveryWorkerLayer().pipe(Layer.provideMerge(base)) : base
+/**
+ * The production graph's webhook domain (src/layers.ts) over Redis under the bench's own
+ * REDIS_KEY_PREFIX, logs off; with the delivery worker for the processes that deliver.
+ */
+const layerFor = (redisUrl: string, prefix: string, withWorker: boolean, settings: Record<string, string>) => {
+  const domain = DomainLive.pipe(Layer.provideMerge(FoundationLive))
+  const layer = withWorker ? DeliveryWorkerLive.pipe(Layer.provideMerge(domain)) : domain
   return layer.pipe(
-    Layer.provide(Logger.remove(Logger.defaultLogger)),
+    Layer.provide(LoggingLive),
     Layer.provide(
       Layer.setConfigProvider(
         ConfigProvider.fromMap(
           new Map([
             ["ADMIN_API_KEY", "bench-admin-key-0123456789"],
+            ["LOG_LEVEL", "none"],
             ["REDIS_URL", redisUrl],
+            ["REDIS_KEY_PREFIX", prefix],
             ["SECRETS_KEY", Buffer.alloc(32, 9).toString("base64")],
             ["WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"],
             ["WEBHOOK_CA_FILE", CA_FILE],
@@ -174,8 +167,9 @@ export const runWebhookBench = async (options: WebhookBenchOptions = {}): Promis
   const given = options.redisUrl ?? process.env.REDIS_URL
   const redis = given !== undefined ? { url: given, stop: () => {} } : await startRedis()
   const receiver = await startReceiver()
-  const queue = `bench-${process.pid}-${Date.now().toString(36)}`
-  const producer = ManagedRuntime.make(layerFor(redis.url, queue, false, options.settings ?? {}))
+  // Every key of the run (the environment, the outbox) under one prefix, removed at the end.
+  const prefix = `bench-${process.pid}-${Date.now().toString(36)}:`
+  const producer = ManagedRuntime.make(layerFor(redis.url, prefix, false, options.settings ?? {}))
   let worker: ManagedRuntime.ManagedRuntime<unknown, unknown> | undefined
   try {
     const config = await producer.runPromise(AppConfig)
@@ -211,7 +205,8 @@ export const runWebhookBench = async (options: WebhookBenchOptions = {}): Promis
     }
 
     // Warm-up (not measured): the same code paths, JIT-compiled before the clock starts.
-    const warm = ManagedRuntime.make(layerFor(redis.url, `${queue}-warm`, true, options.settings ?? {}))
+    // It drains the same outbox, and is gone before the measured backlog is stored.
+    const warm = ManagedRuntime.make(layerFor(redis.url, prefix, true, options.settings ?? {}))
     await enqueueMany(warm, Math.min(3000, backlog), 32)
     await receiver.waitFor(Math.min(3000, backlog))
     await warm.dispose()
@@ -219,7 +214,7 @@ export const runWebhookBench = async (options: WebhookBenchOptions = {}): Promis
 
     // Drain: a backlog already stored, then a worker starts.
     await enqueueMany(producer, backlog, 32)
-    worker = ManagedRuntime.make(layerFor(redis.url, queue, true, options.settings ?? {})) as ManagedRuntime.ManagedRuntime<unknown, unknown>
+    worker = ManagedRuntime.make(layerFor(redis.url, prefix, true, options.settings ?? {})) as ManagedRuntime.ManagedRuntime<unknown, unknown>
     const elu0 = performance.eventLoopUtilization()
     const cpu0 = process.cpuUsage()
     await worker.runtime()
@@ -253,19 +248,13 @@ export const runWebhookBench = async (options: WebhookBenchOptions = {}): Promis
     await receiver.waitFor(warmed + 2 * backlog + total)
     const delays = [...started].map(([sessionId, at]) => receiver.firstArrival.get(sessionId)! - at).sort((a, b) => a - b)
 
-    // Leave nothing behind in a shared Redis: the environment and the bench's outbox queue.
-    await worker.runPromise(
-      Effect.gen(function* () {
-        yield* Effect.flatMap(Environments, (envs) => envs.remove(agentId, env.id))
-        const { client } = yield* RedisConnection
-        for (const name of [queue, `${queue}-warm`]) {
-          const stream = (client as import("ioredis").Redis).scanStream({ match: `callgate:outbox:{${name}}:*`, count: 1000 })
-          yield* Effect.promise(async () => {
-            for await (const keys of stream) if ((keys as Array<string>).length > 0) await client.unlink(...(keys as Array<string>))
-          })
-        }
-      }) as Effect.Effect<void, unknown, any>
-    )
+    // Leave nothing behind in a shared Redis: every key under the bench's prefix.
+    await worker.runPromise(Effect.flatMap(Environments, (envs) => envs.remove(agentId, env.id)))
+    const client = new Redis(redis.url)
+    for await (const keys of client.scanStream({ match: `${prefix}*`, count: 1000 })) {
+      if ((keys as Array<string>).length > 0) await client.unlink(...(keys as Array<string>))
+    }
+    await client.quit()
 
     const drainRate = backlog / drainSeconds
     const pipelineRate = backlog / pipelineSeconds

@@ -88,7 +88,7 @@ const run = (args) => spawnSync(process.execPath, args, { cwd: root, stdio: "inh
 
 const why = stale()
 if (why !== undefined) {
-  if (run(["--import", "tsx", "scripts/check-config.ts"]) !== 0) process.exit(1)
+  if (!process.argv.includes("--build-only") && run(["--import", "tsx", "scripts/check-config.ts"]) !== 0) process.exit(1)
   process.stderr.write(`callgate: building (${why})...\n`)
   const startedAt = Date.now()
   // Hashed before building: a file saved during the build makes the next start build again.
@@ -103,4 +103,6 @@ if (why !== undefined) {
   utimesSync(stamp, startedAt / 1000, startedAt / 1000)
   process.stderr.write(`callgate: built in ${((Date.now() - startedAt) / 1000).toFixed(1)} s\n`)
 }
+// `--build-only`: bring dist/ up to date and stop (npm run fleet builds once for its instances).
+if (process.argv.includes("--build-only")) process.exit(0)
 await import(pathToFileURL(main).href)

@@ -150,6 +150,9 @@ export const TurnsLive = TurnTiming.Default.pipe(
  */
 export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
 
+/** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
+export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
+
 /**
  * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), each call owned
  * by its LiveCall (relay, turn watch, trip subscription, single ending); a hard error or a
@@ -160,8 +163,8 @@ export const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
   Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
   Layer.provideMerge(SessionEndJournal.Default),
-  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, ErrorFallback.Default, WsAgentDialerLive)),
-  Layer.provideMerge(Layer.mergeAll(FallbackMetrics.Default, SocketGuards.Default, Recordings.Default))
+  Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
+  Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */

@@ -1,5 +1,5 @@
 import { Either } from "effect"
-import type { AgentEvents, AgentLink, AgentStart } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
 import { accountSidOf } from "../kernel/TwilioIds.js"
 import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
@@ -36,6 +36,7 @@ export class AgentConnection implements WireListener, AgentLink {
   private sequence = 0
   private chunk = 0
   private stopFields = { accountSid: "", callSid: "" }
+  private streamSid = ""
   /** Called once if the socket goes away while idle (the pool forgets it). */
   onIdleClose: (() => void) | undefined
 
@@ -61,6 +62,7 @@ export class AgentConnection implements WireListener, AgentLink {
     this.state = "bound"
     this.events = events
     this.encoder = twilioInboundEncoder(start.streamSid)
+    this.streamSid = start.streamSid
     // The ids a Twilio-stream bot hands back to Twilio's REST API: callgate serves that API for them.
     this.stopFields = { accountSid: accountSidOf(start.agentId), callSid: start.sessionId }
     this.socket.send(this.encoder.connected())
@@ -81,6 +83,7 @@ export class AgentConnection implements WireListener, AgentLink {
           to_number: start.to,
           direction: start.direction,
           provider: start.provider,
+          ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {}),
           ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
         }
       })
@@ -153,6 +156,13 @@ export class AgentConnection implements WireListener, AgentLink {
 
   sendMark(name: string): void {
     if (this.encoder !== undefined) this.socket.send(this.encoder.mark(++this.sequence, name))
+  }
+
+  sendAmd(verdict: MachineVerdict): void {
+    if (this.encoder === undefined || this.state !== "bound") return
+    this.socket.send(
+      JSON.stringify({ event: "amd", sequenceNumber: String(++this.sequence), streamSid: this.streamSid, amd: { answeredBy: verdict.answeredBy, detail: verdict.detail } })
+    )
   }
 
   finish(code: number, reason: string): void {

@@ -1,4 +1,5 @@
 import { Data, Schema } from "effect"
+import type { AnsweredBy, MachineVerdict } from "../kernel/CallLegs.js"
 import { E164, ResourceId } from "../environments/EnvironmentSchema.js"
 
 /** `POST /v1/agents/{agentId}/environments/{environmentId}/calls` (docs/calls.md, "Placing outbound calls"). */
@@ -19,7 +20,15 @@ export const PlaceCallBody = Schema.Struct({
       key: Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_.-]{1,64}$/, { message: () => "keys must be 1 to 64 letters, digits, '_', '.' or '-'" })),
       value: Schema.String.pipe(Schema.maxLength(500, { message: () => "values must be at most 500 characters" }))
     }).pipe(Schema.filter((record) => Object.keys(record).length <= 20 || "must have at most 20 keys"))
-  ).annotations({ description: "Strings handed to the agent in start.customParameters (callgate's own parameters win on a clash)" })
+  ).annotations({ description: "Strings handed to the agent in start.customParameters (callgate's own parameters win on a clash)" }),
+  machineDetection: Schema.optional(
+    Schema.Literal("off", "detect", "detect-message-end").annotations({
+      message: () => ({ message: "must be one of off, detect, detect-message-end", override: true })
+    })
+  ).annotations({
+    description:
+      "Answering-machine detection by the carrier: off (default), detect (human or machine as soon as known) or detect-message-end (a machine's verdict once its greeting ended, to leave a message). The verdict reaches the agent as start.customParameters.answeredBy or an amd message, and the session as answeredBy"
+  })
 }).annotations({ identifier: "PlaceCall", message: () => "must be a JSON object" })
 export type PlaceCallBody = typeof PlaceCallBody.Type
 
@@ -81,3 +90,19 @@ export const telnyxUnanswered = (cause: string | undefined): UnansweredReason =>
       return "carrier_failed"
   }
 }
+
+export type MachineDetection = "off" | "detect" | "detect-message-end"
+
+
+/** Twilio's AnsweredBy: human, machine_start, machine_end_beep, machine_end_silence, machine_end_other, fax, unknown. */
+export const twilioVerdict = (answeredBy: string): MachineVerdict => ({
+  answeredBy: answeredBy === "human" ? "human" : answeredBy.startsWith("machine") ? "machine" : answeredBy === "fax" ? "fax" : "unknown",
+  detail: answeredBy
+})
+
+/**
+ * Telnyx's detection result (call.machine.detection.ended: human, machine, not_sure; premium:
+ * human_residence, human_business, machine, silence, fax_detected, not_sure) as callgate's word.
+ */
+export const telnyxAnsweredBy = (result: string): AnsweredBy =>
+  result === "human" || result.startsWith("human_") ? "human" : result === "machine" ? "machine" : result.startsWith("fax") ? "fax" : "unknown"

@@ -2,6 +2,8 @@ import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { type CallKind, type CallRef, Carriers, type Provider } from "../kernel/Carrier.js"
+import type { MachineVerdict } from "../kernel/CallLegs.js"
+import { verdictFields } from "../sessions/Sessions.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { Environments } from "../environments/Environments.js"
 import { SessionEnding } from "../livecall/LiveCall.js"
@@ -15,7 +17,10 @@ import {
   DEFAULT_RING_TIMEOUT_SECONDS,
   OutboundNotConfigured,
   OutboundPlacementFailed,
+  type MachineDetection,
   type PlaceCallBody,
+  telnyxAnsweredBy,
+  twilioVerdict,
   telnyxUnanswered,
   TooManyOutboundCalls,
   twilioUnanswered,
@@ -33,6 +38,9 @@ interface Placed {
   readonly kind: CallKind
   call: CallRef | undefined
   phase: "placing" | "queued" | "ringing" | "answered" | "live" | "ended"
+  readonly machineDetection: MachineDetection
+  /** The carrier's verdict, once given (the first stands). */
+  verdict: MachineVerdict | undefined
 }
 
 /** Twilio's "the call is going": progress that is not an ending. */
@@ -161,7 +169,8 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
 
       const sessionId = newSessionId()
       const kind = provider === "twilio" ? "twilio" : "telnyx-call-control"
-      const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing" }
+      const machineDetection = body.machineDetection ?? "off"
+      const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing", machineDetection, verdict: undefined }
       placed.set(sessionId, call)
       const createdAt = new Date()
       const metadata = body.metadata !== undefined ? { ...body.metadata } : undefined
@@ -201,7 +210,8 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
           from: body.from,
           answerUrl: `${base}${kind === "twilio" ? EntryPaths.twilioVoice : EntryPaths.telnyxCallControl}?${query}`,
           statusUrl: `${base}${EntryPaths.twilioStatus}?${query}`,
-          timeoutSeconds
+          timeoutSeconds,
+          machineDetection: machineDetection === "off" ? undefined : { mode: machineDetection, resultUrl: `${base}${EntryPaths.twilioAmd}?${query}` }
         })
       )
       if (dialed._tag === "Left") {
@@ -245,6 +255,41 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       const reason = twilioUnanswered(status)
       if (reason !== undefined) yield* endUnanswered(call, reason)
     })
+
+    /**
+     * The carrier's machine-detection verdict for a call placed here: to the agent (in `start` or
+     * as an `amd` message: SessionRegistry.machineVerdict) and onto the session record. The first
+     * verdict stands; one for a call this instance no longer holds is ignored.
+     */
+    const machineVerdict = (call: Placed, verdict: MachineVerdict) =>
+      Effect.suspend(() => {
+        if (call.verdict !== undefined || call.machineDetection === "off") return Effect.void
+        call.verdict = verdict
+        registry.machineVerdict(call.sessionId, verdict)
+        return sessions.update(call.agentId, call.sessionId, (current) => ({ ...current, ...verdictFields(verdict) })).pipe(
+          Effect.retry(storeRetry),
+          Effect.ignore,
+          Effect.zipRight(Effect.logInfo("outbound call: machine detection", { sessionId: call.sessionId, answeredBy: verdict.answeredBy, detail: verdict.detail }))
+        )
+      })
+
+    /** Twilio's asynchronous AMD callback (AnsweredBy) for a call placed here (signature checked by the caller). */
+    const twilioAmd = Effect.fn("OutboundCalls.twilioAmd")(function* (sessionId: string, callSid: string, answeredBy: string) {
+      const call = placed.get(sessionId)
+      if (call === undefined || call.call?.callId !== callSid) return
+      yield* machineVerdict(call, twilioVerdict(answeredBy))
+    })
+
+    /**
+     * Telnyx's call.machine.* webhooks. With detect-message-end (greeting_end) a machine's verdict
+     * waits for the end of its greeting, as Twilio's DetectMessageEnd does; a person's is at once.
+     */
+    const telnyxMachine = (call: Placed, stage: "detection" | "greeting", result: string) => {
+      if (stage === "greeting") return machineVerdict(call, { answeredBy: "machine", detail: `greeting_${result}` })
+      const answeredBy = telnyxAnsweredBy(result)
+      if (answeredBy === "machine" && call.machineDetection === "detect-message-end") return Effect.void
+      return machineVerdict(call, { answeredBy, detail: result })
+    }
 
     /**
      * Cancels a call not answered yet (Twilio Status=canceled, Telnyx hangup) or hangs up a live
@@ -294,13 +339,13 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
         const sessionId = byCallId.get(event.callId)
         const call = sessionId !== undefined ? placed.get(sessionId) : undefined
         if (call === undefined || call.kind === "twilio") return Effect.void
-        return endUnanswered(call, telnyxUnanswered(event.cause))
+        return event._tag === "CallHungUp" ? endUnanswered(call, telnyxUnanswered(event.cause)) : telnyxMachine(call, event.stage, event.result)
       }),
       Effect.catchAllCause((cause) => Effect.logError("handling a Telnyx hangup of an outbound call failed", cause)),
       Effect.forever,
       Effect.forkScoped
     )
 
-    return { place, twilioStatus, cancel } as const
+    return { place, twilioStatus, twilioAmd, cancel } as const
   })
 }) {}

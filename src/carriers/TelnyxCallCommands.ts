@@ -87,6 +87,7 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
       readonly from: string
       readonly webhookUrl: string
       readonly timeoutSecs: number
+      readonly answeringMachineDetection?: "detect" | "greeting_end" | undefined
     }) =>
       rest
         .requestFor("dial", "", (sdk, signal) =>
@@ -98,6 +99,7 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
               webhook_url: params.webhookUrl,
               webhook_url_method: "POST",
               timeout_secs: params.timeoutSecs,
+              ...(params.answeringMachineDetection !== undefined ? { answering_machine_detection: params.answeringMachineDetection } : {}),
               command_id: randomUUID()
             },
             { signal }

@@ -51,7 +51,16 @@ export class TelnyxCarrier extends Effect.Service<TelnyxCarrier>()("callgate/Tel
         onNone: () => Effect.fail(new CarrierError({ provider: "telnyx", operation: "dial", detail: "not configured: TELNYX_CONNECTION_ID is not set", retryable: false })),
         onSome: (connectionId) =>
           commands
-            .dial({ connectionId, to: dial.to, from: dial.from, webhookUrl: dial.answerUrl, timeoutSecs: dial.timeoutSeconds })
+            .dial({
+              connectionId,
+              to: dial.to,
+              from: dial.from,
+              webhookUrl: dial.answerUrl,
+              timeoutSecs: dial.timeoutSeconds,
+              // greeting_end always reports the end of a machine's greeting (call.machine.greeting.ended).
+              answeringMachineDetection:
+                dial.machineDetection === undefined ? undefined : dial.machineDetection.mode === "detect" ? "detect" : "greeting_end"
+            })
             .pipe(Effect.map((callControlId): CallRef => ({ kind: "telnyx-call-control", callId: callControlId })))
       })
 

@@ -132,7 +132,16 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
               statusCallback: dial.statusUrl,
               statusCallbackMethod: "POST",
               statusCallbackEvent: ["initiated", "ringing", "answered", "completed"],
-              timeout: dial.timeoutSeconds
+              timeout: dial.timeoutSeconds,
+              // Always asynchronous: the callee is connected at once and the verdict is posted to resultUrl.
+              ...(dial.machineDetection !== undefined
+                ? {
+                    machineDetection: dial.machineDetection.mode === "detect" ? "Enable" : "DetectMessageEnd",
+                    asyncAmd: "true",
+                    asyncAmdStatusCallback: dial.machineDetection.resultUrl,
+                    asyncAmdStatusCallbackMethod: "POST"
+                  }
+                : {})
             }),
           catch: classifyTwilioFailure
         })

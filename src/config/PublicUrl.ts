@@ -28,7 +28,8 @@ const portOf = (url: URL): number => (url.port !== "" ? Number(url.port) : url.p
 
 /**
  * What the start-up log says about PUBLIC_URL once the server listens: which URL carriers are
- * told, and a warning when PUBLIC_URL names this machine on a port nothing of ours listens on.
+ * told, and a warning when PUBLIC_URL names this machine on a port nothing of ours listens on
+ * (not when it has a path, as behind the fleet's nginx: `http://127.0.0.1:8080/i/callgate-1`).
  */
 export type PublicUrlReport =
   | { readonly _tag: "Derived"; readonly publicUrl: string; readonly listening: string }
@@ -56,7 +57,9 @@ export class PublicUrl extends Effect.Service<PublicUrl>()("callgate/PublicUrl",
           return { _tag: "Derived", publicUrl: current, listening }
         }
         const url = new URL(config.publicUrlSetting.value)
-        return isThisHost(url.hostname) && portOf(url) !== address.port
+        // A path (the fleet's `/i/{INSTANCE_ID}`) means a proxy routes it here: another port is expected.
+        const behindProxy = url.pathname.replace(/\/+$/, "") !== ""
+        return isThisHost(url.hostname) && portOf(url) !== address.port && !behindProxy
           ? { _tag: "OtherPort", publicUrl: current, listening }
           : { _tag: "Configured", publicUrl: current }
       }

@@ -41,6 +41,11 @@ export const VARIABLES_WITHOUT_DEFAULT = [
 
 export const knownVariables = (): ReadonlySet<string> => new Set([...Object.keys(defaults), ...VARIABLES_WITHOUT_DEFAULT])
 
+/** Families read by the libraries callgate embeds (OpenTelemetry's SDK, the AWS SDK): never reported. */
+const LIBRARY_PREFIXES = ["OTEL_", "AWS_"]
+
+export const isKnownVariable = (name: string, known = knownVariables()) => known.has(name) || LIBRARY_PREFIXES.some((prefix) => name.startsWith(prefix))
+
 /** Prefixes only callgate's own settings use among common environments: an unknown one is likely a typo. */
 const OWN_PREFIXES = ["TWILIO_", "TELNYX_", "REDIS_", "WEBHOOK_", "BREAKER_", "AGENT_", "CALLGATE_", "RECORDINGS_"]
 
@@ -58,7 +63,7 @@ export const lookalikeVariables = (env: Readonly<Record<string, string | undefin
   const names = [...known]
   const found: Array<{ readonly name: string; readonly suggestion: string | undefined }> = []
   for (const name of Object.keys(env).sort()) {
-    if (known.has(name) || NOT_OURS.has(name) || name !== name.toUpperCase() || name.startsWith("npm_")) continue
+    if (isKnownVariable(name, known) || NOT_OURS.has(name) || name !== name.toUpperCase() || name.startsWith("npm_")) continue
     const nearest = closest(name, names)
     const near = name.length >= 6 && distance(name, nearest) <= 2
     if (!near && !OWN_PREFIXES.some((prefix) => name.startsWith(prefix))) continue

@@ -19,7 +19,9 @@ import {
  * plus three extensions from the agent. See docs/calls.md, "Agents".
  *
  * callgate -> agent: `connected`, `start` (customParameters: sessionId, agentId, environmentId,
- * from, to, from_number, to_number, direction, provider, and the entry URL's custom parameters), `media`, `dtmf`, `mark` (echoes), `stop`; then callgate closes.
+ * from, to, from_number, to_number, direction, provider, answeredBy when machine detection already
+ * answered, and the entry URL's custom parameters), `media`, `dtmf`, `mark` (echoes), `amd` (the
+ * machine-detection verdict after `start`), `stop`; then callgate closes.
  * agent -> callgate: `media`, `mark`, `clear`, and `hangup`, `transfer`, `error`.
  */
 export const AgentHangup = Schema.Struct({ event: Schema.Literal("hangup") })

@@ -59,6 +59,15 @@ export interface AgentEvents {
   agentFailed(fault: LegFault): void
 }
 
+/** Who answered an outbound call, by the carrier's machine detection (docs/calls.md, "Answering-machine detection"). */
+export type AnsweredBy = "human" | "machine" | "fax" | "unknown"
+
+/** The carrier's verdict: callgate's word for it, and the carrier's own (Twilio AnsweredBy, Telnyx result). */
+export interface MachineVerdict {
+  readonly answeredBy: AnsweredBy
+  readonly detail: string
+}
+
 /** What callgate tells the agent at the start of a call (the `start` customParameters). */
 export interface AgentStart {
   readonly sessionId: string
@@ -75,6 +84,8 @@ export interface AgentStart {
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The entry URL's extra query parameters, added to the `start` customParameters. */
   readonly customParameters?: Readonly<Record<string, string>> | undefined
+  /** The machine-detection verdict, when it came before the agent's `start`. */
+  readonly answeredBy?: AnsweredBy | undefined
 }
 
 /** What the session asks of the agent connection. */
@@ -84,6 +95,8 @@ export interface AgentLink {
   sendMedia(payload: string, timestampMs: number): void
   sendDtmf(digit: string): void
   sendMark(name: string): void
+  /** Sends `{"event":"amd"}`: the machine-detection verdict came after `start`. */
+  sendAmd(verdict: MachineVerdict): void
   /** Sends `stop` and closes the socket; idempotent. */
   finish(code: number, reason: string): void
   /** Bytes queued towards the agent. */

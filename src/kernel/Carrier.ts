@@ -67,6 +67,11 @@ export interface OutboundDial {
   /** Where Twilio reports the call's progress (initiated, ringing, answered, completed); Telnyx reports to `answerUrl`. */
   readonly statusUrl: string
   readonly timeoutSeconds: number
+  /**
+   * The carrier's answering-machine detection, asynchronous (docs/calls.md, "Answering-machine
+   * detection"); Twilio posts the verdict to `resultUrl`, Telnyx to `answerUrl`.
+   */
+  readonly machineDetection?: { readonly mode: "detect" | "detect-message-end"; readonly resultUrl: string } | undefined
 }
 
 /** The carriers' REST APIs: the live-call requests, and placing and canceling calls. */

@@ -13,5 +13,7 @@ export const EntryPaths = {
   twilioAfterStream: "/telephony/twilio/after-stream",
   telnyxAfterStream: "/telephony/telnyx/after-stream",
   /** Where Twilio reports the progress of calls callgate placed. */
-  twilioStatus: "/telephony/twilio/status"
+  twilioStatus: "/telephony/twilio/status",
+  /** Where Twilio posts the asynchronous answering-machine verdict (AnsweredBy) of calls callgate placed. */
+  twilioAmd: "/telephony/twilio/amd"
 } as const

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto"
+import type { MachineVerdict } from "./CallLegs.js"
 import type { CallRef, Provider } from "./Carrier.js"
 
 /** A new session id: minted when the carrier's entry webhook admits the call (or when a stream opens without one). */
@@ -31,4 +32,6 @@ export interface SessionInfo {
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The entry URL's extra query parameters, for the agent's `start.customParameters`. */
   readonly customParameters?: Readonly<Record<string, string>> | undefined
+  /** An outbound call's machine-detection verdict, when it came before the stream opened. */
+  readonly answeredBy?: MachineVerdict | undefined
 }

@@ -13,7 +13,7 @@ import type { SessionEnding } from "./SessionEnding.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { Session } from "../sessions/SessionSchema.js"
-import { recordOf, type SessionEnd, Sessions } from "../sessions/Sessions.js"
+import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/Sessions.js"
 import { CloseCode } from "../frames/WireSocket.js"
 
 /** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
@@ -158,6 +158,7 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
             endReason: end.endReason,
             endedAt: end.endedAt.toISOString(),
             fallback: end.fallback ?? null,
+            ...verdictFields(relay.answeredBy),
             ...(Option.isSome(recording) ? { recording: recording.value } : {})
           },
           ...(end.turns !== undefined ? { turns: end.turns } : {})

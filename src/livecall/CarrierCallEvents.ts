@@ -6,6 +6,11 @@ import { Data, Effect, PubSub } from "effect"
  */
 export type CarrierCallEvent = Data.TaggedEnum<{
   CallHungUp: { readonly callId: string; readonly cause?: string | undefined }
+  /**
+   * Telnyx answering-machine detection: `stage` detection (call.machine[.premium].detection.ended)
+   * or greeting (call.machine[.premium].greeting.ended), with the carrier's `result`.
+   */
+  MachineDetected: { readonly callId: string; readonly stage: "detection" | "greeting"; readonly result: string }
 }>
 export const CarrierCallEvent = Data.taggedEnum<CarrierCallEvent>()
 

@@ -5,7 +5,7 @@ import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
@@ -87,11 +87,26 @@ export class LiveCall implements CallerEvents, AgentEvents {
   /** The observer threw: it was replaced by the null observer; reported when the session ends. */
   observerFailure: unknown = undefined
 
+  /** The outbound call's machine-detection verdict, once the carrier gave it. */
+  answeredBy: MachineVerdict | undefined
+
   constructor(
     readonly info: SessionInfo,
     readonly carrier: CarrierLeg,
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
-  ) {}
+  ) {
+    this.answeredBy = info.answeredBy
+  }
+
+  /**
+   * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
+   * yet, else an `amd` message. The first verdict stands.
+   */
+  machineVerdict(verdict: MachineVerdict): void {
+    if (this.answeredBy !== undefined || this.ending !== undefined) return
+    this.answeredBy = verdict
+    this.agent?.sendAmd(verdict)
+  }
 
   /**
    * The call's life, on its one fiber (LiveCalls runs it): the agent is sought and the record
@@ -215,7 +230,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
   attachAgent(agent: AgentLink, start: AgentStart): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
-    agent.begin(start, this)
+    agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     const held = this.held
     this.held = undefined
     if (held === undefined || this.ending !== undefined) return

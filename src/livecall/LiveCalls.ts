@@ -6,7 +6,7 @@ import { Breaker } from "../breaker/Breaker.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Metrics } from "../observability/Metrics.js"
 import { providerOf } from "../kernel/Carrier.js"
-import type { StreamOpening } from "../kernel/CallLegs.js"
+import type { MachineVerdict, StreamOpening } from "../kernel/CallLegs.js"
 import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import type { FrameProblem } from "../frames/FrameDecoding.js"
@@ -31,6 +31,8 @@ export interface OutboundExpectation {
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The carrier's call id once the carrier accepted the call; a stream for another call is refused. */
   callId?: string | undefined
+  /** The machine-detection verdict when it came before the stream: the agent's `start` carries it. */
+  answeredBy?: MachineVerdict | undefined
   /** Called once, synchronously, when the stream opened the session. */
   readonly opened: (live: LiveSession) => void
 }
@@ -177,7 +179,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         reservedAgent: opening.reservedAgent,
         createdAt: outbound?.createdAt ?? new Date(),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
-        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {})
+        ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
+        ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {})
       }
       const carrier = recordings.tap(info, opening.carrier)
       const relay = new LiveCall(info, carrier)
@@ -200,7 +203,7 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
     const hangups = yield* callEvents.subscribe
     yield* Queue.take(hangups).pipe(
       Effect.tap((event) =>
-        Effect.sync(() => byCall.get(event.callId)?.end(SessionEnding.Completed({ reason: "caller_hangup" })))
+        Effect.sync(() => (event._tag === "CallHungUp" ? byCall.get(event.callId)?.end(SessionEnding.Completed({ reason: "caller_hangup" })) : undefined))
       ),
       Effect.forever,
       Effect.forkScoped
@@ -216,6 +219,23 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
      */
     const expectOutbound = (sessionId: string, expectation: OutboundExpectation) => void expected.set(sessionId, expectation)
     const withdrawOutbound = (sessionId: string): boolean => expected.delete(sessionId)
+
+    /**
+     * An outbound call's machine-detection verdict: to the live session (its agent hears it), or
+     * kept with the call still waiting for its stream (the agent's `start` carries it). False when
+     * this instance has neither.
+     */
+    const machineVerdict = (sessionId: string, verdict: MachineVerdict): boolean => {
+      const relay = bySession.get(sessionId)
+      if (relay !== undefined) {
+        relay.machineVerdict(verdict)
+        return true
+      }
+      const waiting = expected.get(sessionId)
+      if (waiting === undefined) return false
+      waiting.answeredBy ??= verdict
+      return true
+    }
     const outboundExpectation = (sessionId: string): Option.Option<OutboundExpectation> => Option.fromNullable(expected.get(sessionId))
 
     /** The live session with this id on this instance, if any. */
@@ -251,7 +271,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
       live,
       expectOutbound,
       withdrawOutbound,
-      outboundExpectation
+      outboundExpectation,
+      machineVerdict
     } as const
   })
 }) {}

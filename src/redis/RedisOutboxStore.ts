@@ -346,6 +346,3 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
   })
 
 export const RedisOutboxStoreLive = Layer.effect(OutboxStore, makeRedisOutboxStore())
-
-/** An outbox under its own queue name, beside others in one Redis (tests). */
-export const redisOutboxStoreLayer = (queue: string) => Layer.effect(OutboxStore, makeRedisOutboxStore(queue))

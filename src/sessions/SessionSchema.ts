@@ -2,7 +2,7 @@ import { Schema } from "effect"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
 import { FallbackRecord } from "../fallback/FallbackRecord.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
-import { SessionRecording } from "../webhooks/SessionEndedEvent.js"
+import { AnsweredBy, SessionRecording } from "../webhooks/SessionEndedEvent.js"
 
 /**
  * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
@@ -48,7 +48,9 @@ export const Session = Schema.Struct({
     })
   ),
   accountSid: Schema.optional(Schema.String.annotations({ description: "The carrier account of the call, when its REST path needs it" })),
-  recording: Schema.optional(SessionRecording.annotations({ description: "The call's recording, once its file is complete (docs/recording.md)" }))
+  recording: Schema.optional(SessionRecording.annotations({ description: "The call's recording, once its file is complete (docs/recording.md)" })),
+  answeredBy: Schema.optional(AnsweredBy),
+  answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" }))
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

@@ -1,4 +1,5 @@
 import { Data, Effect, Option, Schema } from "effect"
+import type { AnsweredBy, MachineVerdict } from "../kernel/CallLegs.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
@@ -57,7 +58,8 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     provider: session.provider,
     callId: session.callId,
     ...(session.endReason !== null ? { endReason: session.endReason } : {}),
-    ...(session.recording !== undefined ? { recording: session.recording } : {})
+    ...(session.recording !== undefined ? { recording: session.recording } : {}),
+    ...(session.answeredBy !== undefined ? { answeredBy: session.answeredBy } : {})
   }
 }
 
@@ -137,5 +139,10 @@ export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
   ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
   ...(instanceId !== undefined ? { instanceId } : {}),
   callKind: info.call.kind,
-  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {})
+  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
+  ...verdictFields(info.answeredBy)
 })
+
+/** The session record's fields for a machine-detection verdict. */
+export const verdictFields = (verdict: MachineVerdict | undefined): { answeredBy?: AnsweredBy; answeredByDetail?: string } =>
+  verdict === undefined ? {} : { answeredBy: verdict.answeredBy, answeredByDetail: verdict.detail }

@@ -10,6 +10,11 @@ export const SessionRecording = Schema.Struct({
 }).annotations({ identifier: "SessionRecording" })
 export type SessionRecording = typeof SessionRecording.Type
 
+/** Who answered an outbound call placed with machine detection (docs/calls.md, "Answering-machine detection"). */
+export const AnsweredBy = Schema.Literal("human", "machine", "fax", "unknown").annotations({
+  description: "Who answered an outbound call placed with machineDetection: human, machine, fax or unknown"
+})
+
 /** The `session.ended` payload (docs/webhooks.md, "The request"). */
 export const SessionEndedEvent = Schema.Struct({
   event: Schema.Literal("session.ended"),
@@ -25,6 +30,7 @@ export const SessionEndedEvent = Schema.Struct({
   provider: Schema.optional(Schema.Literal("twilio", "telnyx")),
   callId: Schema.optional(Schema.String),
   endReason: Schema.optional(Schema.String),
-  recording: Schema.optional(SessionRecording.annotations({ description: "Present when the call was recorded and its file is complete" }))
+  recording: Schema.optional(SessionRecording.annotations({ description: "Present when the call was recorded and its file is complete" })),
+  answeredBy: Schema.optional(AnsweredBy)
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type

@@ -51,10 +51,10 @@ describe("check:layers", () => {
     expect(checkLayers(src).map((p) => `${p.file}: ${p.message}`).sort()).toEqual([
       "src/agent/Dial.ts: imports ws outside a websocket/Ws*.ts adapter",
       "src/agent/WsElsewhere.ts: imports ws outside a websocket/Ws*.ts adapter",
-      "src/redis/Keys.ts: imports ioredis outside a redis/Redis*.ts adapter",
       "src/livecall/RedisElsewhere.ts: imports ioredis outside a redis/Redis*.ts adapter",
       "src/livecall/S.ts: imports @fastify/websocket outside src/http/",
-      "src/livecall/S.ts: imports fastify outside src/http/"
+      "src/livecall/S.ts: imports fastify outside src/http/",
+      "src/redis/Keys.ts: imports ioredis outside a redis/Redis*.ts adapter"
     ])
   })
 })

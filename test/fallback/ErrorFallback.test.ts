@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
 import { ErrorFallback } from "../../src/fallback/ErrorFallback.js"
 import type { FallbackRecord } from "../../src/fallback/FallbackRecord.js"
-import { FallbackMetrics } from "../../src/fallback/FallbackMetrics.js"
+import { RescueLive } from "../../src/layers.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { HardError } from "../../src/kernel/HardError.js"
 import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
@@ -25,8 +25,7 @@ beforeAll(async () => {
   telnyx = await startFakeTelnyx()
   receiver = await startReceiver(() => nextReply)
   runtime = ManagedRuntime.make(
-    ErrorFallback.Default.pipe(
-      Layer.provideMerge(FallbackMetrics.Default),
+    RescueLive.pipe(
       Layer.provideMerge(
         domainLayer("memory", {
           ...twilio.env,

@@ -86,7 +86,7 @@ describe.each<StoreKind>(["memory", "redis"])("GET /v1/openapi.json (%s store)",
     expect(place.responses["201"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/Session" })
     const placeCall = document.components.schemas.PlaceCall
     expect(placeCall.required.sort()).toEqual(["from", "to"])
-    expect(Object.keys(placeCall.properties).sort()).toEqual(["from", "metadata", "provider", "timeoutSeconds", "to"])
+    expect(Object.keys(placeCall.properties).sort()).toEqual(["from", "machineDetection", "metadata", "provider", "timeoutSeconds", "to"])
     const cancel = document.paths[`${calls}/{sessionId}`]?.delete
     expect(cancel.parameters.map((p: { name: string }) => p.name).sort()).toEqual(["agentId", "environmentId", "sessionId"])
     expect(document.components.schemas.Environment.properties.maxConcurrentOutboundCalls).toMatchObject({ type: "number" })

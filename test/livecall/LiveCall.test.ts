@@ -17,7 +17,7 @@ const info: SessionInfo = {
   streamSid: "MZ00000000000000000000000000000000",
   createdAt: new Date()
 }
-const start: AgentStart = { ...info, from: info.from!, to: info.to!, streamSid: "MZ1" }
+const start: AgentStart = { ...info, from: info.from!, to: info.to!, streamSid: "MZ1", answeredBy: undefined }
 
 const carrier = () => {
   const sent: Array<string> = []
@@ -35,10 +35,11 @@ const agent = (backlog = 0) => {
   const sent: Array<string> = []
   let events: AgentEvents | undefined
   const link: AgentLink & { backlog: number } = {
-    begin: (_start, e) => {
+    begin: (start, e) => {
       events = e
-      sent.push("connected", "start")
+      sent.push("connected", start.answeredBy !== undefined ? `start:${start.answeredBy}` : "start")
     },
+    sendAmd: (v) => void sent.push(`amd:${v.answeredBy}:${v.detail}`),
     sendMedia: (p) => void sent.push(`media:${p}`),
     sendDtmf: (d) => void sent.push(`dtmf:${d}`),
     sendMark: (n) => void sent.push(`mark:${n}`),
@@ -66,6 +67,23 @@ describe("LiveCall (the synchronous relay)", () => {
     relay.attachAgent(a.link, start)
     relay.callerMedia(frame(4))
     expect(a.sent).toEqual(["connected", "start", `media:${frame(1)}`, "dtmf:3", `media:${frame(2)}`, `media:${frame(4)}`])
+  })
+
+  it("a machine verdict before the agent is attached rides in start; after, it is an amd message; the first stands", () => {
+    const early = session()
+    early.relay.machineVerdict({ answeredBy: "machine", detail: "machine_end_beep" })
+    const a = agent()
+    early.relay.attachAgent(a.link, start)
+    early.relay.machineVerdict({ answeredBy: "human", detail: "human" })
+    expect(a.sent).toEqual(["connected", "start:machine"])
+    expect(early.relay.answeredBy).toEqual({ answeredBy: "machine", detail: "machine_end_beep" })
+
+    const late = session()
+    const b = agent()
+    late.relay.attachAgent(b.link, start)
+    late.relay.machineVerdict({ answeredBy: "human", detail: "human" })
+    late.relay.machineVerdict({ answeredBy: "machine", detail: "machine_start" })
+    expect(b.sent).toEqual(["connected", "start", "amd:human:human"])
   })
 
   it("holds at most maxHeldFrames and counts what it dropped", () => {

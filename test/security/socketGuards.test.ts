@@ -1,15 +1,14 @@
 import { it } from "@effect/vitest"
 import { Effect, Layer, TestClock } from "effect"
 import { describe, expect, it as plainIt } from "vitest"
-import { AppConfig } from "../../src/config/AppConfig.js"
+import { FoundationLive } from "../../src/layers.js"
 import { type GateLimit, SocketGate } from "../../src/websocket/SocketGate.js"
-import { Metrics } from "../../src/observability/Metrics.js"
 import { SocketGuards } from "../../src/websocket/SocketGuards.js"
 import { testConfigLayer } from "../support/testApp.js"
 
 const guardsLayer = (env: Record<string, string> = {}) =>
   SocketGuards.Default.pipe(
-    Layer.provide(Layer.mergeAll(AppConfig.Default, Metrics.Default)),
+    Layer.provide(FoundationLive),
     Layer.provide(testConfigLayer({ LOG_LEVEL: "none", ...env }))
   )
 

@@ -42,10 +42,14 @@ export const callRoutes = [
 
 const StatusQuery = Schema.Struct({ sessionId: ResourceId }, { key: Schema.String, value: Schema.Unknown })
 const StatusForm = Schema.Struct({ CallSid: Schema.String, CallStatus: Schema.String }, { key: Schema.String, value: Schema.Unknown })
+const AmdForm = Schema.Struct(
+  { CallSid: Schema.String, AnsweredBy: Schema.String.pipe(Schema.maxLength(64)) },
+  { key: Schema.String, value: Schema.Unknown }
+)
 
 /**
- * `POST /telephony/twilio/status?sessionId=..`: Twilio's status callbacks for the calls callgate
- * placed (X-Twilio-Signature checked when TWILIO_AUTH_TOKEN is set). Answers 204; 401 for a bad
+ * `POST /telephony/twilio/status?sessionId=..` and `POST /telephony/twilio/amd?sessionId=..`:
+ * Twilio's status callbacks and asynchronous AMD verdicts for the calls callgate placed (X-Twilio-Signature checked when TWILIO_AUTH_TOKEN is set). Answers 204; 401 for a bad
  * signature, 400 for a request that is not a status callback. Unauthenticated like the other
  * carrier webhooks, so it has their small body limit and their throttle of failed signatures
  * (docs/security.md, "HTTP limits", "Authentication throttling").
@@ -55,23 +59,33 @@ export const registerOutboundCallbackRoutes = (app: FastifyInstance, runtime: Ru
   const config = Runtime.runSync(runtime)(AppConfig)
   const publicUrl = Runtime.runSync(runtime)(PublicUrl)
   const throttle = Runtime.runSync(runtime)(AuthThrottle)
-  app.post(EntryPaths.twilioStatus, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
-    const params = formParams(request.body)
-    if (!verifyTwilioWebhook({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
-      // Past AUTH_FAILURES_PER_MINUTE a bad signature is answered 429, unlogged; a signed callback always goes through.
-      const wait = throttle.refused(request.ip)
-      if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
-      await run(Effect.logWarning("twilio status callback refused: bad X-Twilio-Signature"))
-      return reply.code(401).send()
-    }
-    const query = Schema.decodeUnknownEither(StatusQuery)(request.query)
-    const form = Schema.decodeUnknownEither(StatusForm)(params)
-    if (Either.isLeft(query) || Either.isLeft(form)) return reply.code(400).send()
-    await run(
-      Effect.flatMap(OutboundCalls, (calls) => calls.twilioStatus(query.right.sessionId, form.right.CallSid, form.right.CallStatus)).pipe(
-        Effect.catchAllCause((cause) => Effect.logError("twilio status callback failed", cause))
+  /** A signed Twilio callback about a call callgate placed: 401 (or 429) unsigned, 400 malformed, else 204 once handled. */
+  const callback = <F>(
+    path: string,
+    what: string,
+    schema: Schema.Schema<F, any>,
+    handle: (calls: OutboundCalls, sessionId: string, form: F) => Effect.Effect<void>
+  ) =>
+    app.post(path, { bodyLimit: config.carrierWebhookBodyLimitBytes }, async (request, reply) => {
+      const params = formParams(request.body)
+      if (!verifyTwilioWebhook({ publicUrl: publicUrl.current(), twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
+        // Past AUTH_FAILURES_PER_MINUTE a bad signature is answered 429, unlogged; a signed callback always goes through.
+        const wait = throttle.refused(request.ip)
+        if (wait !== undefined) return reply.code(429).header("retry-after", String(wait)).send()
+        await run(Effect.logWarning(`twilio ${what} refused: bad X-Twilio-Signature`))
+        return reply.code(401).send()
+      }
+      const query = Schema.decodeUnknownEither(StatusQuery)(request.query)
+      const form = Schema.decodeUnknownEither(schema)(params)
+      if (Either.isLeft(query) || Either.isLeft(form)) return reply.code(400).send()
+      await run(
+        Effect.flatMap(OutboundCalls, (calls) => handle(calls, query.right.sessionId, form.right)).pipe(
+          Effect.catchAllCause((cause) => Effect.logError(`twilio ${what} failed`, cause))
+        )
       )
-    )
-    return reply.code(204).send()
-  })
+      return reply.code(204).send()
+    })
+  callback(EntryPaths.twilioStatus, "status callback", StatusForm, (calls, sessionId, form) => calls.twilioStatus(sessionId, form.CallSid, form.CallStatus))
+  // The asynchronous answering-machine verdict (AsyncAmdStatusCallback) of a call placed with machineDetection.
+  callback(EntryPaths.twilioAmd, "AMD callback", AmdForm, (calls, sessionId, form) => calls.twilioAmd(sessionId, form.CallSid, form.AnsweredBy))
 }

@@ -1,4 +1,4 @@
-import { Effect, Either } from "effect"
+import { Effect, Either, Schema } from "effect"
 import { AfterStream } from "../../recovery/AfterStream.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
@@ -17,6 +17,19 @@ import {
   type EntryRequest,
   type EntryResponse
 } from "./EntryWire.js"
+
+/** Telnyx's answering-machine detection webhooks, by the stage they report. */
+const MACHINE_EVENTS: Readonly<Record<string, "detection" | "greeting">> = {
+  "call.machine.detection.ended": "detection",
+  "call.machine.premium.detection.ended": "detection",
+  "call.machine.greeting.ended": "greeting",
+  "call.machine.premium.greeting.ended": "greeting"
+}
+
+const MachineDetectionPayload = Schema.Struct({
+  call_control_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)),
+  result: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(64))))
+})
 
 const json = (status: number, body: unknown): EntryResponse => ({ status, contentType: "application/json", body: JSON.stringify(body) })
 const received = json(200, { received: true })
@@ -37,6 +50,8 @@ const error = (status: number, code: string, message: string) => json(status, { 
  *   nothing more; still active after the owner's grace (its instance died), claimed once and the
  *   caller rescued through the REST API (docs/reliability.md, "Instance loss").
  * - call.speak.ended / call.playback.ended: moves a running TwiML translation along.
+ * - call.machine[.premium].detection.ended / greeting.ended: CarrierCallEvents.MachineDetected,
+ *   the answering-machine verdict of an outbound call callgate placed (OutboundCalls).
  * - anything else: acknowledged and ignored.
  *
  * 401 for a bad or missing Ed25519 signature (when TELNYX_PUBLIC_KEY is set), 400 for a body
@@ -56,6 +71,17 @@ export const telnyxCallControlEntry = (
     if (Either.isLeft(webhook)) return error(400, "VALIDATION_FAILED", `Not a Call Control event: ${webhook.left}.`)
     const event = webhook.right.data.event_type
     const handled = ["call.initiated", "call.answered", "call.hangup", "call.speak.ended", "call.playback.ended", "streaming.stopped", "streaming.failed"]
+    const machine = MACHINE_EVENTS[event]
+    if (machine !== undefined) {
+      // Answering-machine detection of an outbound call callgate placed (OutboundCalls acts on it).
+      const detected = yield* Effect.either(decodeEntry(MachineDetectionPayload, webhook.right.data.payload))
+      if (Either.isLeft(detected)) return error(400, "VALIDATION_FAILED", `The ${event} payload is not valid: ${detected.left}.`)
+      const events = yield* CarrierCallEvents
+      yield* events.publish(
+        CarrierCallEvent.MachineDetected({ callId: detected.right.call_control_id, stage: machine, result: detected.right.result ?? "not_sure" })
+      )
+      return received
+    }
     if (!handled.includes(event)) return received
     const decoded = yield* Effect.either(decodeEntry(CallControlCallPayload, webhook.right.data.payload))
     if (Either.isLeft(decoded)) return error(400, "VALIDATION_FAILED", `The ${event} payload is not valid: ${decoded.left}.`)
