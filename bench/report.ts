@@ -9,6 +9,7 @@ import type { FleetBenchFigures, FleetMeasurement } from "./fleet.js"
 import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
+import type { RecordingBenchFigures } from "./recording.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
 
 export interface Machine {
@@ -52,6 +53,8 @@ export interface BenchResults {
   readonly webhooks?: WebhookBenchFigures | PartError
   readonly breaker?: BreakerBenchFigures | PartError
   readonly fallback?: FallbackBenchFigures | PartError
+  /** Recording on (disk) against off, side by side (recording.ts). */
+  readonly recording?: RecordingBenchFigures | PartError
 }
 
 export interface Comparison {
@@ -394,8 +397,32 @@ export const renderMarkdown = (r: BenchResults): string =>
     comparisonSection(r.comparison),
     fleetSection(r.fleet),
     webhookSection(r.webhooks),
+    recordingSection(r.recording),
     breakerSection(r.breaker),
     fallbackSection(r.fallback)
   ]
     .filter((section) => section !== "")
     .join("\n")
+
+/** Recording on (disk) against off: CPU per call-second side by side, and the write system calls it adds. */
+const recordingSection = (figures: RecordingBenchFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `## Call recording\n\nFailed: ${figures.error}\n`
+  const rows = figures.windows.map(
+    (w, i) =>
+      `| ${i + 1} | ${w.offOpen} / ${w.onOpen} | ${w.offMsPerCallSecond} | ${w.onMsPerCallSecond} | ${w.ratio}x | ${w.recordingWritesPerCallSecond} | ${w.offSyscwPerCallSecond} / ${w.onSyscwPerCallSecond} |`
+  )
+  return [
+    "## Call recording",
+    "",
+    `${figures.calls} calls on each of two callgates at once, one recording every call to disk (docs/recording.md, "Cost"); windows of ${figures.windowSeconds} s.`,
+    "",
+    "| window | calls open (off / on) | CPU ms per call-s, off | on | on / off | recording writes per call-s | write syscalls per call-s (off / on) |",
+    "|---|---|---|---|---|---|---|",
+    ...rows,
+    "",
+    `Pooled: recording on costs ${figures.ratio}x the CPU of off; ${figures.recordingWritesPerCallSecond} recording writes per call per second; ` +
+      `${figures.extraSyscwPerCallSecond} more write system calls per call per second than off (kernel count); ${Math.round(figures.recordedBytes / 1024)} KB recorded.`,
+    ""
+  ].join("\n")
+}

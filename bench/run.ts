@@ -18,9 +18,13 @@ import { runFleetBench } from "./fleet.js"
 import { buildForBench } from "./build.js"
 import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
+import { runRecordingBench } from "./recording.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "recording"] as const
+/** Calls both callgates carry at once in the recording part (recording on against off). */
+const RECORDING_CALLS = 50
+const QUICK_RECORDING_CALLS = 20
 
 /**
  * The default ramp: steps of 25 calls from 25 to 200, around where both systems' knee lies on a
@@ -180,7 +184,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("recording"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -222,6 +226,18 @@ const main = async () => {
         stepSeconds: settings.stepSeconds,
         settleSeconds: q ? 1.5 : 3,
         fullRamp: settings.fullRamp,
+        build,
+        log
+      })
+    )
+  }
+  if (has("recording")) {
+    results.recording = await attempt("recording (callgate with recording on and off, side by side)", () =>
+      runRecordingBench({
+        calls: q ? QUICK_RECORDING_CALLS : RECORDING_CALLS,
+        windows: q ? 1 : 3,
+        stepSeconds: settings.stepSeconds,
+        settleSeconds: q ? 1.5 : 3,
         build,
         log
       })

@@ -65,6 +65,26 @@ export const request = async <T>(method: "GET" | "POST" | "PATCH" | "DELETE", pa
 
 export const enc = encodeURIComponent
 
+/**
+ * A call's recording as a Blob: the API key goes in the Authorization header, which an <audio>
+ * element cannot send, so the page fetches the WAV and plays it from memory.
+ */
+export const fetchRecording = async (agentId: string, sessionId: string, key = session.key()): Promise<Blob> => {
+  const response = await fetch(`/v1/agents/${enc(agentId)}/sessions/${enc(sessionId)}/recording`, {
+    headers: key !== null ? { authorization: `Bearer ${key}` } : {},
+    cache: "no-store",
+    credentials: "omit",
+    referrerPolicy: "no-referrer"
+  }).catch(() => {
+    throw new ApiFailure(0, "NETWORK", "callgate could not be reached.")
+  })
+  if (!response.ok) {
+    const json = (await response.json().catch(() => null)) as { error?: { code?: string; message?: string } } | null
+    throw new ApiFailure(response.status, json?.error?.code ?? "HTTP", json?.error?.message ?? `HTTP ${response.status}`)
+  }
+  return response.blob()
+}
+
 // ---- The wire shapes the dashboard reads (see docs/api.md) ----
 
 export type FallbackType = "disabled" | "phone" | "webhook"
@@ -87,6 +107,8 @@ export interface Environment {
   readonly errorFallbackTimeWindow: number
   readonly errorFallbackWebhookSecret: string | null
   readonly agentUrl: string | null
+  /** Every call of the environment recorded (docs/recording.md). */
+  readonly recording: "off" | "on"
 }
 
 export interface AgentList {
@@ -133,6 +155,8 @@ export interface Session {
   readonly endReason: string | null
   readonly turns: ReadonlyArray<Turn>
   readonly fallback: FallbackRecord | null
+  /** Present once the call's recording is complete. */
+  readonly recording?: { readonly url: string; readonly durationMs: number; readonly pauses: ReadonlyArray<{ readonly startMs: number; readonly endMs: number }> }
 }
 
 export interface SessionPage {

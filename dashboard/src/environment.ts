@@ -23,6 +23,35 @@ const recentSessions = async (agentId: string, environmentId: string): Promise<A
   return all.filter((s) => Date.parse(s.createdAt) >= since || s.status === "active")
 }
 
+// ---- Recording ----
+
+/** The environment's `recording` field: every call recorded, or none (docs/recording.md). */
+const RecordingSetting = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
+  const { env, onSaved } = props
+  const [busy, setBusy] = useState(false)
+  const [error, setError] = useState<unknown>(null)
+  const change = async (event: Event) => {
+    const recording = (event.currentTarget as HTMLSelectElement).value
+    setBusy(true)
+    setError(null)
+    try {
+      onSaved(await api.updateEnvironment(env.agentId, env.id, { recording }))
+    } catch (failure) {
+      setError(failure)
+    } finally {
+      setBusy(false)
+    }
+  }
+  return html`<label>
+      <span class="sr-only">Recording</span>
+      <select name="recording" value=${env.recording} disabled=${busy} onChange=${change}>
+        <option value="off">Off</option>
+        <option value="on">On: record every call</option>
+      </select>
+    </label>
+    <${ErrorLine} error=${error} />`
+}
+
 // ---- Webhook Settings ----
 
 const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
@@ -386,6 +415,8 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
             <dt>Error fallback</dt>
             <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s</dd>
+            <dt>Recording</dt>
+            <dd><${RecordingSetting} env=${env} onSaved=${setEnv} /></dd>
           </dl>
           ${showWebhook ? html`<${WebhookSettings} env=${env} onSaved=${setEnv} />` : null}
           <${Dialog} title="Error Fallback Settings" open=${showFailover} onClose=${closeFailover}>

@@ -1,7 +1,7 @@
 import { html } from "htm/preact"
-import { useMemo, useState } from "preact/hooks"
+import { useEffect, useMemo, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { type AgentList, api, type Delivery, type Environment, type Session, session as keyStore } from "./api.js"
+import { type AgentList, api, type Delivery, type Environment, fetchRecording, type Session, session as keyStore } from "./api.js"
 import { barsPath, Chart, Confirm, ErrorLine, href, ms, SecretOnce, time, usePoll } from "./components.js"
 
 // ---- Sign-in ----
@@ -288,6 +288,45 @@ export const DeliveryTable = (props: { deliveries: ReadonlyArray<Delivery>; onRe
     </tbody>
   </table>`
 
+/** The call's recording, fetched with the API key and played from memory (docs/recording.md, "Access"). */
+const RecordingPlayer = (props: { agentId: string; session: Session }) => {
+  const { agentId, session } = props
+  const [url, setUrl] = useState<string | null>(null)
+  const [error, setError] = useState<unknown>(null)
+  const recorded = session.recording !== undefined
+  useEffect(() => {
+    if (!recorded) return
+    let objectUrl: string | null = null
+    let cancelled = false
+    fetchRecording(agentId, session.id).then(
+      (blob) => {
+        if (cancelled) return
+        objectUrl = URL.createObjectURL(blob)
+        setUrl(objectUrl)
+      },
+      (failure) => {
+        if (!cancelled) setError(failure)
+      }
+    )
+    return () => {
+      cancelled = true
+      if (objectUrl !== null) URL.revokeObjectURL(objectUrl)
+    }
+  }, [agentId, session.id, recorded])
+  if (session.recording === undefined) {
+    return html`<p data-testid="recording">${session.status === "active" ? "Not available until the call has ended." : "This call was not recorded."}</p>`
+  }
+  const { durationMs, pauses } = session.recording
+  return html`<div data-testid="recording">
+    <${ErrorLine} error=${error} />
+    ${url === null ? html`<p>Loading the recording…</p>` : html`<audio controls preload="metadata" src=${url} aria-label="Call recording"></audio>`}
+    <p class="hint">
+      Two channels: caller left, agent right; ${(durationMs / 1000).toFixed(1)} s.
+      ${pauses.length === 0 ? "Not paused." : `Paused: ${pauses.map((p) => `${(p.startMs / 1000).toFixed(1)}–${(p.endMs / 1000).toFixed(1)} s`).join(", ")}.`}
+    </p>
+  </div>`
+}
+
 export const SessionPage = (props: { agentId: string; sessionId: string }) => {
   const { agentId, sessionId } = props
   const [session, setSession] = useState<Session | null>(null)
@@ -370,6 +409,8 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
             <dt>Started</dt><dd>${time(session.createdAt)}</dd>
             <dt>Ended</dt><dd>${time(session.endedAt)}</dd>
           </dl>
+          <h2>Recording</h2>
+          <${RecordingPlayer} agentId=${agentId} session=${session} />
           <h2>Turns</h2>
           ${session.turns.length === 0
             ? html`<p>No caller turn yet.</p>`

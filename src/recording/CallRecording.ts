@@ -1,3 +1,4 @@
+import { endianness } from "node:os"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { FRAME_BYTES, MULAW_SILENCE, MULAW_TO_PCM, SAMPLE_RATE } from "./Wav.js"
 
@@ -15,6 +16,8 @@ const MAX_QUEUED_AGENT_FRAMES = 3000
 export const MAX_FRAME_SAMPLES = WINDOW_SAMPLES / 2
 /** The longest silence one jump of the carrier's timestamps inserts (longer jumps are shortened to it). */
 const MAX_JUMP_SAMPLES = SAMPLE_RATE * 5
+
+const LITTLE_ENDIAN = endianness() === "LE"
 
 const CALLER = 0
 const AGENT = 1
@@ -205,13 +208,21 @@ export class CallRecording {
     const samples = end - from
     const bytes = take(samples * FRAME_BYTES)
     const window = this.window
-    for (let i = 0; i < samples; i++) {
-      const index = ((from + i) % WINDOW_SAMPLES) * 2
-      bytes.writeInt16LE(MULAW_TO_PCM[window[index]!]!, i * FRAME_BYTES)
-      bytes.writeInt16LE(MULAW_TO_PCM[window[index + 1]!]!, i * FRAME_BYTES + 2)
-      window[index] = MULAW_SILENCE
-      window[index + 1] = MULAW_SILENCE
+    const start = (from % WINDOW_SAMPLES) * 2
+    const first = Math.min(samples, WINDOW_SAMPLES - (from % WINDOW_SAMPLES))
+    if (LITTLE_ENDIAN && bytes.byteOffset % 2 === 0) {
+      // Straight into 16-bit lanes: one table look-up per sample.
+      const pcm = new Int16Array(bytes.buffer, bytes.byteOffset, samples * 2)
+      for (let i = 0, index = start; i < first * 2; i++, index++) pcm[i] = MULAW_TO_PCM[window[index]!]!
+      for (let i = first * 2, index = 0; i < samples * 2; i++, index++) pcm[i] = MULAW_TO_PCM[window[index]!]!
+    } else {
+      for (let i = 0; i < samples * 2; i++) {
+        const index = i < first * 2 ? start + i : i - first * 2
+        bytes.writeInt16LE(MULAW_TO_PCM[window[index]!]!, i * 2)
+      }
     }
+    window.fill(MULAW_SILENCE, start, start + first * 2)
+    if (samples > first) window.fill(MULAW_SILENCE, 0, (samples - first) * 2)
     for (const pause of this.pauses) {
       const start = Math.max(from, Math.floor((pause.startMs * SAMPLE_RATE) / 1000))
       const stop = Math.min(end, pause.endMs === null ? end : Math.ceil((pause.endMs * SAMPLE_RATE) / 1000))

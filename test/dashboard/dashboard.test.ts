@@ -364,6 +364,41 @@ describe("the dashboard, in chromium", () => {
     await shot(page, "session")
   })
 
+  it("Recording: switched on from the environment page; a recorded call's session page plays its WAV", async () => {
+    const href = (...parts: Array<string>) => `#/${parts.map(encodeURIComponent).join("/")}`
+    await page.goto(`${gateway.baseUrl}/dashboard${href("agents", agentId, "environments", environmentId)}`)
+    await page.getByLabel("Recording").selectOption("on")
+    for (let tries = 0; tries < 200 && (await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.recording !== "on"; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.recording).toBe("on")
+    const call = await placeTwilioCall({ gatewayUrl: gateway.baseUrl, agentId, environmentId, streamVia: "gateway" })
+    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 10_000 })
+    expect(result.answer.answered).toBe(true)
+    await call.hangup()
+    let recorded: { id: string; recording?: { durationMs: number } } | undefined
+    for (let tries = 0; tries < 400 && recorded?.recording === undefined; tries++) {
+      const sessions = (await v1("GET", `/v1/agents/${agentId}/sessions?limit=1`)).json.data.sessions
+      recorded = sessions[0]
+      if (recorded?.recording === undefined) await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    expect(recorded?.recording?.durationMs).toBeGreaterThan(2000)
+    await page.goto(`${gateway.baseUrl}/dashboard${href("agents", agentId, "sessions", recorded!.id)}`)
+    const audio = page.getByTestId("recording").locator("audio")
+    await audio.waitFor()
+    // chromium decodes the WAV: its duration is the recording's.
+    const duration = await audio.evaluate(
+      // The page's own HTMLAudioElement (the test's TypeScript has no DOM types).
+      (element: any) =>
+        new Promise<number>((resolve) => {
+          if (element.readyState >= 1) return resolve(element.duration)
+          element.addEventListener("loadedmetadata", () => resolve(element.duration), { once: true })
+        })
+    )
+    expect(Math.round(duration * 1000)).toBe(recorded!.recording!.durationMs)
+    await page.getByTestId("recording").getByText("caller left, agent right").waitFor()
+  })
+
   it("renders an environment named like markup as text and runs no script", async () => {
     await page.goto(`${gateway.baseUrl}/dashboard#/agents/${agentId}`)
     await page.getByLabel("Environment name").fill(XSS_NAME)

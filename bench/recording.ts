@@ -1,0 +1,157 @@
+/**
+ * Call recording's cost (docs/recording.md, "Cost"): two callgate processes carrying the same
+ * calls at once, one whose environment records every call to disk and one whose does not; CPU per
+ * call-second of each (the same side-by-side method as measureSideBySide), and the write system
+ * calls per call per second: callgate's own count of its recording writes (one pwrite each), and
+ * the kernel's count of every write-family system call of each process (/proc/PID/io `syscw`),
+ * whose difference between the two processes is what recording adds.
+ */
+import { type Dirent, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { sleep } from "./benchProcess.js"
+import { RelayRig, type RelayLoadOptions, rigSystemOf } from "./relayLoad.js"
+import { createBenchEnvironment, startGateway } from "./systemUnderTest.js"
+
+export interface RecordingWindow {
+  readonly offMsPerCallSecond: number
+  readonly onMsPerCallSecond: number
+  /** Recording on over recording off. */
+  readonly ratio: number
+  readonly onOpen: number
+  readonly offOpen: number
+  /** callgate's count of recording writes, per call per second. */
+  readonly recordingWritesPerCallSecond: number
+  /** Write-family system calls of each process (kernel count), per call per second. */
+  readonly onSyscwPerCallSecond: number
+  readonly offSyscwPerCallSecond: number
+}
+
+export interface RecordingBenchFigures {
+  readonly calls: number
+  readonly windowSeconds: number
+  readonly windows: ReadonlyArray<RecordingWindow>
+  /** Pooled over the windows. */
+  readonly ratio: number
+  readonly recordingWritesPerCallSecond: number
+  readonly extraSyscwPerCallSecond: number
+  /** Bytes of recordings written by the "on" process (a check that it recorded). */
+  readonly recordedBytes: number
+}
+
+const round = (value: number, digits = 2) => Math.round(value * 10 ** digits) / 10 ** digits
+
+const syscwOf = (pid: number): number => {
+  const match = /^syscw:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, "utf8"))
+  return match ? Number(match[1]) : Number.NaN
+}
+
+const recordingWritesOf = async (baseUrl: string): Promise<number> => {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text()
+  const match = /^callgate_recording_writes_total (\d+(?:\.\d+)?)$/m.exec(text)
+  return match ? Number(match[1]) : 0
+}
+
+const bytesUnder = (dir: string): number => {
+  let total = 0
+  const walk = (path: string) => {
+    for (const entry of readdirSync(path, { withFileTypes: true }) as Array<Dirent>) {
+      const child = join(path, entry.name)
+      if (entry.isDirectory()) walk(child)
+      else if (entry.name.endsWith(".wav")) total += statSync(child).size
+    }
+  }
+  try {
+    walk(dir)
+  } catch {
+    // nothing recorded
+  }
+  return total
+}
+
+export const runRecordingBench = async (options: {
+  readonly calls: number
+  readonly windows: number
+  readonly stepSeconds: number
+  readonly settleSeconds?: number
+  readonly build?: string | undefined
+  readonly log?: (line: string) => void
+}): Promise<RecordingBenchFigures> => {
+  const log = options.log ?? (() => {})
+  const dir = mkdtempSync(join(tmpdir(), "callgate-bench-recordings-"))
+  const relayOptions: RelayLoadOptions = {
+    systems: ["gateway"],
+    steps: [options.calls],
+    stepSeconds: options.stepSeconds,
+    settleSeconds: options.settleSeconds ?? 3,
+    build: options.build,
+    log
+  }
+  const start = async (recording: "on" | "off") => {
+    const gateway = await startGateway({ build: options.build, inspect: true, env: { RECORDINGS_DIR: join(dir, recording), LOG_LEVEL: "warn" } })
+    try {
+      const agentId = "bench_agent"
+      const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId, { recording })
+      const rig = await RelayRig.around(`recording ${recording}`, rigSystemOf(`callgate (recording ${recording})`, gateway), {
+        carrierTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId },
+        agentTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey },
+        spareAgents: 2
+      })
+      return { gateway, rig }
+    } catch (error) {
+      await gateway.stop()
+      throw error
+    }
+  }
+  const off = await start("off")
+  const on = await start("on").catch(async (error) => {
+    await off.rig.stop()
+    throw error
+  })
+  const rigs = [off.rig, on.rig] as const
+  try {
+    await Promise.all(rigs.map((rig) => rig.warmUp(relayOptions)))
+    await Promise.all(rigs.map((rig) => rig.load(options.calls, relayOptions)))
+    const windows: Array<RecordingWindow> = []
+    for (let i = 0; i < options.windows; i++) {
+      const opened = await Promise.all(rigs.map((rig) => rig.openWindow()))
+      const before = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid), writes: await recordingWritesOf(on.gateway.baseUrl) }
+      await sleep(options.stepSeconds * 1000)
+      const after = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid), writes: await recordingWritesOf(on.gateway.baseUrl) }
+      const [o, r] = await Promise.all(rigs.map((rig, k) => rig.closeWindow(opened[k]!, relayOptions)))
+      const perCallSecond = (value: number, open: number, seconds: number) => value / (Math.max(1, open) * seconds)
+      const offMs = perCallSecond(o!.cpuSeconds * 1000, o!.carrierWindow.open, o!.windowSeconds)
+      const onMs = perCallSecond(r!.cpuSeconds * 1000, r!.carrierWindow.open, r!.windowSeconds)
+      const window: RecordingWindow = {
+        offMsPerCallSecond: round(offMs, 3),
+        onMsPerCallSecond: round(onMs, 3),
+        ratio: round(onMs / offMs, 3),
+        onOpen: r!.carrierWindow.open,
+        offOpen: o!.carrierWindow.open,
+        recordingWritesPerCallSecond: round(perCallSecond(after.writes - before.writes, r!.carrierWindow.open, options.stepSeconds), 3),
+        onSyscwPerCallSecond: round(perCallSecond(after.on - before.on, r!.carrierWindow.open, options.stepSeconds), 2),
+        offSyscwPerCallSecond: round(perCallSecond(after.off - before.off, o!.carrierWindow.open, options.stepSeconds), 2)
+      }
+      windows.push(window)
+      log(
+        `recording ${options.calls} calls, window ${i + 1}/${options.windows}: CPU ms per call-second off ${window.offMsPerCallSecond}, ` +
+          `on ${window.onMsPerCallSecond} (${window.ratio}x); recording writes ${window.recordingWritesPerCallSecond} per call-second; ` +
+          `write syscalls per call-second on ${window.onSyscwPerCallSecond}, off ${window.offSyscwPerCallSecond}`
+      )
+    }
+    const sum = (pick: (w: RecordingWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
+    return {
+      calls: options.calls,
+      windowSeconds: options.stepSeconds,
+      windows,
+      ratio: round(sum((w) => w.onMsPerCallSecond) / sum((w) => w.offMsPerCallSecond), 3),
+      recordingWritesPerCallSecond: round(sum((w) => w.recordingWritesPerCallSecond) / windows.length, 3),
+      extraSyscwPerCallSecond: round(sum((w) => w.onSyscwPerCallSecond - w.offSyscwPerCallSecond) / windows.length, 2),
+      recordedBytes: bytesUnder(join(dir, "on"))
+    }
+  } finally {
+    await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))
+    await Promise.all(rigs.map((rig) => rig.stop().catch(() => undefined)))
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
