@@ -31,7 +31,8 @@ import { Environments } from "../src/environments/Environments.js"
 import { DomainLive, FoundationLive, LoggingLive, TurnsLive } from "../src/layers.js"
 import { Metrics } from "../src/observability/Metrics.js"
 import { TurnTiming, type WatchedCall } from "../src/turns/TurnTiming.js"
-import { MU_LAW_TO_PCM, VoiceActivity } from "../src/turns/VoiceActivity.js"
+import { MULAW_TO_PCM } from "../src/audio/Mulaw.js"
+import { VoiceActivity } from "../src/turns/VoiceActivity.js"
 import { addCall, classifyCall, emptyAccount, type PlayedSentence, type TurnAccount } from "./turnAccounting.js"
 
 export interface BreakerBenchOptions {
@@ -85,7 +86,7 @@ const loudSpan = (audio: Uint8Array) => {
   let last = -1
   for (let i = 0; i + FRAME <= audio.length; i += FRAME) {
     let power = 0
-    for (let j = 0; j < FRAME; j++) power += MU_LAW_TO_PCM[audio[i + j]!]! ** 2
+    for (let j = 0; j < FRAME; j++) power += MULAW_TO_PCM[audio[i + j]!]! ** 2
     if (power / FRAME > 1000) {
       if (first < 0) first = i / FRAME
       last = i / FRAME

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url"
 /** Bottom to top. A folder may import only folders of a lower layer. */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["config"],
-  ["observability", "secrets", "kernel", "egress"],
+  ["observability", "secrets", "kernel", "egress", "audio"],
   ["environments"],
   ["frames", "twiml"],
   ["apikeys", "webhooks", "breaker", "recording"],

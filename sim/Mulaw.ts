@@ -1,3 +1,5 @@
+import { MULAW_SILENCE, MULAW_TO_PCM } from "../src/audio/Mulaw.js"
+
 /**
  * G.711 mu-law, 8 kHz mono: what Twilio and Telnyx (PCMU) carry. One 20 ms frame is 160 bytes.
  * Decoding is a 256-entry table; encoding is the classic biased-segment algorithm. Digital silence
@@ -6,20 +8,13 @@
 export const SAMPLE_RATE = 8000
 export const FRAME_MS = 20
 export const FRAME_BYTES = 160
-export const MULAW_SILENCE = 0xff
+export { MULAW_SILENCE }
 
 const BIAS = 0x84
 const CLIP = 32635
 
-const decodeByte = (byte: number): number => {
-  const u = ~byte & 0xff
-  const exponent = (u >> 4) & 0x07
-  const magnitude = ((((u & 0x0f) << 3) + BIAS) << exponent) - BIAS
-  return u & 0x80 ? -magnitude : magnitude
-}
-
-/** Linear 16-bit value of every mu-law byte. */
-export const MULAW_TO_LINEAR: Int16Array = Int16Array.from({ length: 256 }, (_, byte) => decodeByte(byte))
+/** Linear 16-bit value of every mu-law byte (the server's own table: one G.711 decoder in the repository). */
+export const MULAW_TO_LINEAR: Int16Array = MULAW_TO_PCM
 
 /** One linear 16-bit sample to its mu-law byte. */
 export const linearToMulaw = (sample: number): number => {

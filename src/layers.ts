@@ -83,7 +83,7 @@ const whenRedis = <A, E, R, E2, R2>(redis: Layer.Layer<A, E, R>, memory: Layer.L
  * Environments, API keys, the outbox, sessions, spent session tokens and the fleet's instance
  * registry: Redis adapters over one connection, or memory.
  */
-export const StoresLive = whenRedis(
+const StoresLive = whenRedis(
   Layer.mergeAll(
     RedisEnvironmentStoreLive,
     RedisApiKeyStoreLive,
@@ -103,7 +103,7 @@ export const StoresLive = whenRedis(
 )
 
 /** The no-response breaker's occurrence window and trip channel: shared through Redis, or this process's memory. */
-export const BreakerStoreLive = whenRedis(RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)), MemoryBreakerStoreLive)
+const BreakerStoreLive = whenRedis(RedisBreakerStoreLive.pipe(Layer.provide(RedisConnectionLive)), MemoryBreakerStoreLive)
 
 /** Log lines at LOG_LEVEL in callgate's format (observability/Logging.ts), for everything built under it. */
 export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => loggerLayer(config.logLevel))).pipe(
@@ -148,7 +148,7 @@ export const TurnsLive = TurnTiming.Default.pipe(
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
  * the background with its idle dial-in agents, and placement at the call entry.
  */
-export const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
 export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
@@ -158,7 +158,7 @@ export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(Fallback
  * by its LiveCall (relay, turn watch, trip subscription, single ending); a hard error or a
  * breaker trip runs the error fallback from there.
  */
-export const CallsLive = CarrierStreams.Default.pipe(
+const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
   Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
   Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
@@ -168,7 +168,7 @@ export const CallsLive = CarrierStreams.Default.pipe(
 )
 
 /** What agents and operators do to calls: outbound calls and the Twilio-compatible call-control API. */
-export const CallApiLive = CallControl.Default.pipe(Layer.provideMerge(OutboundCalls.Default))
+const CallApiLive = CallControl.Default.pipe(Layer.provideMerge(OutboundCalls.Default))
 
 /**
  * Every service of the gateway, the HTTP app included (built, not listening), over configuration
@@ -188,7 +188,7 @@ export const appServicesLayer = HttpApp.Default.pipe(
  * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
  * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
  */
-export const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, LiveCallDrainLive, StartupReconciliationLive, LostInstancesLive)
+const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, LiveCallDrainLive, StartupReconciliationLive, LostInstancesLive)
 
 /**
  * The gateway. LiveCallDrainLive sits beside the server so live calls drain before the HTTP app

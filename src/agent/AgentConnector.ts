@@ -15,7 +15,7 @@ export interface AgentTarget {
 }
 
 /**
- * Finds the agent for one call (docs/design.md, "Agent side"): dial-out to agentUrl when the environment
+ * Finds the agent for one call (docs/calls.md, "Agents"): dial-out to agentUrl when the environment
  * has one, otherwise an idle dial-in socket taken at once (the one placement reserved, when it
  * is still idle; none when placement found no idle agent in the whole fleet). No agent is a HardError, never a wait:
  * the caller is on the line.

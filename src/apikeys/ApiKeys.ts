@@ -1,8 +1,9 @@
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
+import { createHash, randomBytes } from "node:crypto"
 import { Clock, Data, Effect, Option, Redacted, Schedule, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
 import { ApiKeyStore, type StoredApiKey } from "./ApiKeyStore.js"
+import { constantTimeEqual } from "../secrets/ConstantTime.js"
 
 /** Who is calling: the operator's admin key, or a key limited to some agents. */
 export type Principal =
@@ -148,13 +149,13 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("callgate/ApiKeys", {
         return () => void revocationListeners.delete(listener)
       },
       /**
-       * Keys are compared as SHA-256 digests: the admin digest with timingSafeEqual, scoped keys by
+       * Keys are compared as SHA-256 digests: the admin digest in constant time, scoped keys by
        * looking the digest up, so no comparison leaks how much of a guess was right. An expired
        * key, or a rotated key past its grace, is refused.
        */
       authenticate: (presented: string) => {
         const digest = sha256(presented)
-        if (timingSafeEqual(digest, adminDigest)) return Effect.succeed(Option.some<Principal>({ kind: "admin" }))
+        if (constantTimeEqual(digest, adminDigest)) return Effect.succeed(Option.some<Principal>({ kind: "admin" }))
         const hash = digest.toString("hex")
         return Effect.gen(function* () {
           const found = yield* store.findByHash(hash)

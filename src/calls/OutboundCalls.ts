@@ -1,4 +1,4 @@
-import { Duration, Effect, FiberSet, Option, Queue, Schedule } from "effect"
+import { Duration, Effect, FiberSet, Option, Queue } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { type CallKind, type CallRef, Carriers, type Provider } from "../kernel/Carrier.js"
@@ -13,6 +13,7 @@ import type { Session } from "../sessions/SessionSchema.js"
 import { SessionNotFound, sessionEndedEvent, Sessions } from "../sessions/Sessions.js"
 import { EntryPaths } from "../kernel/EntryPaths.js"
 import { Outbox } from "../webhooks/Outbox.js"
+import { storeRetry } from "../kernel/StoreError.js"
 import {
   DEFAULT_RING_TIMEOUT_SECONDS,
   OutboundNotConfigured,
@@ -26,9 +27,6 @@ import {
   twilioUnanswered,
   type UnansweredReason
 } from "./OutboundCallWire.js"
-
-/** Store writes and the outbox are retried briefly: a blip must not lose a call's end. */
-const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
 
 /** Where an outbound call callgate placed is, until its session is over. */
 interface Placed {

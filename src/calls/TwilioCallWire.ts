@@ -106,4 +106,3 @@ export const callResource = (session: Session, accountSid: string) => {
     subresource_uris: {}
   }
 }
-export type CallResource = ReturnType<typeof callResource>

@@ -35,7 +35,7 @@ export const persistedInstanceId = (dataDir: string): string => {
 }
 
 /**
- * Who this process is in the store (docs/reliability.md, "Instance id"): INSTANCE_ID, or (on Redis)
+ * Who this process is in the store (docs/reliability.md, "Instance id and session ownership"): INSTANCE_ID, or (on Redis)
  * the id generated once and kept in DATA_DIR, so a restarted instance finds the sessions its
  * previous run owned; on the embedded store, a fresh id per run. `startedAt` is when this run began: sessions of this id created before it are the previous
  * run's.

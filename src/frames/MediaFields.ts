@@ -38,7 +38,7 @@ export const isNumberLike = (value: unknown): boolean => (typeof value === "stri
 
 /**
  * A media frame's timestamp (ms since the stream began) as a number; -1 when it is absent or not
- * a whole number of ms the recorder can place (docs/recording.md, "Alignment").
+ * a whole number of ms the recorder can place (docs/recording.md, "What is recorded, and the format").
  */
 export const timestampOf = (value: string | number | undefined): number => {
   if (value === undefined) return -1

@@ -1,4 +1,4 @@
-import { Cause, Data, Effect, Option } from "effect"
+import { Cause, Data, Duration, Effect, Option, Schedule } from "effect"
 
 /**
  * The cause a store adapter gives a command refused because the connection is down (refused at
@@ -37,3 +37,9 @@ export const logStoreFailure = (message: string, failure: unknown, annotations: 
 
 /** Optimistic-concurrency loops give up after this many conflicting writes in a row. */
 export const MAX_CAS_ATTEMPTS = 100
+
+/** A store command retried briefly (200 ms doubling, 5 retries, about 6 s): a blip must not lose a call's end. */
+export const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
+
+/** A store command retried until the store answers (200 ms doubling, then every 5 s). */
+export const untilTheStoreAnswers = Schedule.exponential(Duration.millis(200)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(5))))

@@ -1,4 +1,4 @@
-import { Cause, Duration, Effect, Option, Schedule } from "effect"
+import { Cause, Duration, Effect, Option } from "effect"
 import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
@@ -15,9 +15,7 @@ import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/Sessions.js"
 import { CloseCode } from "../frames/WireSocket.js"
-
-/** Store writes and the outbox are retried briefly: a blip must not lose a session's end. */
-const storeRetry = Schedule.exponential(Duration.millis(200)).pipe(Schedule.intersect(Schedule.recurs(5)))
+import { storeRetry } from "../kernel/StoreError.js"
 
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)

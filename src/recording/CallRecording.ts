@@ -1,6 +1,7 @@
 import { endianness } from "node:os"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
-import { FRAME_BYTES, MULAW_SILENCE, MULAW_TO_PCM, SAMPLE_RATE } from "./Wav.js"
+import { MULAW_SILENCE, MULAW_TO_PCM } from "../audio/Mulaw.js"
+import { FRAME_BYTES, SAMPLE_RATE } from "./Wav.js"
 
 /** A stretch the agent asked not to record, in ms from the start of the recording; `endMs` null while it lasts. */
 export interface RecordingPause {
@@ -46,7 +47,7 @@ export interface FlushedAudio {
 
 /**
  * The audio of one recorded call, kept in step with the call on the carrier's clock
- * (docs/recording.md, "Alignment"). Per frame everything is synchronous and copies the payload
+ * (docs/recording.md, "What is recorded, and the format"). Per frame everything is synchronous and copies the payload
  * into a window allocated once per call (no Effect, no Promise, no system call, no allocation);
  * `flush` (once a second, from the recorder's shared ticker) turns what is settled into PCM for one
  * positional write.

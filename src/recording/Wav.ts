@@ -1,7 +1,7 @@
 /**
- * The recording's file format (docs/recording.md, "Format"): RIFF/WAVE, 16-bit linear PCM, two
+ * The recording's file format (docs/recording.md, "What is recorded, and the format"): RIFF/WAVE, 16-bit linear PCM, two
  * channels (caller left, agent right), 8 kHz. The carriers send G.711 mu-law; each mu-law byte
- * decodes to exactly one 16-bit sample (the table below, ITU-T G.711), so nothing is lost, and
+ * decodes to exactly one 16-bit sample (`MULAW_TO_PCM` in audio/Mulaw.ts, ITU-T G.711), so nothing is lost, and
  * silence is zero: a stretch the recorder never wrote (a gap, a pause, a hole a crash left) reads
  * back as silence.
  */
@@ -14,22 +14,6 @@ export const FRAME_BYTES = CHANNELS * BYTES_PER_SAMPLE
 export const HEADER_BYTES = 44
 /** The sizes a header carries while the recording is still being written: "to the end of the file". */
 export const PROVISIONAL_SIZE = 0xffffffff
-
-/** G.711 mu-law byte to 16-bit linear sample. */
-export const MULAW_TO_PCM: Int16Array = (() => {
-  const table = new Int16Array(256)
-  for (let byte = 0; byte < 256; byte++) {
-    const u = ~byte & 0xff
-    const exponent = (u >> 4) & 0x07
-    const mantissa = u & 0x0f
-    const magnitude = (((mantissa << 3) + 0x84) << exponent) - 0x84
-    table[byte] = u & 0x80 ? -magnitude : magnitude
-  }
-  return table
-})()
-
-/** The mu-law byte of silence (decodes to 0). */
-export const MULAW_SILENCE = 0xff
 
 /** A 44-byte canonical WAV header for `dataBytes` of audio (PROVISIONAL_SIZE while unknown). */
 export const wavHeader = (dataBytes: number): Buffer => {

@@ -1,11 +1,9 @@
-import { Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
-import { isStoreUnreachable } from "../kernel/StoreError.js"
+import { isStoreUnreachable, untilTheStoreAnswers } from "../kernel/StoreError.js"
 import { OrphanReconciler } from "./OrphanReconciler.js"
 import { SessionEndJournal, storeAddress } from "../sessions/SessionEndJournal.js"
-
-const untilTheStoreAnswers = Schedule.exponential(Duration.millis(200)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(5))))
 
 /**
  * At start (docs/reliability.md, "Crash and restart"): on Redis, once the spool of the previous

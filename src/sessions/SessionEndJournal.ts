@@ -1,11 +1,11 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { Deferred, Duration, Effect, Either, FiberMap, Option, Redacted, Schedule, Schema } from "effect"
+import { Deferred, Duration, Effect, Either, FiberMap, Option, Redacted, Schema } from "effect"
 import { Counter, Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Metrics } from "../observability/Metrics.js"
-import type { StoreError } from "../kernel/StoreError.js"
+import { type StoreError, untilTheStoreAnswers } from "../kernel/StoreError.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import { isOpenStatus, Session } from "./SessionSchema.js"
@@ -27,9 +27,6 @@ export type SessionEndJob = typeof SessionEndJob.Type
 const Spool = Schema.parseJson(Schema.Struct({ version: Schema.Literal(1), jobs: Schema.Array(SessionEndJob) }))
 const decodeSpool = Schema.decodeUnknownEither(Spool)
 const encodeSpool = Schema.encodeSync(Spool)
-
-/** Kept ends are retried from 200 ms, doubling, at most every 5 s, for as long as the store stays away. */
-const retrySchedule = Schedule.exponential(Duration.millis(200)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(5))))
 
 /** Replayed spool entries tried at once at start. */
 const REPLAY_CONCURRENCY = 16
@@ -148,7 +145,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
             Effect.zipRight(
               attempt(job).pipe(
                 Effect.tapError(() => Effect.sync(() => retries.inc())),
-                Effect.retry(retrySchedule),
+                Effect.retry(untilTheStoreAnswers),
                 Effect.zipRight(Effect.sync(() => retries.inc()))
               )
             ),

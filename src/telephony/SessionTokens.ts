@@ -1,7 +1,8 @@
-import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto"
+import { createHmac, hkdfSync, randomBytes } from "node:crypto"
 import { Effect, Option, Redacted, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import type { CallKind } from "../kernel/Carrier.js"
+import { constantTimeEqual } from "../secrets/ConstantTime.js"
 
 /**
  * Short-lived tokens that callgate's call entry endpoints hand to the carrier (as a stream
@@ -56,7 +57,7 @@ export const makeSessionTokens = (key: Uint8Array, now: () => number = Date.now)
       if (!body || !signature) return Option.none()
       const expected = mac(body)
       const given = Buffer.from(signature, "base64url")
-      if (given.length !== expected.length || !timingSafeEqual(given, expected)) return Option.none()
+      if (!constantTimeEqual(given, expected)) return Option.none()
       return decodeClaims(Buffer.from(body, "base64url").toString("utf8")).pipe(Option.filter((claims) => claims.exp > now()))
     }
   } as const

@@ -5,7 +5,7 @@ import type { AnsweredTurn, EndedTurn } from "./TurnTracker.js"
 const spanTime = (atMs: number) => BigInt(Math.round((performance.timeOrigin + atMs) * 1000)) * 1000n
 
 /**
- * One span per caller turn, a child of the session span (docs/observability.md, "The span tree"):
+ * One span per caller turn, a child of the session span (docs/observability.md, "The span tree of a call"):
  * it starts at the caller's last voiced frame (where the response timer starts) and ends when the
  * turn is over for callgate: answered (and, where the carrier confirms playout, heard or cut by a
  * `clear`), superseded by the caller speaking again, or cut by the end of the call. Made straight

@@ -243,11 +243,6 @@ export class TurnTracker implements TurnObserver {
     if (this.pending !== undefined) this.respond(Math.max(this.agentOnset, this.pending.endedAtMs))
   }
 
-  /** For carriers that stop sending frames during silence: lets the end-of-turn silence pass. */
-  tick(atMs: number): void {
-    if (!this.closed) this.checkTurnEnd(atMs)
-  }
-
   close(): void {
     if (this.closed) return
     this.closed = true

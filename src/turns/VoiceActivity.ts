@@ -1,5 +1,6 @@
 import createFvad, { type FvadModule } from "@echogarden/fvad-wasm"
 import { Effect } from "effect"
+import { MULAW_TO_PCM } from "../audio/Mulaw.js"
 import { AppConfig } from "../config/AppConfig.js"
 
 /**
@@ -13,22 +14,11 @@ import { AppConfig } from "../config/AppConfig.js"
  * noise of its stream) that do no allocation per frame.
  */
 
-/** G.711 mu-law byte to linear 16-bit PCM (ITU-T G.711, as in every telephony stack). */
-export const MU_LAW_TO_PCM: Int16Array = (() => {
-  const table = new Int16Array(256)
-  for (let byte = 0; byte < 256; byte++) {
-    const u = ~byte & 0xff
-    const magnitude = ((((u & 0x0f) << 3) + 0x84) << ((u >> 4) & 0x07)) - 0x84
-    table[byte] = u & 0x80 ? -magnitude : magnitude
-  }
-  return table
-})()
-
 /**
  * Each mu-law byte's PCM sample squared: a frame's level is a sum of 160 lookups (half the work of
  * decoding and multiplying, measured), so a frame the energy gate decides is never decoded at all.
  */
-const MU_LAW_POWER: Float64Array = Float64Array.from(MU_LAW_TO_PCM, (sample) => sample * sample)
+const MU_LAW_POWER: Float64Array = Float64Array.from(MULAW_TO_PCM, (sample) => sample * sample)
 
 /** Mean square of a frame's PCM samples. */
 const meanPowerOf = (frame: Uint8Array): number => {
@@ -123,7 +113,7 @@ export class VoiceDetector implements VoiceClassifier {
     const heap = this.fvad.HEAP16
     const base = this.samples >> 1
     if (direct) {
-      for (let i = 0; i < length; i++) heap[base + i] = MU_LAW_TO_PCM[frame[i]!]!
+      for (let i = 0; i < length; i++) heap[base + i] = MULAW_TO_PCM[frame[i]!]!
       this.voiced = this.fvad._fvad_process(this.instance, this.samples, length) === 1
       return this.voiced
     }
@@ -134,7 +124,7 @@ export class VoiceDetector implements VoiceClassifier {
     let anyPiece = false
     let anyVoiced = false
     for (let i = 0; i < length; i++) {
-      heap[base + this.carried++] = MU_LAW_TO_PCM[frame[i]!]!
+      heap[base + this.carried++] = MULAW_TO_PCM[frame[i]!]!
       if (this.carried === PIECE_SAMPLES) {
         this.carried = 0
         anyPiece = true

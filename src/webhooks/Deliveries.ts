@@ -23,7 +23,7 @@ export const CANCEL_REASONS = {
 /**
  * One session has one session.ended, so its delivery id is derived from the session id: the same
  * event offered again (a session ended twice, a replayed spool) finds it already queued
- * (docs/reliability.md, "Idempotence").
+ * (docs/reliability.md, "Guarantees (on Redis)").
  */
 export const sessionEndedDeliveryId = (sessionId: string) =>
   `dlv_${createHash("sha256").update(`session.ended ${sessionId}`).digest("base64url").slice(0, 20)}`

@@ -1,4 +1,5 @@
-import { createHmac, timingSafeEqual } from "node:crypto"
+import { createHmac } from "node:crypto"
+import { constantTimeEqual } from "../secrets/ConstantTime.js"
 
 /**
  * Request signing for event and error fallback webhooks (docs/webhooks.md, "Verifying on the receiver"). Pure: no
@@ -87,7 +88,7 @@ export const verifySignature = (options: VerifyOptions): boolean => {
   if (!HEX_DIGEST.test(presentedHex)) return false
   const presented = Buffer.from(presentedHex, "hex")
   const expected = digest(secret, timestamp, rawBody)
-  return presented.length === expected.length && timingSafeEqual(presented, expected)
+  return constantTimeEqual(presented, expected)
 }
 
 /**

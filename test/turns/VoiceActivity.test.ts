@@ -7,7 +7,8 @@ import { defaults } from "../../config/defaults.js"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { type AnsweredTurn, type EndedTurn, TurnTracker } from "../../src/turns/TurnTracker.js"
 import { writeStamp } from "../../sim/FrameStamp.js"
-import { loadFvad, MU_LAW_TO_PCM, QUIET_POWER, QUIET_SETTLE_FRAMES, VoiceActivity, VoiceDetector } from "../../src/turns/VoiceActivity.js"
+import { MULAW_TO_PCM } from "../../src/audio/Mulaw.js"
+import { loadFvad, QUIET_POWER, QUIET_SETTLE_FRAMES, VoiceActivity, VoiceDetector } from "../../src/turns/VoiceActivity.js"
 import { testConfigLayer } from "../support/testApp.js"
 
 const audio = (name: string) => new Uint8Array(readFileSync(fileURLToPath(new URL(`../fixtures/audio/${name}.ulaw`, import.meta.url))))
@@ -61,7 +62,7 @@ const speechSpan = (clip: Uint8Array) => {
   const loud: Array<number> = []
   for (let i = 0; i + FRAME <= clip.length; i += FRAME) {
     let power = 0
-    for (let j = 0; j < FRAME; j++) power += MU_LAW_TO_PCM[clip[i + j]!]! ** 2
+    for (let j = 0; j < FRAME; j++) power += MULAW_TO_PCM[clip[i + j]!]! ** 2
     if (power / FRAME > 1000) loud.push(i / FRAME)
   }
   return { first: loud[0]! * FRAME_MS, last: loud[loud.length - 1]! * FRAME_MS }
@@ -69,11 +70,11 @@ const speechSpan = (clip: Uint8Array) => {
 
 describe("VoiceActivity", () => {
   it("decodes G.711 mu-law", () => {
-    expect(MU_LAW_TO_PCM[0xff]).toBe(0)
-    expect(MU_LAW_TO_PCM[0x7f]).toBe(0)
-    expect(MU_LAW_TO_PCM[0x00]).toBe(-32124)
-    expect(MU_LAW_TO_PCM[0x80]).toBe(32124)
-    expect(MU_LAW_TO_PCM[0xf0]).toBe(120)
+    expect(MULAW_TO_PCM[0xff]).toBe(0)
+    expect(MULAW_TO_PCM[0x7f]).toBe(0)
+    expect(MULAW_TO_PCM[0x00]).toBe(-32124)
+    expect(MULAW_TO_PCM[0x80]).toBe(32124)
+    expect(MULAW_TO_PCM[0xf0]).toBe(120)
   })
 
   it.each(["caller-appointment", "caller-account", "agent-greeting"])("%s is one voiced caller turn", (name) => {
@@ -234,7 +235,7 @@ describe("VoiceActivity", () => {
         for (let at = 0; at + FRAME <= played.length; at += FRAME) {
           const frame = played.subarray(at, at + FRAME)
           const heap = fvad.HEAP16
-          for (let i = 0; i < FRAME; i++) heap[(samples >> 1) + i] = MU_LAW_TO_PCM[frame[i]!]!
+          for (let i = 0; i < FRAME; i++) heap[(samples >> 1) + i] = MULAW_TO_PCM[frame[i]!]!
           const expected = fvad._fvad_process(reference, samples, FRAME) === 1
           const before = passes
           expect(gated.isVoiced(frame), `${clip} then ${name}, frame ${at / FRAME}`).toBe(expected)

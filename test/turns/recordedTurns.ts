@@ -15,7 +15,8 @@ import { fileURLToPath } from "node:url"
 import { Effect } from "effect"
 import { defaults } from "../../config/defaults.js"
 import { TurnTracker } from "../../src/turns/TurnTracker.js"
-import { loadFvad, MU_LAW_TO_PCM, VoiceDetector } from "../../src/turns/VoiceActivity.js"
+import { MULAW_TO_PCM } from "../../src/audio/Mulaw.js"
+import { loadFvad, VoiceDetector } from "../../src/turns/VoiceActivity.js"
 
 const FRAME = 160
 const FRAME_MS = 20
@@ -46,7 +47,7 @@ export const lastLoudMs = (clip: Uint8Array) => {
   let last = 0
   for (let i = 0; i + FRAME <= clip.length; i += FRAME) {
     let power = 0
-    for (let j = 0; j < FRAME; j++) power += MU_LAW_TO_PCM[clip[i + j]!]! ** 2
+    for (let j = 0; j < FRAME; j++) power += MULAW_TO_PCM[clip[i + j]!]! ** 2
     if (power / FRAME > 1000) last = (i / FRAME) * FRAME_MS
   }
   return last
@@ -54,7 +55,7 @@ export const lastLoudMs = (clip: Uint8Array) => {
 export const firstLoudMs = (clip: Uint8Array) => {
   for (let i = 0; i + FRAME <= clip.length; i += FRAME) {
     let power = 0
-    for (let j = 0; j < FRAME; j++) power += MU_LAW_TO_PCM[clip[i + j]!]! ** 2
+    for (let j = 0; j < FRAME; j++) power += MULAW_TO_PCM[clip[i + j]!]! ** 2
     if (power / FRAME > 1000) return (i / FRAME) * FRAME_MS
   }
   return 0

@@ -10,7 +10,7 @@ export const AgentCapacityView = Schema.Struct({
   })
 }).annotations({ identifier: "AgentCapacity" })
 
-/** Dial-in capacity, for `callgate-sim --wait-for-agent` and for operators (docs/calls.md, "Dial-in"). */
+/** Dial-in capacity, for `callgate-sim --wait-for-agent` and for operators (docs/calls.md, "Agents"). */
 export const agentPoolRoutes = [
   apiRoute({
     method: "GET",

@@ -1,4 +1,3 @@
-import { timingSafeEqual } from "node:crypto"
 import type { IncomingHttpHeaders } from "node:http"
 import { Duration, Effect, FiberSet, Option } from "effect"
 import { Counter } from "prom-client"
@@ -15,6 +14,7 @@ import type { CarrierStreamLeg } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import { TelnyxStream } from "./TelnyxStream.js"
 import { TwilioStream } from "./TwilioStream.js"
+import { constantTimeEqual } from "../../secrets/ConstantTime.js"
 
 /** The parts of the upgrade request the stream handlers read. */
 export interface StreamUpgrade {
@@ -25,11 +25,6 @@ export interface StreamUpgrade {
   readonly address: string
 }
 
-const sameSecret = (a: string, b: string) => {
-  const left = Buffer.from(a)
-  const right = Buffer.from(b)
-  return left.length === right.length && timingSafeEqual(left, right)
-}
 
 const bearer = (header: string | string[] | undefined): string | undefined => {
   if (typeof header !== "string") return undefined
@@ -143,7 +138,7 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
         const presented = [bearer(upgrade.headers.authorization), upgrade.headers["x-telnyx-streaming-auth-token"]]
         for (const header of presented) {
           if (header === undefined) continue
-          if (typeof header !== "string" || !sameSecret(header, token)) {
+          if (typeof header !== "string" || !constantTimeEqual(header, token)) {
             return refuse(socket, "telnyx", "stream auth token does not match", "stream_auth_token", upgrade.address)
           }
         }
