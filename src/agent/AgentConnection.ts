@@ -1,4 +1,5 @@
 import { Either } from "effect"
+import { agentMediaFormat } from "../kernel/AudioFormat.js"
 import type { AgentEvents, AgentLink, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
 import { accountSidOf } from "../kernel/TwilioIds.js"
@@ -69,6 +70,7 @@ export class AgentConnection implements WireListener, AgentLink {
     this.socket.send(
       this.encoder.start(++this.sequence, {
         ...this.stopFields,
+        ...(start.mediaFormat !== undefined ? { mediaFormat: agentMediaFormat(start.mediaFormat) } : {}),
         customParameters: {
           // The entry URL's parameters and the placer's metadata first: callgate's own parameters cannot be overridden by them.
           ...start.customParameters,

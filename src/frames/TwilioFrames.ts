@@ -145,6 +145,8 @@ export interface TwilioStartFields {
   readonly accountSid: string
   readonly callSid: string
   readonly customParameters: Readonly<Record<string, string>>
+  /** The audio format of the call's media (default 8 kHz mu-law, Twilio's only one). */
+  readonly mediaFormat?: { readonly encoding: string; readonly sampleRate: number; readonly channels: number } | undefined
 }
 
 /** The frames Twilio sends, as a stream server (or an agent) receives them. */
@@ -165,7 +167,7 @@ export const twilioInboundEncoder = (streamSid: string) => {
           streamSid,
           callSid: fields.callSid,
           tracks: ["inbound"],
-          mediaFormat: { encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 },
+          mediaFormat: fields.mediaFormat ?? { encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 },
           customParameters: fields.customParameters
         },
         streamSid

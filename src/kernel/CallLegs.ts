@@ -1,3 +1,4 @@
+import type { AudioFormat } from "./AudioFormat.js"
 import type { CallKind, Provider } from "./Carrier.js"
 import type { HardErrorKind } from "./HardError.js"
 
@@ -86,6 +87,8 @@ export interface AgentStart {
   readonly customParameters?: Readonly<Record<string, string>> | undefined
   /** The machine-detection verdict, when it came before the agent's `start`. */
   readonly answeredBy?: AnsweredBy | undefined
+  /** The carrier stream's audio format, which the agent receives and sends (`start.mediaFormat`); 8 kHz mu-law when absent. */
+  readonly mediaFormat?: AudioFormat | undefined
 }
 
 /** What the session asks of the agent connection. */
@@ -115,6 +118,8 @@ export interface StreamOpening {
   readonly from?: string | undefined
   readonly to?: string | undefined
   readonly direction?: "inbound" | "outbound" | undefined
+  /** The stream's audio format (Telnyx `start.media_format`); 8 kHz mu-law when absent. */
+  readonly mediaFormat?: AudioFormat | undefined
   /** The entry URL's extra query parameters (EntryWire.entryCustomParameters), carried by the session token. */
   readonly customParameters?: Readonly<Record<string, string>> | undefined
   /** The carrier's id of this media stream (Twilio streamSid, Telnyx stream_id). */

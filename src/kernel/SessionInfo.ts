@@ -1,3 +1,4 @@
+import type { AudioFormat } from "./AudioFormat.js"
 import { randomBytes } from "node:crypto"
 import type { MachineVerdict } from "./CallLegs.js"
 import type { CallRef, Provider } from "./Carrier.js"
@@ -32,6 +33,8 @@ export interface SessionInfo {
   readonly metadata?: Readonly<Record<string, string>> | undefined
   /** The entry URL's extra query parameters, for the agent's `start.customParameters`. */
   readonly customParameters?: Readonly<Record<string, string>> | undefined
+  /** The stream's audio format; 8 kHz mu-law when absent. */
+  readonly mediaFormat?: AudioFormat | undefined
   /** An outbound call's machine-detection verdict, when it came before the stream opened. */
   readonly answeredBy?: MachineVerdict | undefined
 }

@@ -4,6 +4,7 @@ import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
+import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
@@ -89,6 +90,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   /** The outbound call's machine-detection verdict, once the carrier gave it. */
   answeredBy: MachineVerdict | undefined
+  /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
+  private readonly toObserved: (bytes: Uint8Array) => Uint8Array
 
   constructor(
     readonly info: SessionInfo,
@@ -96,6 +99,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
   ) {
     this.answeredBy = info.answeredBy
+    this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
 
   /**
@@ -198,7 +202,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
         streamSid: parts.newStreamSid(),
         traceparent,
         metadata: info.metadata,
-        customParameters: info.customParameters
+        customParameters: info.customParameters,
+        mediaFormat: info.mediaFormat
       })
     }).pipe(
       Effect.catchAll((error) =>
@@ -348,7 +353,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private decode(payload: string): Uint8Array {
     const length = sharedAudio.write(payload, 0, "base64")
     if (length !== this.view.length) this.view = sharedAudio.subarray(0, length)
-    return this.view
+    return this.toObserved(this.view)
   }
 
   private hold(dtmf: boolean, value: string, atMs: number) {

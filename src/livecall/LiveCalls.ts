@@ -180,7 +180,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         createdAt: outbound?.createdAt ?? new Date(),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
-        ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {})
+        ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
+        ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {})
       }
       const carrier = recordings.tap(info, opening.carrier)
       const relay = new LiveCall(info, carrier)

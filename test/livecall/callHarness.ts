@@ -195,7 +195,7 @@ export const twilioCall = async (
 /** A Telnyx media streaming client (bidirectional RTP, PCMU). */
 export const telnyxCall = async (
   gateway: Gateway,
-  options: { token?: string; callControlId: string; headers?: Record<string, string>; encoding?: "PCMU" | "audio/x-mulaw" }
+  options: { token?: string; callControlId: string; headers?: Record<string, string>; encoding?: string; sampleRate?: number }
 ): Promise<CarrierCall> => {
   const query = options.token !== undefined ? `?token=${encodeURIComponent(options.token)}` : ""
   const peer = await openSocket(`${gateway.wsBase}/telephony/telnyx/stream${query}`, options.headers ?? {})
@@ -219,7 +219,7 @@ export const telnyxCall = async (
           tags: [],
           client_state: null,
           custom_parameters: {},
-          media_format: { encoding: options.encoding ?? "PCMU", sample_rate: 8000, channels: 1 }
+          media_format: { encoding: options.encoding ?? "PCMU", sample_rate: options.sampleRate ?? 8000, channels: 1 }
         }
       }),
     media: (payload, n) => {

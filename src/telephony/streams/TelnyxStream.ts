@@ -1,4 +1,5 @@
 import { Either } from "effect"
+import { telnyxAudioFormat } from "../../kernel/AudioFormat.js"
 import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
 import { timestampOf } from "../../frames/MediaFields.js"
 import type { WireSocket } from "../../frames/WireSocket.js"
@@ -97,7 +98,11 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
     if (call.kind === "telnyx-call-control" && callControlId !== undefined && callControlId !== call.callId) {
       return this.refuse("session token was issued for another call")
     }
-    this.spendThenOpen(this.claims, { ...call, reservedAgent: reservedAgentOf(placedOn, agentSocket), from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
+    const mediaFormat = telnyxAudioFormat(frame.start.media_format.encoding, frame.start.media_format.sample_rate)
+    if (mediaFormat === undefined) {
+      return this.refuse(`unsupported media format ${frame.start.media_format.encoding} at ${frame.start.media_format.sample_rate} Hz`)
+    }
+    this.spendThenOpen(this.claims, { ...call, mediaFormat, reservedAgent: reservedAgentOf(placedOn, agentSocket), from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
   }
 
   // CarrierLeg

@@ -71,9 +71,11 @@ describe("dialect frames", () => {
     const telnyx = makeFrameDecoder("telnyx", TelnyxInbound, TELNYX_INBOUND_EVENTS)
     const noStream = telnyx({ event: "media", media: { chunk: "1", payload } })
     expect(Either.isLeft(noStream) && noStream.left.reason).toBe("telnyx: malformed media frame: stream_id is required")
-    const pcma = telnyx({ event: "start", stream_id: "s", start: { media_format: { encoding: "PCMA", sample_rate: 8000, channels: 1 } } })
-    expect(Either.isLeft(pcma) && pcma.left.code).toBe(1007)
-    for (const encoding of ["PCMU", "audio/x-mulaw"]) {
+    const opus = telnyx({ event: "start", stream_id: "s", start: { media_format: { encoding: "OPUS", sample_rate: 8000, channels: 1 } } })
+    expect(Either.isLeft(opus) && opus.left.code).toBe(1007)
+    const stereo = telnyx({ event: "start", stream_id: "s", start: { media_format: { encoding: "L16", sample_rate: 16000, channels: 2 } } })
+    expect(Either.isLeft(stereo) && stereo.left.code).toBe(1007)
+    for (const encoding of ["PCMU", "audio/x-mulaw", "PCMA", "L16"]) {
       expect(Either.isRight(telnyx({ event: "start", stream_id: "s", start: { media_format: { encoding, sample_rate: 8000, channels: 1 } } }))).toBe(true)
     }
   })

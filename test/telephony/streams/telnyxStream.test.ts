@@ -1,3 +1,4 @@
+import { type AudioFormat, bytesPerMs, linearToAlaw, mulawToLinear } from "../../../src/kernel/AudioFormat.js"
 import { callTraceIds } from "../../../src/observability/Tracing.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -136,6 +137,62 @@ describe("Telnyx media streams end to end", () => {
     const [update] = gateway.telnyx.texmlUpdates(callId)
     expect(update!.path).toBe(`/v2/texml/Accounts/texml-account-1/Calls/${callId}`)
     expect(update!.form).toEqual({ Status: "completed" })
+  })
+
+  it.each([
+    ["PCMA", 8000, { encoding: "audio/x-alaw", sampleRate: 8000 }],
+    ["L16", 8000, { encoding: "audio/L16", sampleRate: 8000 }],
+    ["L16", 16000, { encoding: "audio/L16", sampleRate: 16000 }]
+  ] as const)("a %s stream at %i Hz: start.mediaFormat says so, audio relayed byte for byte both ways, the caller's turn timed", async (encoding, sampleRate, mediaFormat) => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+    const callId = callControlId()
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId })
+    const call = await telnyxCall(gateway, { token, callControlId: callId, encoding, sampleRate })
+    call.start()
+    const [start] = await agent.waitForEvent("start")
+    expect(start.start.mediaFormat).toEqual({ ...mediaFormat, channels: 1 })
+    // The caller's recording in the stream's format: 20 ms frames of it.
+    const format = { encoding: mediaFormat.encoding, sampleRate: mediaFormat.sampleRate } as AudioFormat
+    const frameBytes = bytesPerMs(format) * 20
+    const inFormat = (frames: ReadonlyArray<string>) =>
+      frames.map((frame) => {
+        const mulaw = Buffer.from(frame, "base64")
+        if (format.encoding === "audio/x-alaw") return Buffer.from(mulaw.map((byte) => linearToAlaw(mulawToLinear(byte)))).toString("base64")
+        const out = Buffer.alloc(frameBytes)
+        const repeat = format.sampleRate / 8000
+        mulaw.forEach((byte, i) => {
+          for (let r = 0; r < repeat; r++) out.writeInt16BE(mulawToLinear(byte), (i * repeat + r) * 2)
+        })
+        return out.toString("base64")
+      })
+    const spoken = inFormat([...caller.slice(0, 150), ...Array.from({ length: 60 }, () => Buffer.alloc(160, 0xff).toString("base64"))])
+    for (const frame of spoken) call.media(frame)
+    await agent.waitForEvent("media", spoken.length)
+    expect(agentMedia(agent)).toEqual(spoken)
+    const reply = inFormat(agentVoice.slice(0, 30))
+    for (const frame of reply) agent.send({ event: "media", media: { payload: frame } })
+    await until(() => call.sentMedia().length === reply.length, "the agent's audio at the carrier")
+    expect(call.sentMedia()).toEqual(reply)
+    const sessionId = sessionIdOf(agent)
+    call.stop()
+    await gateway.outbox.forSession(sessionId)
+    // The VAD heard the caller's sentence in this format: one speech turn, answered.
+    const turns = (await storedSession(gateway, agentId, sessionId)).turns
+    expect(turns.map((t) => t.input)).toEqual(["speech"])
+    expect(turns[0]!.latencyMs).toEqual(expect.any(Number))
+  })
+
+  it("a stream in a format callgate does not relay (PCMU at 16 kHz) is refused with 1008", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const callId = callControlId()
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId })
+    const call = await telnyxCall(gateway, { token, callControlId: callId, sampleRate: 16000 })
+    call.start()
+    expect(await call.peer.waitClosed()).toMatchObject({ code: 1008, reason: expect.stringContaining("unsupported media format") })
   })
 
   it("a Call Control call.hangup (CallHungUp) ends the session as completed", async () => {

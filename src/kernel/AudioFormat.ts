@@ -1,0 +1,132 @@
+/**
+ * The audio formats a carrier stream may carry (docs/calls.md, "Audio formats"), and the
+ * conversion of each to what the turn observer reads (8 kHz mu-law, the VAD's input). Twilio
+ * streams are always 8 kHz mu-law; Telnyx streams may be PCMU, PCMA (A-law) or L16 (16-bit linear,
+ * big-endian as RTP carries it) at 8 or 16 kHz. The conversion runs per 20 ms frame: it is chosen
+ * once per call (`toObservedMulaw`), works through lookup tables into one buffer shared by every
+ * call (the relay is synchronous), and allocates nothing per frame.
+ */
+
+export type AudioEncoding = "audio/x-mulaw" | "audio/x-alaw" | "audio/L16"
+
+export interface AudioFormat {
+  readonly encoding: AudioEncoding
+  readonly sampleRate: 8000 | 16000
+}
+
+export const MULAW_8K: AudioFormat = { encoding: "audio/x-mulaw", sampleRate: 8000 }
+
+/** `start.mediaFormat` as the agent reads it (Twilio's shape). */
+export const agentMediaFormat = (format: AudioFormat) => ({ encoding: format.encoding, sampleRate: format.sampleRate, channels: 1 }) as const
+
+/** The format a Telnyx `start.media_format` names; undefined for one callgate does not relay. */
+export const telnyxAudioFormat = (encoding: string, sampleRate: number): AudioFormat | undefined => {
+  if (sampleRate !== 8000 && sampleRate !== 16000) return undefined
+  switch (encoding) {
+    case "PCMU":
+    case "audio/x-mulaw":
+      return sampleRate === 8000 ? MULAW_8K : undefined
+    case "PCMA":
+    case "audio/x-alaw":
+      return sampleRate === 8000 ? { encoding: "audio/x-alaw", sampleRate: 8000 } : undefined
+    case "L16":
+    case "audio/L16":
+      return { encoding: "audio/L16", sampleRate }
+    default:
+      return undefined
+  }
+}
+
+// ---- G.711 (ITU-T G.711), the classic table-free definitions, used to build the tables ----
+
+const MULAW_BIAS = 0x84
+const MULAW_CLIP = 32635
+
+/** 16-bit linear to mu-law. */
+export const linearToMulaw = (sample: number): number => {
+  const sign = sample < 0 ? 0x80 : 0
+  let magnitude = Math.min(sample < 0 ? -sample : sample, MULAW_CLIP) + MULAW_BIAS
+  let exponent = 7
+  for (let mask = 0x4000; (magnitude & mask) === 0 && exponent > 0; mask >>= 1) exponent--
+  const mantissa = (magnitude >> (exponent + 3)) & 0x0f
+  magnitude = ~(sign | (exponent << 4) | mantissa)
+  return magnitude & 0xff
+}
+
+/** mu-law to 16-bit linear. */
+export const mulawToLinear = (byte: number): number => {
+  const u = ~byte & 0xff
+  const magnitude = (((u & 0x0f) << 3) + MULAW_BIAS) << ((u & 0x70) >> 4)
+  return u & 0x80 ? MULAW_BIAS - magnitude : magnitude - MULAW_BIAS
+}
+
+/** A-law to 16-bit linear. */
+export const alawToLinear = (byte: number): number => {
+  const a = byte ^ 0x55
+  const exponent = (a & 0x70) >> 4
+  let magnitude = (a & 0x0f) << 4
+  magnitude += exponent === 0 ? 8 : 0x108
+  if (exponent > 1) magnitude <<= exponent - 1
+  return a & 0x80 ? magnitude : -magnitude
+}
+
+/** 16-bit linear to A-law. */
+export const linearToAlaw = (sample: number): number => {
+  const sign = sample >= 0 ? 0x80 : 0
+  let magnitude = sample >= 0 ? sample : -sample - 1
+  if (magnitude > 32767) magnitude = 32767
+  let exponent = 7
+  for (let mask = 0x4000; (magnitude & mask) === 0 && exponent > 0; mask >>= 1) exponent--
+  const mantissa = exponent === 0 ? (magnitude >> 4) & 0x0f : (magnitude >> (exponent + 3)) & 0x0f
+  return (sign | (exponent << 4) | mantissa) ^ 0x55
+}
+
+/** mu-law of every 16-bit sample, indexed by its two's complement bits (64 KiB, built once). */
+const LINEAR_TO_MULAW = Uint8Array.from({ length: 65536 }, (_, bits) => linearToMulaw((bits << 16) >> 16))
+const ALAW_TO_MULAW = Uint8Array.from({ length: 256 }, (_, byte) => linearToMulaw(alawToLinear(byte)))
+
+/** The largest frame the observer converts at once (bigger frames are cut: the observer sees the first part). */
+const MAX_OBSERVED_BYTES = 64 * 1024
+const observed = new Uint8Array(MAX_OBSERVED_BYTES)
+
+const alawFrame = (bytes: Uint8Array): Uint8Array => {
+  const length = Math.min(bytes.length, MAX_OBSERVED_BYTES)
+  for (let i = 0; i < length; i++) observed[i] = ALAW_TO_MULAW[bytes[i]!]!
+  return observed.subarray(0, length)
+}
+
+const l16Frame8k = (bytes: Uint8Array): Uint8Array => {
+  const samples = Math.min(bytes.length >> 1, MAX_OBSERVED_BYTES)
+  for (let i = 0, j = 0; i < samples; i++, j += 2) {
+    // Big-endian signed 16 bits: their two's complement bits are the table's index.
+    observed[i] = LINEAR_TO_MULAW[(bytes[j]! << 8) | bytes[j + 1]!]!
+  }
+  return observed.subarray(0, samples)
+}
+
+const l16Frame16k = (bytes: Uint8Array): Uint8Array => {
+  // Two 16 kHz samples make one 8 kHz sample: their mean (a first low-pass before decimation).
+  const samples = Math.min(bytes.length >> 2, MAX_OBSERVED_BYTES)
+  for (let i = 0, j = 0; i < samples; i++, j += 4) {
+    const first = (((bytes[j]! << 8) | bytes[j + 1]!) << 16) >> 16
+    const second = (((bytes[j + 2]! << 8) | bytes[j + 3]!) << 16) >> 16
+    observed[i] = LINEAR_TO_MULAW[((first + second) >> 1) & 0xffff]!
+  }
+  return observed.subarray(0, samples)
+}
+
+const unchanged = (bytes: Uint8Array): Uint8Array => bytes
+
+/**
+ * The frame converter for a call's format: bytes in the format to 8 kHz mu-law for the turn
+ * observer, in a buffer shared by every call and valid until the next conversion. Chosen once.
+ */
+export const toObservedMulaw = (format: AudioFormat): ((bytes: Uint8Array) => Uint8Array) => {
+  if (format.encoding === "audio/x-alaw") return alawFrame
+  if (format.encoding === "audio/L16") return format.sampleRate === 16000 ? l16Frame16k : l16Frame8k
+  return unchanged
+}
+
+/** Bytes of one millisecond of audio in the format (8 for G.711, 16 or 32 for L16). */
+export const bytesPerMs = (format: AudioFormat): number =>
+  format.encoding === "audio/L16" ? (format.sampleRate / 1000) * 2 : format.sampleRate / 1000
