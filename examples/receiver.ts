@@ -8,7 +8,7 @@
  *   with 200 and not processed twice.
  * - Answers quickly (callgate waits 10 s) and does the work afterwards.
  *
- * In your own project import from the package: `import { verifySignature } from "callgate/webhooks"`.
+ * In your own project import from the package: `import { verifySignature } from "@callgate/webhooks"` (packages/webhooks, docs/webhooks.md).
  *
  *   CALLGATE_WEBHOOK_SECRET=whsec_... TLS_KEY=key.pem TLS_CERT=cert.pem PORT=8443 npx tsx examples/receiver.ts
  */

@@ -11,7 +11,8 @@ import type { FastifyInstance, FastifyReply } from "fastify"
  *
  * Every asset but index.html has a content hash in its name and is cached for a year; index.html
  * is revalidated on every load. The Content-Security-Policy allows scripts, styles and requests
- * from this origin only: no inline script, no inline style sheet, no CDN.
+ * from this origin only: no inline script, no inline style sheet, no CDN; media only from blob:
+ * URLs the page made itself (a recording it fetched).
  */
 export const DASHBOARD_CSP = [
   "default-src 'none'",
@@ -20,6 +21,8 @@ export const DASHBOARD_CSP = [
   "img-src 'self'",
   "font-src 'self'",
   "connect-src 'self'",
+  // The session page plays a call's recording from memory (fetched with the API key: docs/recording.md).
+  "media-src blob:",
   "base-uri 'none'",
   "form-action 'self'",
   "frame-ancestors 'none'"

@@ -193,13 +193,11 @@ export class CallRecording {
   /** Copies `scratch[from, length)` into `channel` at `at`, around the ring. */
   private put(channel: number, at: number, from: number, length: number) {
     const window = this.window
-    let index = (at % WINDOW_SAMPLES) * 2 + channel
-    const wrap = WINDOW_SAMPLES * 2
-    for (let i = from; i < length; i++) {
-      window[index] = scratch[i]!
-      index += 2
-      if (index >= wrap) index -= wrap
-    }
+    const start = at % WINDOW_SAMPLES
+    // Up to the ring's end, then from its start: no wrap test per sample.
+    const split = from + Math.min(length - from, WINDOW_SAMPLES - start)
+    for (let i = from, index = start * 2 + channel; i < split; i++, index += 2) window[index] = scratch[i]!
+    for (let i = split, index = channel; i < length; i++, index += 2) window[index] = scratch[i]!
   }
 
   /** PCM of [base, end) with the paused stretches silenced; the window is cleared behind it. */

@@ -34,3 +34,9 @@ export const SessionEndedEvent = Schema.Struct({
   answeredBy: Schema.optional(AnsweredBy)
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type
+
+// The receiver package's plain type (packages/webhooks) describes this very payload: each must take the other.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+type Plain = import("../../packages/webhooks/src/index.js").SessionEndedEvent
+const _sameShape: Same<SessionEndedEvent, Plain> = true
+void _sameShape

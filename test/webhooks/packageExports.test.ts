@@ -26,7 +26,7 @@ describe("the callgate/webhooks package entry", () => {
     expect(Object.keys(webhooks).sort()).toEqual(
       ["ATTEMPT_HEADER", "DEFAULT_TOLERANCE_SECONDS", "DELIVERY_ID_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "signPayload", "verifySignature"].sort()
     )
-    const source = readFileSync(`${root}src/webhooks/Signing.ts`, "utf8")
+    const source = readFileSync(`${root}packages/webhooks/src/index.ts`, "utf8")
     const imports = [...source.matchAll(/^import .* from "([^"]+)"/gm)].map((m) => m[1])
     expect(imports).toEqual(["node:crypto"])
   })

@@ -1,0 +1,66 @@
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, utimesSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Effect } from "effect"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Recordings } from "../../src/recording/Recordings.js"
+import { HEADER_BYTES, PROVISIONAL_SIZE, parseWav, wavHeader } from "../../src/recording/Wav.js"
+import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { uniqueId } from "../support/testApp.js"
+
+/**
+ * The recordings sweep (docs/recording.md, "Retention" and "What a crash loses"), on the production
+ * wiring over a RECORDINGS_DIR prepared beforehand: recordings past RECORDINGS_RETENTION_DAYS are
+ * deleted; a recording another instance left unfinished a minute ago or more is finished (the
+ * survivor's path); one still being written by another instance is left alone.
+ */
+describe("the recordings sweep", () => {
+  let gateway: Gateway
+  const dir = mkdtempSync(join(tmpdir(), "callgate-recordings-"))
+  const agentId = uniqueId("agent")
+  const day = 86_400_000
+
+  const lay = (sessionId: string, meta: Record<string, unknown>, audioBytes: number, header = wavHeader(PROVISIONAL_SIZE)) => {
+    mkdirSync(join(dir, agentId), { recursive: true })
+    const wav = join(dir, agentId, `${sessionId}.wav`)
+    const audio = Buffer.alloc(audioBytes)
+    for (let i = 0; i < audioBytes / 2; i++) audio.writeInt16LE((i * 37) % 2000, i * 2)
+    writeFileSync(wav, Buffer.concat([header, audio]))
+    writeFileSync(join(dir, agentId, `${sessionId}.json`), JSON.stringify({ sessionId, agentId, environmentId: "env_x", pauses: [], durationMs: null, ...meta }))
+    return wav
+  }
+
+  const old = lay("ses_old", { instanceId: "elsewhere", startedAt: new Date(Date.now() - 3 * day).toISOString(), state: "complete", durationMs: 10 }, 320, wavHeader(320))
+  const fresh = lay("ses_fresh", { instanceId: "elsewhere", startedAt: new Date().toISOString(), state: "complete", durationMs: 10 }, 320, wavHeader(320))
+  // Left "recording" by a lost instance: its file has not changed for two minutes; 1002 bytes of audio (a partial sample frame at the end).
+  const abandoned = lay("ses_abandoned", { instanceId: "elsewhere", startedAt: new Date().toISOString(), state: "recording", pauses: [{ startMs: 10, endMs: null }] }, 1002)
+  utimesSync(abandoned, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000))
+  // Still being written by another live instance (changed just now).
+  const live = lay("ses_live", { instanceId: "elsewhere", startedAt: new Date().toISOString(), state: "recording" }, 800)
+
+  beforeAll(async () => {
+    // Redis mode: the start finishes only this instance's own recordings, not every one (the embedded store's rule).
+    gateway = await startGateway({ store: "redis", env: { RECORDINGS_DIR: dir, RECORDINGS_RETENTION_DAYS: "1" } })
+  })
+  afterAll(() => gateway.close())
+
+  it("deletes what is past the retention, finishes what a lost instance left, leaves live files alone", async () => {
+    await until(() => !existsSync(old), "the expired recording deleted")
+    await until(() => JSON.parse(readFileSync(join(dir, agentId, "ses_abandoned.json"), "utf8")).state === "complete", "the abandoned recording finished")
+    expect(existsSync(join(dir, agentId, "ses_old.json"))).toBe(false)
+    expect(existsSync(fresh)).toBe(true)
+
+    const finished = readFileSync(abandoned)
+    expect(finished.length).toBe(HEADER_BYTES + 1000)
+    expect(finished.readUInt32LE(40)).toBe(1000)
+    expect(parseWav(finished).samples.length).toBe(500)
+    const meta = JSON.parse(readFileSync(join(dir, agentId, "ses_abandoned.json"), "utf8"))
+    // 1000 bytes: 250 sample frames, 31 ms; the open pause closed at the end.
+    expect(meta).toMatchObject({ state: "complete", durationMs: 31, pauses: [{ startMs: 10, endMs: 31 }] })
+
+    // Another sweep changes nothing more: the live file is still "recording", untouched.
+    await gateway.run(Effect.flatMap(Recordings, (recordings) => recordings.sweep))
+    expect(JSON.parse(readFileSync(join(dir, agentId, "ses_live.json"), "utf8")).state).toBe("recording")
+    expect(readFileSync(live).readUInt32LE(40)).toBe(PROVISIONAL_SIZE)
+  })
+})
