@@ -17,13 +17,15 @@ export class Playout {
 
   constructor(
     private readonly onMarkPlayed: (name: string, cleared: boolean) => void,
-    private readonly now: () => number = () => performance.now()
+    private readonly now: () => number = () => performance.now(),
+    /** Audio arriving with nothing queued starts playing this much later (the carrier's jitter buffer). */
+    private readonly delayMs = 0
   ) {}
 
   /** Queues `bytes` of mu-law audio behind whatever is still playing. */
   enqueue(bytes: number): void {
     const now = this.now()
-    if (this.endsAt < now) this.endsAt = now
+    if (this.endsAt < now) this.endsAt = now + this.delayMs
     this.endsAt += bytes * MS_PER_BYTE
   }
 

@@ -40,6 +40,12 @@ export interface SimCallOptions {
   readonly shuffleSeed?: number
   /** Energy threshold for "the agent is speaking" (RMS, 16-bit scale). Default DEFAULT_VOICED_RMS. */
   readonly voicedRms?: number
+  /**
+   * The carrier's playout delay (its jitter buffer and the path to the caller's ear): audio that
+   * arrives with nothing queued starts playing this many milliseconds later, and marks are echoed
+   * once the audio before them has played. Default 0.
+   */
+  readonly playoutDelayMs?: number
 }
 
 export interface AgentMedia {
@@ -157,7 +163,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       options.shuffleWindow !== undefined && options.shuffleWindow > 1 ? new FrameShuffler(options.shuffleWindow, options.shuffleSeed ?? 42) : undefined
     this.closed = new Promise((resolve) => (this.resolveClosed = resolve))
     this.pacer = new FramePacer(this.sendFrame)
-    this.playout = new Playout(this.echoMark)
+    this.playout = new Playout(this.echoMark, undefined, options.playoutDelayMs ?? 0)
     this.opened = new Promise((resolve, reject) => {
       this.settleOpen = (error) => {
         this.settleOpen = noop

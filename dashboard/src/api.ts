@@ -122,6 +122,8 @@ export interface Turn {
   readonly callerEndedAt: string
   readonly agentRespondedAt: string | null
   readonly latencyMs: number | null
+  /** When the caller heard the answer begin (the carrier echoed callgate's mark); null when not confirmed. */
+  readonly playedLatencyMs?: number | null
   readonly timeoutOccurrences: number
 }
 

@@ -364,6 +364,7 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
       series: [
         { label: "turn" },
         { label: "latency (ms)", stroke: "#2563eb", fill: "rgba(37,99,235,0.35)", paths: barsPath, points: { show: false } },
+        { label: "heard (ms)", stroke: "#16a34a", points: { show: true, size: 6 } },
         { label: "timeout (ms)", stroke: "#dc2626", dash: [6, 4], points: { show: false } }
       ]
     }),
@@ -371,7 +372,7 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
   )
   const chartData = useMemo<uPlot.AlignedData>(() => {
     const turns = session?.turns ?? []
-    return [turns.map((t) => t.index), turns.map((t) => t.latencyMs), turns.map(() => timeoutMs)] as uPlot.AlignedData
+    return [turns.map((t) => t.index), turns.map((t) => t.latencyMs), turns.map((t) => t.playedLatencyMs ?? null), turns.map(() => timeoutMs)] as uPlot.AlignedData
   }, [session, timeoutMs])
 
   const redeliver = async (delivery: Delivery) => {
@@ -417,13 +418,13 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
             : html`<${Chart}
                   options=${chartOptions}
                   data=${chartData}
-                  label=${`Agent response latency per turn${timeoutMs !== null ? `, timeout ${timeoutMs} ms` : ""}`}
+                  label=${`Agent response latency per turn (bars: first voiced frame; dots: heard by the caller)${timeoutMs !== null ? `, timeout ${timeoutMs} ms` : ""}`}
                 />
                 <table class="list" data-testid="turns">
-                  <thead><tr><th scope="col">Turn</th><th scope="col">Input</th><th scope="col">Caller ended</th><th scope="col">Agent answered</th><th scope="col">Latency</th><th scope="col">Timeouts</th></tr></thead>
+                  <thead><tr><th scope="col">Turn</th><th scope="col">Input</th><th scope="col">Caller ended</th><th scope="col">Agent answered</th><th scope="col">Latency</th><th scope="col">Heard after</th><th scope="col">Timeouts</th></tr></thead>
                   <tbody>
                     ${session.turns.map(
-                      (t) => html`<tr key=${t.index}><td>${t.index}</td><td>${t.input}</td><td>${time(t.callerEndedAt)}</td><td>${time(t.agentRespondedAt)}</td><td>${ms(t.latencyMs)}</td><td>${t.timeoutOccurrences}</td></tr>`
+                      (t) => html`<tr key=${t.index}><td>${t.index}</td><td>${t.input}</td><td>${time(t.callerEndedAt)}</td><td>${time(t.agentRespondedAt)}</td><td>${ms(t.latencyMs)}</td><td>${ms(t.playedLatencyMs ?? null)}</td><td>${t.timeoutOccurrences}</td></tr>`
                     )}
                   </tbody>
                 </table>`}

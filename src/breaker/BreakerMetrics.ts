@@ -15,6 +15,13 @@ export class BreakerMetrics extends Effect.Service<BreakerMetrics>()("callgate/B
       buckets: [0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30],
       registers: [registry]
     })
+    const playedLatency = new Histogram({
+      name: "callgate_agent_response_played_latency_seconds",
+      help: "Time from the caller's last voiced frame (or DTMF digit) to the moment the caller heard the answer begin (the carrier echoed callgate's mark), per answered turn",
+      labelNames: ["agent", "environment"] as const,
+      buckets: [0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 20, 30],
+      registers: [registry]
+    })
     const occurrences = new Counter({
       name: "callgate_breaker_occurrences_total",
       help: "No-response timeout occurrences recorded (each expiry of a session's response timer)",
@@ -37,6 +44,9 @@ export class BreakerMetrics extends Effect.Service<BreakerMetrics>()("callgate/B
       /** Called once per answered turn (not per frame). */
       observeResponseLatency: (agentId: string, environmentId: string, latencyMs: number) =>
         responseLatency.observe({ agent: agentId, environment: environmentId }, latencyMs / 1000),
+      /** Called once per turn whose answer the carrier confirmed played. */
+      observePlayedLatency: (agentId: string, environmentId: string, latencyMs: number) =>
+        playedLatency.observe({ agent: agentId, environment: environmentId }, latencyMs / 1000),
       occurrences,
       trips,
       storeDegraded

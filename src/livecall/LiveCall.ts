@@ -5,6 +5,7 @@ import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
+import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
@@ -271,6 +272,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
     }
     const agent = this.agent
     if (agent === undefined) return this.hold(false, payload, atMs)
+    // A caller frame can end a turn the agent is already answering: callgate's playout mark.
+    this.sendPlayoutMark()
     agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
       this.end(
@@ -294,7 +297,10 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   carrierMark(name: string): void {
-    if (this.ending === undefined) this.agent?.sendMark(name)
+    if (this.ending !== undefined) return
+    // callgate's own playout marks are never the agent's business.
+    if (isPlayoutMark(name)) return this.observer.playoutMarkEchoed(name, performance.now())
+    this.agent?.sendMark(name)
   }
 
   carrierStopped(): void {
@@ -317,6 +323,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
       }
     }
     this.carrier.sendMedia(payload)
+    this.sendPlayoutMark()
   }
 
   agentMark(name: string): void {
@@ -324,7 +331,9 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   agentClear(): void {
-    if (this.ending === undefined) this.carrier.sendClear()
+    if (this.ending !== undefined) return
+    this.observer.agentClear(performance.now())
+    this.carrier.sendClear()
   }
 
   agentHangup(): void {
@@ -348,6 +357,12 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   // Internals
+
+  /** The mark callgate places after the first voiced frame of an answer (docs/observability.md), when one is due. */
+  private sendPlayoutMark(): void {
+    const mark = this.observer.takeMark()
+    if (mark !== undefined) this.carrier.sendMark(mark)
+  }
 
   /** Base64 to bytes in the shared buffer; the view is re-made only when the frame size changes. */
   private decode(payload: string): Uint8Array {

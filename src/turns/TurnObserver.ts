@@ -8,6 +8,15 @@ export interface TurnObserver {
   callerAudio(frame: Uint8Array, atMs: number): void
   callerDtmf(digit: string, atMs: number): void
   agentAudio(frame: Uint8Array, atMs: number): void
+  /**
+   * A mark of callgate's to send the carrier right after the frame just observed (the answer to a
+   * turn began: docs/observability.md, "Latency at playout"), or undefined; read once per agent frame.
+   */
+  takeMark(): string | undefined
+  /** The carrier echoed one of callgate's marks (`isPlayoutMark`). */
+  playoutMarkEchoed(name: string, atMs: number): void
+  /** The agent sent `clear`. */
+  agentClear(atMs: number): void
   /** The session ended: stop timers, release resources. Idempotent. */
   close(): void
 }
@@ -16,5 +25,8 @@ export const nullTurnObserver: TurnObserver = {
   callerAudio: () => {},
   callerDtmf: () => {},
   agentAudio: () => {},
+  takeMark: () => undefined,
+  playoutMarkEchoed: () => {},
+  agentClear: () => {},
   close: () => {}
 }

@@ -6,6 +6,7 @@ import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
+import { PlayoutMarks } from "./PlayoutMarks.js"
 import { TurnSpans } from "./TurnSpans.js"
 import { TurnTracker } from "./TurnTracker.js"
 import { VoiceActivity } from "./VoiceActivity.js"
@@ -76,6 +77,16 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           }
         }
 
+        const playout = new PlayoutMarks({
+          onPlayed: (index, playedAtMs, playedLatencyMs) => {
+            update(index, (record) => ({ ...record, playedLatencyMs: Math.round(playedLatencyMs) }))
+            metrics.observePlayedLatency(agentId, environmentId, playedLatencyMs)
+            spans.played(index, playedLatencyMs, playedAtMs)
+            options.onTurnsChanged?.()
+          },
+          onNotPlayed: (index, atMs) => spans.notPlayed(index, atMs)
+        })
+
         const caller = vad.detector()
         const agent = yield* Effect.sync(() => vad.detector()).pipe(Effect.tapDefect(() => Effect.sync(() => caller.close())))
         tracker = new TurnTracker({
@@ -91,6 +102,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
               callerEndedAt: isoAt(turn.endedAtMs),
               agentRespondedAt: null,
               latencyMs: null,
+              playedLatencyMs: null,
               timeoutOccurrences: 0
             })
             if (records.length > MAX_TURNS) records.shift()
@@ -113,7 +125,8 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
               timeoutOccurrences: occurrences
             }))
             metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
-            spans.answered(turn, occurrences, false)
+            spans.answered(turn, occurrences, true)
+            playout.answered(turn)
             watchdog.agentResponded()
             options.onTurnsChanged?.()
           },
@@ -134,6 +147,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           }
           watchdog.stop()
           calls.close()
+          playout.close()
           spans.close(performance.now())
         }
         yield* addScopeFinalizer(Effect.sync(close))
@@ -141,6 +155,9 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           callerAudio: (frame, atMs) => calls.callerAudio(frame, atMs),
           callerDtmf: (digit, atMs) => calls.callerDtmf(digit, atMs),
           agentAudio: (frame, atMs) => calls.agentAudio(frame, atMs),
+          takeMark: () => playout.take(),
+          playoutMarkEchoed: (name, atMs) => playout.echoed(name, atMs),
+          agentClear: (atMs) => playout.cleared(atMs),
           close
         }
         return { observer, turns: () => records, rescuedBy: watchdog.rescuedBy, idle: watchdog.idle } satisfies WatchedCall

@@ -39,6 +39,11 @@ export interface AnsweredTurn extends EndedTurn {
   /** The first voiced frame of the agent's answer. */
   readonly respondedAtMs: number
   readonly latencyMs: number
+  /**
+   * The agent's audio from the answer's first voiced frame to the end of the frame that showed it
+   * (what a carrier plays before a mark sent right after that frame).
+   */
+  readonly answerAudioMs: number
 }
 
 export interface TurnTrackerOptions {
@@ -91,7 +96,7 @@ const isLoud = (power: number, floor: number) => power >= MIN_SPEECH_POWER && (f
 const followFloor = (floor: number, power: number) =>
   floor < 0 ? power : floor + (power - floor) * (power < floor ? FLOOR_FALL : FLOOR_RISE)
 
-export class TurnTracker implements TurnObserver {
+export class TurnTracker implements Pick<TurnObserver, "callerAudio" | "callerDtmf" | "agentAudio" | "close"> {
   private closed = false
   private turnCount = 0
   private pending: EndedTurn | undefined
@@ -115,6 +120,8 @@ export class TurnTracker implements TurnObserver {
   // Agent direction.
   private agentRunMs = 0
   private agentOnset = 0
+  /** The loud lead-in the current voiced run's onset was moved back over. */
+  private agentLeadInMs = 0
   private agentFloor = -1
   /** The current stretch of loud agent audio (voiced or not): where it began, how long it is. */
   private agentLoudSince = 0
@@ -230,7 +237,9 @@ export class TurnTracker implements TurnObserver {
     }
     if (this.agentRunMs === 0) {
       // The VAD catches a soft onset a few frames late: loud audio just before the run is its start.
-      this.agentOnset = loudBefore > 0 && loudBefore <= MAX_ONSET_MS ? this.agentLoudSince : atMs
+      const softOnset = loudBefore > 0 && loudBefore <= MAX_ONSET_MS
+      this.agentOnset = softOnset ? this.agentLoudSince : atMs
+      this.agentLeadInMs = softOnset ? loudBefore : 0
     }
     this.agentRunMs += frameMs
     if (this.agentRunMs < this.options.agentMinSpeechMs) return
@@ -315,7 +324,12 @@ export class TurnTracker implements TurnObserver {
   private respond(respondedAtMs: number): void {
     const pending = this.pending!
     this.pending = undefined
-    const answered: AnsweredTurn = { ...pending, respondedAtMs, latencyMs: respondedAtMs - pending.endedAtMs }
+    const answered: AnsweredTurn = {
+      ...pending,
+      respondedAtMs,
+      latencyMs: respondedAtMs - pending.endedAtMs,
+      answerAudioMs: this.agentLeadInMs + this.agentRunMs
+    }
     this.notify(() => this.options.onAgentResponded?.(answered))
   }
 

@@ -3,7 +3,7 @@ import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/k
 import { unwatched } from "../../src/livecall/CallTurns.js"
 import { LiveCall } from "../../src/livecall/LiveCall.js"
 import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
-import type { TurnObserver } from "../../src/turns/TurnObserver.js"
+import { nullTurnObserver, type TurnObserver } from "../../src/turns/TurnObserver.js"
 
 const info: SessionInfo = {
   sessionId: "ses_1",
@@ -145,6 +145,7 @@ describe("LiveCall (the synchronous relay)", () => {
     let closes = 0
     let calls = 0
     const observer: TurnObserver = {
+      ...nullTurnObserver,
       callerAudio: (bytes) => {
         calls++
         if (calls === 2) throw new Error("bug")
@@ -173,7 +174,7 @@ describe("LiveCall (the synchronous relay)", () => {
   it("closes the observer exactly once at release", () => {
     const { relay } = session()
     let closes = 0
-    relay.observeWith({ ...unwatched, observer: { callerAudio: () => {}, callerDtmf: () => {}, agentAudio: () => {}, close: () => void closes++ } })
+    relay.observeWith({ ...unwatched, observer: { ...nullTurnObserver, callerAudio: () => {}, callerDtmf: () => {}, agentAudio: () => {}, close: () => void closes++ } })
     relay.release(1000, "done")
     relay.release(1000, "done")
     expect(closes).toBe(1)

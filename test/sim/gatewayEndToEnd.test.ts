@@ -58,13 +58,17 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     const started = new Promise<Record<string, string>>((resolve) => agent!.once("call", (start) => resolve({ ...start.customParameters })))
     const heard: Array<Buffer> = []
     call.on("agentMedia", ({ payload }) => heard.push(payload))
+    // The agent's marks; callgate's own playout marks (docs/observability.md) come back too.
+    const echoed: Array<string> = []
+    call.on("markEchoed", ({ name }) => echoed.push(name))
     for (const turn of [1, 2]) {
       const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 5000 })
       expect(result.answer.answered, `turn ${turn} answered`).toBe(true)
       if (result.answer.answered) expect(result.answer.latencyMs).toBeGreaterThan(0)
       expect(result.agentBytes).toBe(reply.length)
     }
-    await until(() => call.stats.marksEchoed === 2, "both reply marks echoed")
+    await until(() => echoed.filter((name) => !name.startsWith("callgate:")).length === 2, "both reply marks echoed")
+    expect(echoed.filter((name) => name.startsWith("callgate:")).sort()).toEqual(["callgate:played:1", "callgate:played:2"])
     // The agent's audio reached the caller byte for byte, in order.
     expect(Buffer.concat(heard).equals(Buffer.concat([reply, reply]))).toBe(true)
     expect(await started).toMatchObject({ agentId, environmentId, from: "+15551110001", to: "+15551110002", direction: "inbound", provider })

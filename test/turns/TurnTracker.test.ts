@@ -150,7 +150,7 @@ describe("TurnTracker", () => {
     t.play(60, frames.quiet) // 1.2 s of agent silence
     const answer = t.play(10, frames.quiet, frames.loud)
     expect(t.answered).toEqual([
-      { index: 1, input: "speech", endedAtMs: end, detectedAtMs: end + 700, respondedAtMs: answer, latencyMs: answer - end }
+      { index: 1, input: "speech", endedAtMs: end, detectedAtMs: end + 700, respondedAtMs: answer, latencyMs: answer - end, answerAudioMs: 100 }
     ])
     expect(t.tracker.pendingTurn).toBeUndefined()
   })
@@ -237,7 +237,7 @@ describe("TurnTracker", () => {
     // confirmed over the next agentMinSpeechMs, and the answer is dated where that voice began.
     expect(t.answered).toEqual([])
     t.play(5, frames.quiet, frames.loud)
-    expect(t.answered).toEqual([{ index: 1, input: "dtmf", endedAtMs: digitAt, detectedAtMs: digitAt, respondedAtMs: digitAt, latencyMs: 0 }])
+    expect(t.answered).toEqual([{ index: 1, input: "dtmf", endedAtMs: digitAt, detectedAtMs: digitAt, respondedAtMs: digitAt, latencyMs: 0, answerAudioMs: 100 }])
   })
 
   it("an agent whose audio stopped on a voiced frame is not still talking: a later turn waits for its next answer", () => {
