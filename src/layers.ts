@@ -40,6 +40,9 @@ import { RedisConnectionLive } from "./redis/RedisConnection.js"
 import { RedisEnvironmentStoreLive } from "./redis/RedisEnvironmentStore.js"
 import { RedisOutboxStoreLive } from "./redis/RedisOutboxStore.js"
 import { RedisSessionStoreLive } from "./redis/RedisSessionStore.js"
+import { RedisSessionFencingLive } from "./redis/RedisSessionFencing.js"
+import { MemorySessionFencingLive } from "./kernel/MemorySessionFencing.js"
+import { OwnershipLease } from "./kernel/OwnershipLease.js"
 import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
@@ -89,6 +92,7 @@ const StoresLive = whenRedis(
     RedisApiKeyStoreLive,
     RedisOutboxStoreLive,
     RedisSessionStoreLive,
+    RedisSessionFencingLive,
     RedisSpentTokenStoreLive,
     RedisInstanceStoreLive
   ).pipe(Layer.provide(RedisConnectionLive)),
@@ -97,6 +101,7 @@ const StoresLive = whenRedis(
     MemoryApiKeyStoreLive,
     MemoryOutboxStoreLive,
     MemorySessionStoreLive,
+    MemorySessionFencingLive,
     MemorySpentTokenStoreLive,
     MemoryInstanceStoreLive
   )
@@ -117,7 +122,7 @@ export const LoggingLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => 
 export const TracingLive = tracingLayer
 
 /** Configuration, logs, metrics, secrets at rest and the stores. */
-export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default).pipe(
+export const FoundationLive = Layer.mergeAll(SecretBox.Default, StoresLive, Metrics.Default, PublicUrl.Default, InstanceIdentity.Default, OwnershipLease.Default).pipe(
   Layer.provideMerge(AppConfig.Default)
 )
 

@@ -97,8 +97,20 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
         onSome: Effect.succeed
       })
 
+    /**
+     * Each environment as last read or written here (sealed, as stored): what a live call's rescue
+     * falls back on when the store cannot answer (docs/reliability.md, "Partial faults"). Every
+     * read and write of the environment refreshes it, a delete drops it.
+     */
+    const lastKnown = new Map<string, StoredEnvironment>()
+    const keyOf = (agentId: string, environmentId: string) => `${agentId} ${environmentId}`
+
     const getStored = (agentId: string, environmentId: string) =>
-      store.get(agentId, environmentId).pipe(Effect.flatMap(found(agentId, environmentId)))
+      store.get(agentId, environmentId).pipe(
+        Effect.flatMap(found(agentId, environmentId)),
+        Effect.tap((env) => Effect.sync(() => lastKnown.set(keyOf(agentId, environmentId), env))),
+        Effect.tapErrorTag("EnvironmentNotFound", () => Effect.sync(() => lastKnown.delete(keyOf(agentId, environmentId))))
+      )
 
     const create = Effect.fn("Environments.create")(function* (agentId: string, body: CreateEnvironmentBody) {
       const now = new Date().toISOString()
@@ -120,6 +132,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
           })
         )
         .pipe(Effect.flatMap(found(agentId, environmentId)))
+      lastKnown.set(keyOf(agentId, environmentId), updated)
       yield* PubSub.publish(changes, EnvironmentChange.Updated({ agentId, environmentId, webhookRemoved }))
       return toView(updated, generated)
     })
@@ -127,7 +140,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
     const rotate = (field: "webhookSecret" | "errorFallbackWebhookSecret") =>
       Effect.fn(`Environments.regenerate.${field}`)(function* (agentId: string, environmentId: string) {
         const secret = box.generate()
-        yield* store
+        const rotated = yield* store
           .update(agentId, environmentId, (current) =>
             Either.right(
               field === "webhookSecret"
@@ -145,6 +158,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
             )
           )
           .pipe(Effect.flatMap(found(agentId, environmentId)))
+        lastKnown.set(keyOf(agentId, environmentId), rotated)
         yield* PubSub.publish(changes, EnvironmentChange.Updated({ agentId, environmentId, webhookRemoved: false }))
         return secret
       })
@@ -182,6 +196,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
 
     const remove = Effect.fn("Environments.remove")(function* (agentId: string, environmentId: string) {
       const removed = yield* store.remove(agentId, environmentId)
+      lastKnown.delete(keyOf(agentId, environmentId))
       if (!removed) return yield* Effect.fail(new EnvironmentNotFound({ agentId, environmentId }))
       yield* PubSub.publish(changes, EnvironmentChange.Deleted({ agentId, environmentId }))
     })
@@ -201,10 +216,19 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       clone,
       regenerateWebhookSecret: rotate("webhookSecret"),
       regenerateErrorFallbackWebhookSecret: rotate("errorFallbackWebhookSecret"),
-      /** The current configuration with secrets opened: read afresh at every use, never cached. */
+      /**
+       * The current configuration with secrets opened, read afresh at every use (secrets are never
+       * kept open). A store that cannot answer gives the configuration as last read or written on
+       * this instance (every live call's start reads it), so a rescue needs nothing but the carrier.
+       */
       resolve: (agentId: string, environmentId: string) =>
         Effect.map(
-          getStored(agentId, environmentId),
+          getStored(agentId, environmentId).pipe(
+            Effect.catchTag("StoreError", (error) => {
+              const known = lastKnown.get(keyOf(agentId, environmentId))
+              return known === undefined ? Effect.fail(error) : Effect.succeed(known)
+            })
+          ),
           (stored): ResolvedEnvironment => ({
             stored,
             webhookSecret: openSecret(stored, "webhookSecret"),

@@ -1,9 +1,13 @@
 import { Clock, Effect, Option } from "effect"
+import { dialTwiml } from "../twiml/TwimlBuilder.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import type { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { Carriers, type CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { OwnershipLease } from "../kernel/OwnershipLease.js"
+import { SessionFencing } from "../kernel/SessionFencing.js"
 import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
@@ -28,7 +32,15 @@ interface Decision {
   readonly outcome: FallbackOutcome
   readonly webhookStatus?: number
   readonly detail?: string
+  /** The REST request failed and the answer waits for the carrier's `<Redirect>`. */
+  readonly redirected?: boolean
 }
+
+/** How long an answer waits for its call's `<Redirect>` before it is forgotten. */
+const REDIRECT_ANSWER_TTL_MS = 120_000
+
+/** A refusal the carrier may not have acted on (5xx, timeout, connection failure): the `<Redirect>` can still carry the rescue. */
+const redirectable = (error: CarrierError) => error.status === undefined || error.status >= 500
 const decision = (d: Decision) => d
 
 export const fallbackWebhookBody = (session: SessionInfo, error: HardError): FallbackWebhookBody => ({
@@ -62,6 +74,33 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
     const http = yield* SafeHttpClient
     const config = yield* AppConfig
     const metrics = yield* FallbackMetrics
+    const fencing = yield* SessionFencing
+    const lease = yield* OwnershipLease
+    const { instanceId } = yield* InstanceIdentity
+
+    /**
+     * Whether this instance may act on the session's call through its carrier: it claims the
+     * rescue in the store first (docs/reliability.md, "Fencing"), so a call is rescued at most
+     * once whoever rescues it. A store that cannot answer leaves it to this instance while its
+     * hold on its calls lasts (no other instance can have claimed them yet), or when no other
+     * instance is live to do it.
+     */
+    const fenced = (session: SessionInfo) =>
+      fencing.claimRescue({ agentId: session.agentId, sessionId: session.sessionId }, instanceId).pipe(
+        Effect.flatMap((won) =>
+          won ? Effect.succeed(true) : Effect.as(Effect.logWarning("not rescuing the call: another instance claimed its rescue first"), false)
+        ),
+        Effect.catchAll((error) =>
+          lease.mayActAlone()
+            ? Effect.as(Effect.logWarning("the store did not take the rescue claim; rescuing on this instance's hold", { error: error.message }), true)
+            : Effect.as(
+                Effect.logWarning("not rescuing the call: the store did not take the rescue claim and this instance's hold has run out", {
+                  error: error.message
+                }),
+                false
+              )
+        )
+      )
 
     const nowIso = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
 
@@ -70,8 +109,26 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
      * (for a call that came back to callgate through the entry answer's `<Redirect>`) an adapter
      * that writes the answer to that request instead.
      */
-    const rescueWith = (session: SessionInfo, error: HardError, carrier: CarrierShape): Effect.Effect<RescueOutcome> =>
+    /**
+     * Answers kept for calls whose REST rescue failed (docs/fallback.md, "When the carrier's REST
+     * API fails"): the stream is ended, the carrier goes on to the entry answer's `<Redirect>`,
+     * and its request is answered with this markup (`takeRedirectAnswer`).
+     */
+    const redirectAnswers = new Map<string, string>()
+    const keepForRedirect = (sessionId: string, markup: string) => {
+      redirectAnswers.set(sessionId, markup)
+      setTimeout(() => redirectAnswers.get(sessionId) === markup && redirectAnswers.delete(sessionId), REDIRECT_ANSWER_TTL_MS).unref()
+    }
+
+    /**
+     * `via`: `rest` when `carrier` acts on the live call through the carriers' REST APIs (a call
+     * with a `<Redirect>` after its stream falls back to it when a request fails), `redirect` when
+     * `carrier` answers the carrier's `<Redirect>` request itself.
+     */
+    const rescueWith = (session: SessionInfo, error: HardError, carrier: CarrierShape, via: "rest" | "redirect" = "redirect"): Effect.Effect<RescueOutcome> =>
       Effect.gen(function* () {
+        if (!(yield* fenced(session))) return {}
+        const hasRedirect = via === "rest" && (session.call.kind === "twilio" || session.call.kind === "telnyx-texml")
         const startedMs = yield* Clock.currentTimeMillis
         const startedAt = new Date(startedMs).toISOString()
         let carrierRequestAt: string | null = null
@@ -98,6 +155,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
           if (type === "phone" && Option.isSome(value)) {
             const moved = yield* carrierRequest("transfer", carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
             if (moved._tag === "Right") return decision({ outcome: "transferred" })
+            if (hasRedirect && redirectable(moved.left)) {
+              keepForRedirect(session.sessionId, dialTwiml(value.value, agentNumberOf(session)))
+              return decision({ outcome: "transferred", redirected: true, detail: moved.left.message })
+            }
             yield* hangup
             return decision({ outcome: "carrier_failed", detail: moved.left.message })
           }
@@ -125,6 +186,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
               case "Markup": {
                 const applied = yield* carrierRequest("applyTwiml", carrier.applyTwiml(session.call, read.twiml)).pipe(Effect.either)
                 if (applied._tag === "Right") return decision({ outcome: "markup_applied", webhookStatus: status })
+                if (hasRedirect && applied.left.unexpected !== true && redirectable(applied.left)) {
+                  keepForRedirect(session.sessionId, read.twiml)
+                  return decision({ outcome: "markup_applied", webhookStatus: status, redirected: true, detail: applied.left.message })
+                }
                 yield* hangup
                 // Markup a Call Control call cannot carry out (verbs with no command) is an unexpected answer.
                 if (applied.left.unexpected === true) {
@@ -159,7 +224,8 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
           carrierRequestAt,
           finishedAt: yield* nowIso,
           webhookStatus: decided.webhookStatus ?? null,
-          detail: decided.detail ?? null
+          detail: decided.detail ?? null,
+          via: decided.redirected === true ? "redirect" : via
         }
         metrics.countFallback(error.kind, type, decided.outcome)
         yield* Effect.annotateCurrentSpan({
@@ -169,7 +235,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
           ...(carrierRequestAt !== null ? { "callgate.rescue.carrier_request_at": carrierRequestAt } : {}),
           ...(decided.webhookStatus !== undefined ? { "callgate.rescue.webhook_status": decided.webhookStatus } : {})
         })
-        yield* Effect.logInfo("error fallback ran", { trigger: error.kind, type, outcome: decided.outcome })
+        yield* Effect.logInfo("error fallback ran", { trigger: error.kind, type, outcome: decided.outcome, via: record.via })
         return { fallback: record }
       }).pipe(
         Effect.annotateLogs({ sessionId: session.sessionId, agentId: session.agentId, environmentId: session.environmentId }),
@@ -185,8 +251,15 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         })
       )
 
-    const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> => rescueWith(session, error, carriers)
+    const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> => rescueWith(session, error, carriers, "rest")
 
-    return { rescue, rescueWith } as const
+    /** The answer kept for the session's `<Redirect>` after its REST rescue failed (once), if any. */
+    const takeRedirectAnswer = (sessionId: string): string | undefined => {
+      const markup = redirectAnswers.get(sessionId)
+      redirectAnswers.delete(sessionId)
+      return markup
+    }
+
+    return { rescue, rescueWith, takeRedirectAnswer } as const
   })
 }) {}

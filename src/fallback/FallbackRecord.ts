@@ -28,6 +28,10 @@ export const FallbackRecord = Schema.Struct({
   }),
   finishedAt: Schema.String,
   webhookStatus: Schema.NullOr(Schema.Number).annotations({ description: "The fallback webhook's HTTP status, when it answered" }),
-  detail: Schema.NullOr(Schema.String)
+  detail: Schema.NullOr(Schema.String),
+  via: Schema.optional(Schema.Literal("rest", "redirect")).annotations({
+    description:
+      "How the carrier was reached: rest (its REST API acted on the live call), or redirect (the REST request was refused or timed out, so the stream was ended and the answer to the entry's <Redirect> carried the fallback; also a call that came back that way on its own)"
+  })
 }).annotations({ identifier: "Fallback" })
 export type FallbackRecord = typeof FallbackRecord.Type

@@ -1,4 +1,7 @@
-import { Duration, Effect, Option, Queue, Schedule } from "effect"
+import { Clock, Duration, Effect, Option, Queue, Schedule } from "effect"
+import { OwnershipLease } from "../kernel/OwnershipLease.js"
+import { SessionFencing } from "../kernel/SessionFencing.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { logStoreFailure } from "../kernel/StoreError.js"
 import { AgentPool } from "../agent/AgentPool.js"
@@ -30,6 +33,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const store = yield* InstanceStore
     const pool = yield* AgentPool
     const sessions = yield* LiveCalls
+    const fencing = yield* SessionFencing
+    const lease = yield* OwnershipLease
     const startedAt = new Date().toISOString()
     const self = identity.instanceId
     const ttlMs = goneAfterMs(config)
@@ -74,10 +79,33 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
         })
       )
 
+    /**
+     * Sessions another instance claimed from this one (it had paused, or lost the store, past
+     * INSTANCE_TTL): they stop here at once, legs closed, no rescue and no ending of this
+     * instance's own (docs/reliability.md, "Fencing"); one line says how many.
+     */
+    const letGoOfTaken = Effect.gen(function* () {
+      const taken = yield* fencing.takenFrom(self)
+      let stopped = 0
+      for (const ref of taken) {
+        const live = sessions.live(ref.sessionId)
+        if (Option.isSome(live) && live.value.end(SessionEnding.TakenOver())) stopped++
+      }
+      if (taken.length > 0) {
+        yield* Effect.logWarning(
+          `${stopped} live calls were claimed by another instance while this one could not refresh its registration: stopped serving them`,
+          { claimed: taken.length, stopped }
+        )
+      }
+    })
+
     const refresh = Effect.gen(function* () {
+      const at = yield* Clock.currentTimeMillis
       yield* publish(true)
       yield* store.report(report(), ttlMs)
       known = yield* store.list(ttlMs)
+      lease.renewed(at, known.some((entry) => entry.id !== self))
+      yield* letGoOfTaken
     }).pipe(Effect.catchAll((error) => logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })))
 
     const stopListening = pool.onChange((agentId, environmentId) => {

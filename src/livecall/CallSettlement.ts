@@ -125,6 +125,8 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           )
         case "Failed":
           return runRescue(info, ending.error)
+        case "TakenOver":
+          return Effect.succeed({ status: "failed" as const, endReason: "instance_lost" })
       }
     }
 
@@ -135,6 +137,12 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
     const settle = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Session> =>
       Effect.gen(function* () {
         const { info } = relay
+        if (ending._tag === "TakenOver") {
+          // Fenced: the instance that claimed the session rescues and ends it; this one only lets go.
+          relay.release(CloseCode.normal, "the call moved to another instance")
+          relay.carrier.close(CloseCode.normal, "the call moved to another instance")
+          return { ...recordOf(info, instanceId), status: "failed" as const, endReason: "instance_lost" }
+        }
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
         // hand the call to TwiML, and is closed once the ending has been acted on.
         relay.release(CloseCode.normal, "the call ended")

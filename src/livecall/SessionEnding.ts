@@ -20,5 +20,11 @@ export type SessionEnding = Data.TaggedEnum<{
   Timeout: {}
   /** A hard error: the rescue runs. */
   Failed: { readonly error: HardError }
+  /**
+   * Another instance claimed the session (this one had paused, or lost the store, for longer than
+   * the fleet waits): both legs are closed, with no carrier request, no rescue and no ending of
+   * this instance's own (docs/reliability.md, "Fencing").
+   */
+  TakenOver: {}
 }>
 export const SessionEnding = Data.taggedEnum<SessionEnding>()

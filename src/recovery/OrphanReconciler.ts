@@ -5,6 +5,8 @@ import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { StoreError } from "../kernel/StoreError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { SessionFencing } from "../kernel/SessionFencing.js"
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import { isOpenStatus, type Session } from "../sessions/SessionSchema.js"
 import type { SessionRef } from "../sessions/SessionStore.js"
@@ -61,6 +63,8 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
     const sessions = yield* Sessions
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
+    const fencing = yield* SessionFencing
+    const { instanceId } = yield* InstanceIdentity
 
     /**
      * Ends the session as lost if it is still active (and created before `createdBefore`): one
@@ -72,9 +76,13 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
         let won = false
         const result = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
           won = isOpenStatus(current.status) && Date.parse(current.createdAt) < createdBefore
-          return won ? { ...current, status: "failed" as const, endReason: "instance_lost", endedAt } : current
+          return won ? { ...current, status: "failed" as const, endReason: "instance_lost" as const, endedAt } : current
         })
-        return won ? result : Option.none<Session>()
+        if (!won) return Option.none<Session>()
+        // The owner, if it is only paused or cut off from the store, stops serving it when it reads this.
+        const owner = Option.getOrUndefined(result)?.instanceId
+        if (owner !== undefined && owner !== instanceId) yield* fencing.noteTaken(owner, ref).pipe(Effect.ignore)
+        return result
       })
 
     /**

@@ -41,6 +41,8 @@ export const makeKeys = (KEY_PREFIX: string) => ({
   environmentSessions: (agentId: string, environmentId: string) => `${KEY_PREFIX}agent:{${agentId}}:env:${environmentId}:sessions`,
   /** Set of "agentId sessionId" an instance owns until each session's end is written and its session.ended queued. */
   instanceSessions: (instanceId: string) => `${KEY_PREFIX}instance:{${instanceId}}:sessions`,
+  /** Set of "agentId sessionId" another instance took over from this one (SessionFencing notes), read and cleared by it. */
+  instanceTaken: (instanceId: string) => `${KEY_PREFIX}instance:{${instanceId}}:taken`,
   /** The instance registry: id -> JSON report, and id -> last refresh (Redis time, ms). One tag, one slot. */
   instances: (part: "records" | "seen") => `${KEY_PREFIX}fleet:{instances}:${part}`,
   /**

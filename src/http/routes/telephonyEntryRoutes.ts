@@ -22,6 +22,7 @@ import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlE
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
 import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 
 /** What the call entry endpoints need from the app's runtime. */
 export type TelephonyEntryServices =
@@ -36,6 +37,7 @@ export type TelephonyEntryServices =
   | LiveCalls
   | SessionEndJournal
   | AfterStream
+  | ErrorFallback
   | EntryBackgroundWork
   | Placement
   | AuthThrottle

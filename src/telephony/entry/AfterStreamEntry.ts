@@ -3,6 +3,7 @@ import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import type { CallKind, CarrierShape } from "../../kernel/Carrier.js"
 import { AfterStream } from "../../recovery/AfterStream.js"
+import { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
@@ -66,6 +67,14 @@ export const afterStreamEntry = (
         problem: Either.isLeft(query) ? `query ${query.left}` : Either.isLeft(form) ? form.left : ""
       })
       return hangupOnly(400)
+    }
+    // A rescue whose REST request failed ended the stream to come here: its answer is kept.
+    const kept = (yield* ErrorFallback).takeRedirectAnswer(query.right.sessionId)
+    if (kept !== undefined) {
+      yield* Effect.logInfo("the carrier followed the <Redirect>: answering with the rescue its REST request could not make", {
+        sessionId: query.right.sessionId
+      })
+      return markupAnswer(kept)
     }
     const answer = answerCarrier()
     const outcome = yield* (yield* AfterStream).answer(
