@@ -12,6 +12,8 @@ export interface AgentTarget {
   readonly agentUrl: string | null
   /** See SessionInfo.reservedAgent: the socket placement reserved, null for none anywhere. */
   readonly reservedAgent?: string | null | undefined
+  /** The environment's agentAudioFormat: true when its agents speak only 8 kHz mu-law. */
+  readonly agentSpeaksMulaw?: boolean | undefined
 }
 
 /**

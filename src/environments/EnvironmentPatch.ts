@@ -65,6 +65,7 @@ export const applyPatch = (
   if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
   if (patch.maxConcurrentOutboundCalls !== undefined) next.maxConcurrentOutboundCalls = patch.maxConcurrentOutboundCalls
   if (patch.webhookSignatureScheme !== undefined) next.webhookSignatureScheme = patch.webhookSignatureScheme
+  if (patch.agentAudioFormat !== undefined) next.agentAudioFormat = patch.agentAudioFormat
   if (patch.recording !== undefined) next.recording = patch.recording
   const checkDestination = (field: string, value: string | null | undefined, kind: "agent" | "webhook") => {
     const problem = typeof value === "string" ? destinationProblem(value, kind, policy) : undefined

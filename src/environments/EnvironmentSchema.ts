@@ -69,6 +69,15 @@ export const WebhookSignatureScheme = Schema.Literal("service", "standard", "bot
 export type WebhookSignatureScheme = typeof WebhookSignatureScheme.Type
 export const DEFAULT_WEBHOOK_SIGNATURE_SCHEME: WebhookSignatureScheme = "service"
 
+/**
+ * The audio the environment's agents speak (docs/calls.md, "Audio formats"): `carrier`, the
+ * stream's own format (default); or 8 kHz mu-law, transcoded both ways, for bots that speak only that.
+ */
+export const AgentAudioFormat = Schema.Literal("carrier", "audio/x-mulaw;rate=8000").annotations({
+  message: () => ({ message: "must be one of carrier, audio/x-mulaw;rate=8000", override: true })
+})
+export type AgentAudioFormat = typeof AgentAudioFormat.Type
+
 export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as const
 
 /** Outbound calls of an environment placed or live at once (docs/calls.md, "Placing outbound calls"). */
@@ -106,6 +115,8 @@ export const StoredEnvironment = Schema.Struct({
   maxConcurrentOutboundCalls: Schema.optional(Schema.Number),
   /** Absent on environments stored before the field existed: `service`. */
   webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
+  /** Absent on environments stored before the field existed: `carrier`. */
+  agentAudioFormat: Schema.optional(AgentAudioFormat),
   /** Absent on environments stored before recording existed: off. */
   recording: Schema.optional(RecordingMode)
 })
@@ -125,6 +136,9 @@ export const EnvironmentView = Schema.Struct({
   webhookSecretLast4: Schema.NullOr(Schema.String),
   webhookSignatureScheme: WebhookSignatureScheme.annotations({
     description: "How event webhooks are signed: service (X-Service-Signature, default), standard (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature v1) or both"
+  }),
+  agentAudioFormat: AgentAudioFormat.annotations({
+    description: "The audio the agents receive and send: carrier (the stream's own format, default) or audio/x-mulaw;rate=8000 (transcoded both ways)"
   }),
   errorFallbackType: FallbackType,
   errorFallbackValue: Schema.NullOr(Schema.String),
@@ -150,6 +164,7 @@ const patchFields = {
     })
   ),
   webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
+  agentAudioFormat: Schema.optional(AgentAudioFormat),
   errorFallbackType: Schema.optional(FallbackType),
   errorFallbackValue: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048)))),
   errorFallbackTimeout: Schema.optional(FallbackTimeout),

@@ -61,6 +61,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       ...(generated.webhookSecret !== undefined ? { webhookSecret: generated.webhookSecret } : {}),
       webhookSecretLast4: env.webhookSecretLast4,
       webhookSignatureScheme: env.webhookSignatureScheme ?? DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
+      agentAudioFormat: env.agentAudioFormat ?? "carrier",
       errorFallbackType: env.errorFallbackType,
       errorFallbackValue: env.errorFallbackValue,
       errorFallbackTimeout: env.errorFallbackTimeout,

@@ -87,7 +87,7 @@ const ALAW_TO_MULAW = Uint8Array.from({ length: 256 }, (_, byte) => linearToMula
 
 /** The largest frame the observer converts at once (bigger frames are cut: the observer sees the first part). */
 const MAX_OBSERVED_BYTES = 64 * 1024
-const observed = new Uint8Array(MAX_OBSERVED_BYTES)
+const observed = Buffer.allocUnsafeSlow(MAX_OBSERVED_BYTES)
 
 const alawFrame = (bytes: Uint8Array): Uint8Array => {
   const length = Math.min(bytes.length, MAX_OBSERVED_BYTES)
@@ -130,3 +130,54 @@ export const toObservedMulaw = (format: AudioFormat): ((bytes: Uint8Array) => Ui
 /** Bytes of one millisecond of audio in the format (8 for G.711, 16 or 32 for L16). */
 export const bytesPerMs = (format: AudioFormat): number =>
   format.encoding === "audio/L16" ? (format.sampleRate / 1000) * 2 : format.sampleRate / 1000
+
+// ---- Transcoding for agents that speak only 8 kHz mu-law (environment field agentAudioFormat) ----
+
+const MULAW_TO_ALAW = Uint8Array.from({ length: 256 }, (_, byte) => linearToAlaw(mulawToLinear(byte)))
+const MULAW_TO_LINEAR = Int16Array.from({ length: 256 }, (_, byte) => mulawToLinear(byte))
+const incoming = Buffer.allocUnsafeSlow(MAX_OBSERVED_BYTES * 4)
+const outgoing = Buffer.allocUnsafeSlow(MAX_OBSERVED_BYTES * 4)
+
+const decodePayload = (payload: string): Buffer => incoming.subarray(0, incoming.write(payload, 0, "base64"))
+
+const mulawTo = (format: AudioFormat): ((payload: string) => string) => {
+  if (format.encoding === "audio/x-alaw") {
+    return (payload) => {
+      const bytes = decodePayload(payload)
+      for (let i = 0; i < bytes.length; i++) outgoing[i] = MULAW_TO_ALAW[bytes[i]!]!
+      return outgoing.toString("base64", 0, bytes.length)
+    }
+  }
+  // L16, big-endian; at 16 kHz each sample is held for two (a zero-order hold: mu-law's band fits in it).
+  const repeat = format.sampleRate / 8000
+  return (payload) => {
+    const bytes = decodePayload(payload)
+    let j = 0
+    for (let i = 0; i < bytes.length; i++) {
+      const sample = MULAW_TO_LINEAR[bytes[i]!]!
+      for (let r = 0; r < repeat; r++, j += 2) outgoing.writeInt16BE(sample, j)
+    }
+    return outgoing.toString("base64", 0, j)
+  }
+}
+
+/**
+ * The per-call payload transcoders between the carrier's format and the agent's (8 kHz mu-law when
+ * the environment's agentAudioFormat asks for it): base64 in, base64 out, through the tables and
+ * shared buffers above. Undefined when the two are the same format (the relay pastes payloads).
+ */
+export const payloadTranscoders = (
+  carrier: AudioFormat,
+  agent: AudioFormat
+): { readonly toAgent: (payload: string) => string; readonly toCarrier: (payload: string) => string } | undefined => {
+  if (carrier.encoding === agent.encoding && carrier.sampleRate === agent.sampleRate) return undefined
+  if (agent.encoding !== "audio/x-mulaw" || agent.sampleRate !== 8000) return undefined
+  const observe = toObservedMulaw(carrier)
+  return {
+    toAgent: (payload) => {
+      const mulaw = observe(decodePayload(payload)) as Buffer
+      return mulaw.toString("base64")
+    },
+    toCarrier: mulawTo(carrier)
+  }
+}

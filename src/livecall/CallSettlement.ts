@@ -68,7 +68,8 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           agentId: info.agentId,
           environmentId: info.environmentId,
           agentUrl: env.agentUrl,
-          reservedAgent: info.reservedAgent
+          reservedAgent: info.reservedAgent,
+          agentSpeaksMulaw: env.agentAudioFormat === "audio/x-mulaw;rate=8000"
         })),
         Effect.catchTags({
           EnvironmentNotFound: () =>

@@ -4,9 +4,11 @@ import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
-import { MULAW_8K, toObservedMulaw } from "../kernel/AudioFormat.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
+import { MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
+
+const samePayload = (payload: string) => payload
 import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
@@ -102,6 +104,10 @@ export class LiveCall implements CallerEvents, AgentEvents {
     this.answeredBy = info.answeredBy
     this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
+
+  /** Payloads from the carrier's format to the agent's and back: unchanged unless agentAudioFormat asks for mu-law. */
+  private toAgent: (payload: string) => string = samePayload
+  private toCarrier: (payload: string) => string = samePayload
 
   /**
    * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
@@ -204,7 +210,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
         traceparent,
         metadata: info.metadata,
         customParameters: info.customParameters,
-        mediaFormat: info.mediaFormat
+        // What the agent hears and speaks: the carrier's format, or mu-law when the environment asks (transcoded by the relay).
+        mediaFormat: target.agentSpeaksMulaw === true ? MULAW_8K : info.mediaFormat
       })
     }).pipe(
       Effect.catchAll((error) =>
@@ -236,13 +243,19 @@ export class LiveCall implements CallerEvents, AgentEvents {
   attachAgent(agent: AgentLink, start: AgentStart): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
+    // The agent's audio format differs from the carrier's (agentAudioFormat): transcode both ways, chosen once.
+    const transcoders = payloadTranscoders(this.info.mediaFormat ?? MULAW_8K, start.mediaFormat ?? MULAW_8K)
+    if (transcoders !== undefined) {
+      this.toAgent = transcoders.toAgent
+      this.toCarrier = transcoders.toCarrier
+    }
     agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     const held = this.held
     this.held = undefined
     if (held === undefined || this.ending !== undefined) return
     for (const frame of held) {
       if (frame.dtmf) agent.sendDtmf(frame.value)
-      else agent.sendMedia(frame.value, Math.round(frame.atMs - this.startedAtMs))
+      else agent.sendMedia(this.toAgent(frame.value), Math.round(frame.atMs - this.startedAtMs))
     }
   }
 
@@ -274,7 +287,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
     if (agent === undefined) return this.hold(false, payload, atMs)
     // A caller frame can end a turn the agent is already answering: callgate's playout mark.
     this.sendPlayoutMark()
-    agent.sendMedia(payload, Math.round(atMs - this.startedAtMs))
+    agent.sendMedia(this.toAgent(payload), Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
       this.end(
         SessionEnding.Failed({
@@ -313,8 +326,9 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   // Agent side
 
-  agentMedia(payload: string): void {
+  agentMedia(agentPayload: string): void {
     if (this.ending !== undefined) return
+    const payload = this.toCarrier(agentPayload)
     if (this.observer !== nullTurnObserver) {
       try {
         this.observer.agentAudio(this.decode(payload), performance.now())

@@ -270,7 +270,12 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         failed: false
       }
       live.set(info.sessionId, entry)
-      entry.decided = decide(entry)
+      // Never rejects: a failure to decide (the runtime shutting down) leaves the call unrecorded.
+      entry.decided = decide(entry).catch(() => {
+        entry.leg.recording = undefined
+        live.delete(info.sessionId)
+        return false
+      })
       return leg
     }
 

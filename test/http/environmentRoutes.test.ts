@@ -42,6 +42,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         webhookUrl: null,
         webhookSecretLast4: null,
         webhookSignatureScheme: "service",
+        agentAudioFormat: "carrier",
         errorFallbackType: "disabled",
         errorFallbackValue: null,
         errorFallbackTimeout: 0,

@@ -188,6 +188,46 @@ describe("Telnyx media streams end to end", () => {
     expect(turns[0]!.latencyMs).toEqual(expect.any(Number))
   })
 
+  it.each([
+    ["PCMA", 8000],
+    ["L16", 16000]
+  ] as const)("agentAudioFormat audio/x-mulaw;rate=8000 on a %s %i Hz call: the agent hears and speaks 8 kHz mu-law, transcoded both ways", async (encoding, sampleRate) => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { agentAudioFormat: "audio/x-mulaw;rate=8000" })
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+    const callId = callControlId()
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId })
+    const call = await telnyxCall(gateway, { token, callControlId: callId, encoding, sampleRate })
+    call.start()
+    const [start] = await agent.waitForEvent("start")
+    expect(start.start.mediaFormat).toEqual({ encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 })
+    const repeat = sampleRate / 8000
+    const toCarrier = (mulaw: Buffer) => {
+      if (encoding === "PCMA") return Buffer.from(mulaw.map((byte) => linearToAlaw(mulawToLinear(byte))))
+      const out = Buffer.alloc(mulaw.length * 2 * repeat)
+      mulaw.forEach((byte, i) => {
+        for (let r = 0; r < repeat; r++) out.writeInt16BE(mulawToLinear(byte), (i * repeat + r) * 2)
+      })
+      return out
+    }
+    // The caller in the carrier's format; the agent gets mu-law of the same samples.
+    const sent = caller.slice(0, 20).map((frame) => toCarrier(Buffer.from(frame, "base64")))
+    for (const frame of sent) call.media(frame.toString("base64"))
+    await agent.waitForEvent("media", sent.length)
+    const heard = agentMedia(agent).map((payload) => Buffer.from(payload, "base64"))
+    expect(heard.map((frame) => frame.length)).toEqual(sent.map(() => 160))
+    if (encoding === "L16") expect(heard).toEqual(caller.slice(0, 20).map((frame) => Buffer.from(frame, "base64")))
+    else heard.forEach((frame, i) => expect(toCarrier(frame)).toEqual(sent[i]))
+    // The agent's mu-law reaches the carrier in the carrier's format.
+    const reply = agentVoice.slice(0, 10)
+    for (const frame of reply) agent.send({ event: "media", media: { payload: frame } })
+    await until(() => call.sentMedia().length === reply.length, "the agent's audio at the carrier")
+    expect(call.sentMedia()).toEqual(reply.map((frame) => toCarrier(Buffer.from(frame, "base64")).toString("base64")))
+    call.stop()
+    await gateway.outbox.forSession(sessionIdOf(agent))
+  })
+
   it("a stream in a format callgate does not relay (PCMU at 16 kHz) is refused with 1008", async () => {
     const agentId = uniqueId("agent")
     const env = await gateway.createEnvironment(agentId)
