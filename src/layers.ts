@@ -143,11 +143,19 @@ export const TelephonyLive = CarriersLive.pipe(
   Layer.provideMerge(TelnyxRest.Default)
 )
 
+/**
+ * Turn timing and the breaker over a breaker store of the caller's choosing: production's is
+ * BreakerStoreLive (TurnsLive); tests that watch or fail the store's calls wrap the real adapter.
+ */
+export const turnsOver = <E, R>(store: Layer.Layer<Layer.Layer.Success<typeof BreakerStoreLive>, E, R>) =>
+  TurnTiming.Default.pipe(
+    Layer.provideMerge(VoiceActivity.Default),
+    Layer.provideMerge(Breaker.Default.pipe(Layer.provideMerge(BreakerMetrics.Default))),
+    Layer.provideMerge(store)
+  )
+
 /** Turn timing per call (voice activity, turn tracker, response watchdog) and the breaker behind it. */
-export const TurnsLive = TurnTiming.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
-  Layer.provideMerge(Layer.mergeAll(BreakerMetrics.Default, BreakerStoreLive))
-)
+export const TurnsLive = turnsOver(BreakerStoreLive)
 
 /**
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in

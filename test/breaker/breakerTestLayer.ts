@@ -1,14 +1,9 @@
 import { Effect, Layer, Logger } from "effect"
 import { Breaker, type BreakerSettings, type SessionRef } from "../../src/breaker/Breaker.js"
-import { BreakerMetrics } from "../../src/breaker/BreakerMetrics.js"
 import type { BreakerStore } from "../../src/breaker/BreakerStore.js"
 import { MemoryBreakerStoreLive } from "../../src/breaker/MemoryBreakerStore.js"
 import { type NoResponseTrip, startResponseWatchdog, type WatchdogOptions } from "../../src/breaker/ResponseWatchdog.js"
-import { AppConfig } from "../../src/config/AppConfig.js"
-import { Environments } from "../../src/environments/Environments.js"
-import { Metrics } from "../../src/observability/Metrics.js"
-import { SecretBox } from "../../src/secrets/SecretBox.js"
-import { MemoryEnvironmentStoreLive } from "../../src/environments/MemoryEnvironmentStore.js"
+import { DomainLive, FoundationLive, turnsOver } from "../../src/layers.js"
 import { testConfigLayer, uniqueId } from "../support/testApp.js"
 
 /** Collects log lines (level and message) instead of printing them. */
@@ -21,21 +16,21 @@ export const captureLogs = (lines: Array<{ level: string; message: string }>) =>
     })
   )
 
-/** Breaker over the given store layer (memory by default), with environments in memory and logs off. */
+/**
+ * The production graph's turn timing and breaker (src/layers.ts `turnsOver`) over the given breaker
+ * store (memory by default), the domain and foundation in memory, and the given logger (off by default).
+ */
 export const breakerLayer = (
   store: Layer.Layer<BreakerStore, unknown, never> = MemoryBreakerStoreLive,
   env: Record<string, string> = {},
   logger: Layer.Layer<never> = Logger.remove(Logger.defaultLogger)
-) => {
-  const config = AppConfig.Default.pipe(Layer.provide(testConfigLayer(env)))
-  const infra = Layer.mergeAll(MemoryEnvironmentStoreLive, Metrics.Default, config, store).pipe(
-    Layer.provideMerge(SecretBox.Default.pipe(Layer.provide(config)))
-  )
-  return Breaker.Default.pipe(
-    Layer.provideMerge(Layer.mergeAll(Environments.Default, BreakerMetrics.Default).pipe(Layer.provideMerge(infra))),
+) =>
+  turnsOver(store).pipe(
+    Layer.provideMerge(DomainLive),
+    Layer.provideMerge(FoundationLive),
+    Layer.provide(testConfigLayer(env)),
     Layer.provideMerge(logger)
   )
-}
 
 export const newEnvironment = () => ({ agentId: uniqueId("agent"), environmentId: uniqueId("env") })
 

@@ -38,10 +38,7 @@ const watchCall = (options: WatchCallOptions, onRescue: (trip: NoResponseTrip) =
     return call
   })
 
-const layer = () => {
-  const breaker = breakerLayer()
-  return TurnTiming.Default.pipe(Layer.provideMerge(VoiceActivity.Default), Layer.provideMerge(breaker))
-}
+const layer = () => breakerLayer()
 
 /**
  * Plays the caller clip followed by `silenceMs` of silence (agent silent throughout, unless an
