@@ -45,6 +45,9 @@ import { MemorySessionFencingLive } from "./kernel/MemorySessionFencing.js"
 import { OwnershipLease } from "./kernel/OwnershipLease.js"
 import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
+import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
+import { MemoryCallLeaseStoreLive } from "./sessions/MemoryCallLeaseStore.js"
+import { CallLeases } from "./sessions/CallLeases.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
@@ -94,7 +97,8 @@ const StoresLive = whenRedis(
     RedisSessionStoreLive,
     RedisSessionFencingLive,
     RedisSpentTokenStoreLive,
-    RedisInstanceStoreLive
+    RedisInstanceStoreLive,
+    RedisCallLeaseStoreLive
   ).pipe(Layer.provide(RedisConnectionLive)),
   Layer.mergeAll(
     MemoryEnvironmentStoreLive,
@@ -103,7 +107,8 @@ const StoresLive = whenRedis(
     MemorySessionStoreLive,
     MemorySessionFencingLive,
     MemorySpentTokenStoreLive,
-    MemoryInstanceStoreLive
+    MemoryInstanceStoreLive,
+    MemoryCallLeaseStoreLive
   )
 )
 
@@ -159,9 +164,10 @@ export const TurnsLive = turnsOver(BreakerStoreLive)
 
 /**
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
- * the background with its idle dial-in agents, and placement at the call entry.
+ * the background with its idle dial-in agents, placement at the call entry, and the fleet-wide
+ * call limits' leases.
  */
-const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+const FleetLive = Layer.mergeAll(Placement.Default, CallLeases.Default).pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
 export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))

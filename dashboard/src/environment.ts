@@ -23,6 +23,52 @@ const recentSessions = async (agentId: string, environmentId: string): Promise<A
   return all.filter((s) => Date.parse(s.createdAt) >= since || s.status === "active")
 }
 
+// ---- Call Limits ----
+
+/** The environment's fleet-wide limits (docs/scaling.md, "Fleet-wide call limits"). */
+const CallLimits = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
+  const { env } = props
+  const [total, setTotal] = useState(env.maxConcurrentCalls === null ? "" : String(env.maxConcurrentCalls))
+  const [outbound, setOutbound] = useState(String(env.maxConcurrentOutboundCalls))
+  const [error, setError] = useState<unknown>(null)
+  const [status, setStatus] = useState<string | null>(null)
+  const save = async (event: Event) => {
+    event.preventDefault()
+    setError(null)
+    setStatus(null)
+    try {
+      const next = await api.updateEnvironment(env.agentId, env.id, {
+        maxConcurrentCalls: total.trim() === "" ? null : Number(total),
+        maxConcurrentOutboundCalls: Number(outbound)
+      })
+      setStatus("Saved.")
+      props.onSaved(next)
+    } catch (failure) {
+      setError(failure)
+    }
+  }
+  const errors = fieldErrors(error)
+  return html`<section class="panel" id="call-limits" aria-labelledby="call-limits-title">
+    <h2 id="call-limits-title">Call Limits</h2>
+    <p class="hint">Counted across every callgate instance. A call over a limit is refused: 429 for an outbound call, the error fallback for an inbound one.</p>
+    <form onSubmit=${save} novalidate>
+      <${Field} id="max-concurrent-calls" label="Max Concurrent Calls" field="maxConcurrentCalls" errors=${errors} hint="Inbound and outbound together; empty for no limit.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<input id="max-concurrent-calls" type="number" min="1" step="1" value=${total} aria-describedby=${describedBy}
+            aria-invalid=${invalid ? "true" : undefined} onInput=${(e: Event) => setTotal((e.target as HTMLInputElement).value)} />`}
+      <//>
+      <${Field} id="max-concurrent-outbound-calls" label="Max Concurrent Outbound Calls" field="maxConcurrentOutboundCalls" errors=${errors} hint="1 to 1000.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<input id="max-concurrent-outbound-calls" type="number" min="1" max="1000" step="1" value=${outbound} aria-describedby=${describedBy}
+            aria-invalid=${invalid ? "true" : undefined} onInput=${(e: Event) => setOutbound((e.target as HTMLInputElement).value)} />`}
+      <//>
+      <${ErrorLine} error=${error} fields=${["maxConcurrentCalls", "maxConcurrentOutboundCalls"]} />
+      <div class="actions"><button type="submit" class="primary">Save</button></div>
+    </form>
+    ${status !== null ? html`<p class="notice" role="status">${status}</p>` : null}
+  </section>`
+}
+
 // ---- Recording ----
 
 /** The environment's `recording` field: every call recorded, or none (docs/recording.md). */
@@ -354,6 +400,7 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
   const [error, setError] = useState<unknown>(null)
   const [showWebhook, setShowWebhook] = useState(false)
   const [showFailover, setShowFailover] = useState(false)
+  const [showLimits, setShowLimits] = useState(false)
   const [busy, setBusy] = useState<string | null>(null)
   const [redelivered, setRedelivered] = useState<string | null>(null)
 
@@ -410,14 +457,18 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
       : html`<div class="toolbar">
             <button type="button" aria-expanded=${showWebhook} aria-controls="webhook-settings" onClick=${() => setShowWebhook(!showWebhook)}>Webhook Settings</button>
             <button type="button" aria-haspopup="dialog" onClick=${() => setShowFailover(true)}>Failover</button>
+            <button type="button" aria-expanded=${showLimits} aria-controls="call-limits" onClick=${() => setShowLimits(!showLimits)}>Call Limits</button>
           </div>
           <dl class="facts">
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
             <dt>Error fallback</dt>
             <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s</dd>
+            <dt>Call limits</dt>
+            <dd data-testid="limits-summary">${env.maxConcurrentCalls === null ? "no limit" : `${env.maxConcurrentCalls} calls`}; ${env.maxConcurrentOutboundCalls} outbound</dd>
             <dt>Recording</dt>
             <dd><${RecordingSetting} env=${env} onSaved=${setEnv} /></dd>
           </dl>
+          ${showLimits ? html`<${CallLimits} env=${env} onSaved=${setEnv} />` : null}
           ${showWebhook ? html`<${WebhookSettings} env=${env} onSaved=${setEnv} />` : null}
           <${Dialog} title="Error Fallback Settings" open=${showFailover} onClose=${closeFailover}>
             <${FallbackForm} env=${env} onSaved=${setEnv} onClose=${closeFailover} />

@@ -70,6 +70,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
       agentUrl: env.agentUrl,
       maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
+      maxConcurrentCalls: env.maxConcurrentCalls ?? null,
       recording: env.recording ?? "off"
     })
 

@@ -58,7 +58,9 @@ const domainErrors: { readonly [Tag in DomainError["_tag"]]: (error: Extract<Dom
   TooManyOutboundCalls: (e) =>
     ApiError.of(
       "RATE_LIMITED",
-      `Environment ${e.environmentId} already has ${e.limit} outbound calls placed or live (maxConcurrentOutboundCalls); retry when one ends.`
+      e.setting === "maxConcurrentCalls"
+        ? `Environment ${e.environmentId} already has ${e.limit} calls live across the fleet (maxConcurrentCalls); retry when one ends.`
+        : `Environment ${e.environmentId} already has ${e.limit} outbound calls placed or live (maxConcurrentOutboundCalls); retry when one ends.`
     ),
   OutboundNotConfigured: (e) =>
     ApiError.of("VALIDATION_FAILED", `provider ${e.provider} cannot place calls: ${e.missing} not set`, [

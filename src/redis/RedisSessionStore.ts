@@ -21,7 +21,7 @@ const decodeDoc = Schema.decodeUnknown(Schema.parseJson(Session))
  */
 export const makeRedisSessionStore = (retention: Duration.Duration) =>
   Effect.gen(function* () {
-    const { client, keys } = yield* RedisConnection
+    const { client, keys, replicated } = yield* RedisConnection
     const retentionMs = Duration.toMillis(retention)
 
     const read = (operation: string, agentId: string, sessionId: string) =>
@@ -45,7 +45,12 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
           Effect.map(Option.map((current) => ({ version: Number(current.version), value: current.session })))
         ),
         change: (current: Session) => Either.right(change(current))
-      })
+      }).pipe(
+        // A session's end must survive a failover: it waits for the replicas (RedisConnection.replicated).
+        Effect.tap((written) =>
+          Option.isSome(written) && written.value.endedAt !== null ? replicated(keys.session(agentId, sessionId), "session.update") : Effect.void
+        )
+      )
 
     /** Reads index entries newest first from `after` (exclusive), skipping the ties already seen. */
     const scan = (index: string, after: SessionCursor | undefined, offset: number) =>
@@ -88,7 +93,9 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
           Effect.flatMap((results) =>
             results === null || results.some(([error]) => error !== null)
               ? Effect.fail(new StoreError({ operation: "session.insert", cause: results?.find(([error]) => error !== null)?.[0] }))
-              : Effect.void
+              : session.endedAt !== null
+                ? replicated(keys.session(session.agentId, session.id), "session.insert")
+                : Effect.void
           )
         ))
       },

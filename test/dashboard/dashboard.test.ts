@@ -320,6 +320,24 @@ describe("the dashboard, in chromium", () => {
     expect(await failover.evaluate((element) => element === document.activeElement)).toBe(true)
   })
 
+  it("Call Limits: maxConcurrentCalls is set through the API's validation and cleared back to no limit", async () => {
+    await page.getByRole("button", { name: "Call Limits" }).click()
+    const panel = page.locator("#call-limits")
+    expect(await panel.getByLabel("Max Concurrent Calls").inputValue()).toBe("")
+    await panel.getByLabel("Max Concurrent Calls").fill("0")
+    await panel.getByRole("button", { name: "Save" }).click()
+    await panel.locator(".field.invalid").getByText("must be an integer from 1 to 100000").waitFor()
+    await panel.getByLabel("Max Concurrent Calls").fill("5")
+    await panel.getByRole("button", { name: "Save" }).click()
+    await page.getByTestId("limits-summary").getByText("5 calls; 10 outbound").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.maxConcurrentCalls).toBe(5)
+    await panel.getByLabel("Max Concurrent Calls").fill("")
+    await panel.getByRole("button", { name: "Save" }).click()
+    await page.getByTestId("limits-summary").getByText("no limit; 10 outbound").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.maxConcurrentCalls).toBeNull()
+    await page.getByRole("button", { name: "Call Limits" }).click()
+  })
+
   it("a simulated call appears, with its turns and latencies, without a reload; its failed delivery is redelivered", async () => {
     await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true))
     agent = await startAnsweringAgent({ gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey: ADMIN_KEY, reply, responseLatencyMs: 150 })

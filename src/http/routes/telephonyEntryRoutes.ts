@@ -2,6 +2,8 @@ import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.j
 import type { AfterStream } from "../../recovery/AfterStream.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import type { Placement } from "../../fleet/Placement.js"
+import type { CallLeases } from "../../sessions/CallLeases.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
@@ -22,7 +24,6 @@ import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlE
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
 import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
-import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 
 /** What the call entry endpoints need from the app's runtime. */
 export type TelephonyEntryServices =
@@ -40,6 +41,7 @@ export type TelephonyEntryServices =
   | ErrorFallback
   | EntryBackgroundWork
   | Placement
+  | CallLeases
   | AuthThrottle
 
 const internalError: EntryResponse = {

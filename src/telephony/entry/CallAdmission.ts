@@ -5,6 +5,7 @@ import { newSessionId } from "../../kernel/SessionInfo.js"
 import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Placement } from "../../fleet/Placement.js"
+import { CallLeases } from "../../sessions/CallLeases.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { connectStreamTwiml, hangupTwiml, sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
@@ -20,6 +21,8 @@ export type Admission =
   | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string; readonly streamBase: string; readonly instanceId: string }
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
+  /** The environment's maxConcurrentCalls is reached across the fleet: the entry runs the error fallback (EntryFallback). */
+  | { readonly _tag: "OverLimit"; readonly sessionId: string; readonly limit: number }
 
 export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) => {
   // An outbound call's session exists already; an inbound call's is minted here, so the entry
@@ -58,6 +61,32 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     // refused with 503 so the carrier tries the number's fallback URL.
     // An outbound call callgate placed (claims.sessionId) is expected by the instance that placed
     // it, whose PUBLIC_URL its webhook names: its stream stays here.
+    // An outbound call's session exists already; an inbound call's is minted here, so the entry
+    // answer's <Redirect> can name it (docs/reliability.md).
+    const sessionId = claims.sessionId ?? newSessionId()
+    // The fleet-wide limit (docs/scaling.md, "Fleet-wide call limits"): an inbound call takes its
+    // lease here; an outbound call took its own when it was placed.
+    const leases = yield* CallLeases
+    if (claims.sessionId === undefined) {
+      const limit = lookup.value.maxConcurrentCalls
+      const verdict = yield* Effect.either(
+        leases.acquire({ agentId: claims.agentId, environmentId: claims.environmentId, sessionId, kind: "inbound" }, { total: limit, outbound: null }, { hold: false })
+      )
+      if (verdict._tag === "Left") {
+        yield* Effect.logError("call refused: the fleet's call count could not be read", { kind: claims.kind, callId: claims.callId, error: verdict.left.message })
+        return { _tag: "Unavailable" } as Admission
+      }
+      if (verdict.right._tag === "Refused") {
+        yield* Effect.logWarning("call over the environment's limit: the error fallback answers it", {
+          kind: claims.kind,
+          callId: claims.callId,
+          agentId: claims.agentId,
+          environmentId: claims.environmentId,
+          limit: verdict.right.max
+        })
+        return { _tag: "OverLimit", sessionId, limit: verdict.right.max } as Admission
+      }
+    }
     const placed =
       claims.sessionId !== undefined
         ? placement.here
@@ -74,6 +103,7 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
             )
     if (placed._tag === "NoInstance") {
       yield* Effect.logWarning("call refused: callgate is shutting down and no other instance is live", { kind: claims.kind, callId: claims.callId })
+      if (claims.sessionId === undefined) yield* leases.release(claims.agentId, claims.environmentId, sessionId)
       return { _tag: "Unavailable" } as Admission
     }
     const agent = placed.agent
@@ -139,7 +169,7 @@ export const sayAndHangup = (status: number, sentence: string): EntryResponse =>
 export const hangupOnly = (status: number): EntryResponse => xml(status, hangupTwiml())
 
 /** The XML answer for an admission that did not go through (200 so the carrier plays it). */
-export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): EntryResponse =>
+export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "OverLimit" }>): EntryResponse =>
   admission._tag === "UnknownEnvironment"
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")

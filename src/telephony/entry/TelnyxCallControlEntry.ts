@@ -7,6 +7,9 @@ import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
+import { rescueOverLimit } from "./EntryFallback.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import {
   CallControlCallPayload,
@@ -152,6 +155,24 @@ export const telnyxCallControlEntry = (
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
+    if (admission._tag === "OverLimit") {
+      // Over the environment's limit: the error fallback acts on the call through Call Control (docs/scaling.md).
+      const over = rescueOverLimit(
+        {
+          agentId: query.right.agentId,
+          environmentId: query.right.environmentId,
+          sessionId: admission.sessionId,
+          call: { kind: "telnyx-call-control", callId },
+          from: payload.from ?? null,
+          to: payload.to ?? null,
+          direction
+        },
+        admission.limit
+      )
+      const context = yield* Effect.context<ErrorFallback | SessionEndJournal>()
+      yield* (yield* EntryBackgroundWork).start(Effect.provide(over, context))
+      return received
+    }
     // Read only when admitted (an unknown environment gets no stream).
     const stream =
       admission._tag === "Admitted"

@@ -2,9 +2,10 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+import { answerCarrier, rescueOverLimit } from "./EntryFallback.js"
 
 /**
  * `POST /telephony/telnyx/texml?agentId=..&environmentId=..`, a TeXML application's voice URL.
@@ -50,6 +51,24 @@ export const telnyxTexmlEntry = (
       accountSid: call.AccountSid,
       ...withCustomParameters(custom.parameters)
     })
+    if (admission._tag === "OverLimit") {
+      // Over the environment's limit: the error fallback is the answer (docs/scaling.md, "Fleet-wide call limits").
+      const answer = answerCarrier()
+      yield* rescueOverLimit(
+        {
+          agentId,
+          environmentId,
+          sessionId: admission.sessionId,
+          call: { kind: "telnyx-texml", callId: call.CallSid, accountSid: call.AccountSid },
+          from: call.From ?? null,
+          to: call.To ?? null,
+          direction: directionOf(call.Direction)
+        },
+        admission.limit,
+        answer.carrier
+      )
+      return markupAnswer(answer.markup())
+    }
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(
       {

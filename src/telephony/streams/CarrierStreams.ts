@@ -6,6 +6,7 @@ import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { Metrics } from "../../observability/Metrics.js"
 import { LiveCalls } from "../../livecall/LiveCalls.js"
+import { CallLeases } from "../../sessions/CallLeases.js"
 import { CloseCode, type WireSocket } from "../../frames/WireSocket.js"
 import { verifyTwilioStreamUpgrade } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
@@ -59,6 +60,7 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     const publicUrl = yield* PublicUrl
     const tokens = yield* SessionTokens
     const registry = yield* LiveCalls
+    const leases = yield* CallLeases
     const metrics = yield* Metrics
     const spent = yield* SpentTokenStore
     // Token spends run in this service's scope: one still waiting on the store at shutdown is interrupted.
@@ -104,7 +106,21 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
       )
     }
 
-    const host: StreamHost = { verifyToken: tokens.verify, spend, open: registry.open }
+    /**
+     * Opens the session; an inbound call's lease in the fleet-wide count (taken at the entry, maybe
+     * by another instance) is held here from now on and released when the session is over.
+     */
+    const open: StreamHost["open"] = (opening) => {
+      const opened = registry.open(opening)
+      const sessionId = opening.entrySessionId
+      if (opened._tag === "Right" && sessionId !== undefined && opening.sessionId === undefined) {
+        leases.hold(opening.agentId, opening.environmentId, sessionId, "inbound")
+        const live = registry.live(sessionId)
+        if (live._tag === "Some") runFork(live.value.settled.pipe(Effect.ensuring(leases.release(opening.agentId, opening.environmentId, sessionId))))
+      }
+      return opened
+    }
+    const host: StreamHost = { verifyToken: tokens.verify, spend, open }
     const hostFor = (address: string): StreamHost => ({ ...host, authFailed: () => throttle.failed(address) })
 
     const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string, address: string): undefined => {
