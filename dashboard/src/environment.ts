@@ -1,7 +1,7 @@
 import { html } from "htm/preact"
 import { useCallback, useMemo, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
+import { ApiFailure, api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
 import { barsPath, Chart, Confirm, Dialog, ErrorLine, Field, fieldErrors, href, SecretOnce, time, usePoll } from "./components.js"
 import { DeliveryTable, SessionTable } from "./pages.js"
 import { answeredTurns, histogram, perMinutePercentiles, sessionCounts } from "./stats.js"
@@ -325,8 +325,7 @@ const BreakerCard = (props: { breaker: BreakerState | null; agentId: string }) =
       Last trip:
       ${b.lastTrip === null
         ? " never"
-        : html` ${time(b.lastTrip.at)} (${b.lastTrip.count}/${b.lastTrip.threshold}, session
-            <a class="mono" href=${href("agents", props.agentId, "sessions", b.lastTrip.sessionId)}>${b.lastTrip.sessionId}</a>)`}
+        : html` ${time(b.lastTrip.at)} (${b.lastTrip.count}/${b.lastTrip.threshold}, session${" "}<a class="mono" href=${href("agents", props.agentId, "sessions", b.lastTrip.sessionId)}>${b.lastTrip.sessionId}</a>)`}
     </p>
   </div>`
 }
@@ -339,6 +338,7 @@ const CountsCard = (props: { sessions: ReadonlyArray<Session> }) => {
       <div><dt>Completed</dt><dd data-testid="count-completed">${c.completed}</dd></div>
       <div><dt>Failed</dt><dd data-testid="count-failed">${c.failed}</dd></div>
       <div><dt>Rescued</dt><dd data-testid="count-rescued">${c.rescued}</dd></div>
+      <div><dt>Rescue failed</dt><dd data-testid="count-rescue-failed">${c.rescueFailed}</dd></div>
       <div><dt>Timed out</dt><dd>${c.timeout}</dd></div>
       <div><dt>Active</dt><dd data-testid="count-active">${c.active}</dd></div>
     </dl>
@@ -442,13 +442,26 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
     }
   }
 
+  const crumbs = html`<nav class="crumbs" aria-label="Breadcrumb">
+    <a href="#/agents">Agents</a><span aria-hidden="true"> / </span>
+    <a href=${href("agents", agentId)}>${agentId}</a><span aria-hidden="true"> / </span>
+    <a href=${href("agents", agentId, "environments")}>Environments</a><span aria-hidden="true"> / </span>
+    <span aria-current="page">${env?.name ?? environmentId}</span>
+  </nav>`
+  // An id that names no environment (a stale link, a typo) says so instead of loading for ever.
+  if (env === null && error instanceof ApiFailure && error.status === 404) {
+    return html`<section>
+      ${crumbs}
+      <h1>Environment not found</h1>
+      <p class="error" role="alert" data-testid="environment-not-found">
+        Agent <span class="mono">${agentId}</span> has no environment <span class="mono">${environmentId}</span>: ${error.message}
+      </p>
+      <p><a href=${href("agents", agentId, "environments")}>The agent's environments</a></p>
+    </section>`
+  }
+
   return html`<section>
-    <nav class="crumbs" aria-label="Breadcrumb">
-      <a href="#/agents">Agents</a><span aria-hidden="true"> / </span>
-      <a href=${href("agents", agentId)}>${agentId}</a><span aria-hidden="true"> / </span>
-      <a href=${href("agents", agentId)}>Environments</a><span aria-hidden="true"> / </span>
-      <span aria-current="page">${env?.name ?? environmentId}</span>
-    </nav>
+    ${crumbs}
     <h1 data-testid="environment-name">${env?.name ?? "…"}</h1>
     <p class="muted mono">${environmentId}</p>
     <${ErrorLine} error=${error} />
