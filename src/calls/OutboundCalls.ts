@@ -14,6 +14,7 @@ import { SessionNotFound, sessionEndedEvent, Sessions } from "../sessions/Sessio
 import { EntryPaths } from "../kernel/EntryPaths.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import { storeRetry } from "../kernel/StoreError.js"
+import { nowDate } from "../kernel/Time.js"
 import {
   DEFAULT_RING_TIMEOUT_SECONDS,
   OutboundNotConfigured,
@@ -88,7 +89,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const closeUnanswered = (call: Placed, reason: UnansweredReason) =>
       Effect.gen(function* () {
         const stored = yield* sessions
-          .finish(call.agentId, call.sessionId, { status: "failed", endReason: reason, endedAt: new Date() })
+          .finish(call.agentId, call.sessionId, { status: "failed", endReason: reason, endedAt: yield* nowDate })
           .pipe(
             Effect.retry(storeRetry),
             Effect.tapError((error) => Effect.logError("could not record the outbound call's end", { error: error.message })),
@@ -170,7 +171,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       const machineDetection = body.machineDetection ?? "off"
       const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing", machineDetection, verdict: undefined }
       placed.set(sessionId, call)
-      const createdAt = new Date()
+      const createdAt = yield* nowDate
       const metadata = body.metadata !== undefined ? { ...body.metadata } : undefined
       registry.expectOutbound(sessionId, { agentId, environmentId, createdAt, metadata, opened: opened(call) })
 

@@ -11,6 +11,7 @@ import { PublicUrl } from "../config/PublicUrl.js"
 import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
+import { nowIso } from "../kernel/Time.js"
 
 
 interface EnvironmentRef {
@@ -35,7 +36,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const sessions = yield* LiveCalls
     const fencing = yield* SessionFencing
     const lease = yield* OwnershipLease
-    const startedAt = new Date().toISOString()
+    const startedAt = yield* nowIso
     const self = identity.instanceId
     const ttlMs = goneAfterMs(config)
 

@@ -16,6 +16,7 @@ import type { Session } from "../sessions/SessionSchema.js"
 import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/Sessions.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { storeRetry } from "../kernel/StoreError.js"
+import { nowDate } from "../kernel/Time.js"
 
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
@@ -150,7 +151,7 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         const recording = yield* recordings.finish(info.sessionId)
         const outcome = yield* actOn(relay, ending)
         relay.carrier.close(CloseCode.normal, "the call ended")
-        const end: SessionEnd = { ...outcome, endedAt: new Date(), turns: relay.turns() }
+        const end: SessionEnd = { ...outcome, endedAt: yield* nowDate, turns: relay.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
         yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {

@@ -18,6 +18,7 @@ import { CarrierCallEvents } from "./CarrierCallEvents.js"
 import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
+import { dateAt } from "../kernel/Time.js"
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
 export { newSessionId } from "../kernel/SessionInfo.js"
@@ -177,7 +178,7 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         direction: opening.direction ?? "inbound",
         streamSid: opening.streamSid,
         reservedAgent: opening.reservedAgent,
-        createdAt: outbound?.createdAt ?? new Date(),
+        createdAt: outbound?.createdAt ?? dateAt(clock.unsafeCurrentTimeMillis()),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
         ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),

@@ -1,5 +1,5 @@
 import { withCallSpan } from "../observability/Tracing.js"
-import { Duration, Effect, Option } from "effect"
+import { Clock, Duration, Effect, Option } from "effect"
 import type { CallRef, CarrierShape } from "../kernel/Carrier.js"
 import { HardError } from "../kernel/HardError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
@@ -7,6 +7,7 @@ import { INSTANCE_LOST_MESSAGE, OrphanReconciler, sessionInfoOf } from "./Orphan
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { Sessions } from "../sessions/Sessions.js"
+import { nowDate } from "../kernel/Time.js"
 
 /** How long a session whose stream ended may stay active before the call counts as abandoned: its own instance ends it at once. */
 const OWNER_GRACE = Duration.seconds(2)
@@ -51,11 +52,11 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
     /** The record once it is terminal, or as it stands when the grace runs out. */
     const settled = (call: ReturningCall) =>
       Effect.gen(function* () {
-        const deadline = Date.now() + Duration.toMillis(OWNER_GRACE)
+        const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(OWNER_GRACE)
         for (;;) {
           const found = yield* read(call)
           if (Option.isSome(found) && found.value.status !== "active") return found
-          if (journal.isPending(call.sessionId) || Date.now() >= deadline) return found
+          if (journal.isPending(call.sessionId) || (yield* Clock.currentTimeMillis) >= deadline) return found
           yield* Effect.sleep(POLL)
         }
       })
@@ -78,7 +79,7 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
           return "rescued" as const
         }
         // No record at all: the instance stopped before the session's start was written.
-        const now = new Date()
+        const now = yield* nowDate
         const record: Session = {
           id: call.sessionId,
           agentId: call.agentId,

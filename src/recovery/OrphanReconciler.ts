@@ -11,6 +11,7 @@ import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import { isOpenStatus, type Session } from "../sessions/SessionSchema.js"
 import type { SessionRef } from "../sessions/SessionStore.js"
 import { Sessions } from "../sessions/Sessions.js"
+import { dateAt, nowIso } from "../kernel/Time.js"
 
 export const INSTANCE_LOST_MESSAGE = "The callgate instance serving the call stopped before the call ended."
 
@@ -44,7 +45,7 @@ export const sessionInfoOf = (session: Session): SessionInfo => ({
   to: session.to,
   direction: session.direction,
   streamSid: "",
-  createdAt: new Date(session.createdAt)
+  createdAt: dateAt(Date.parse(session.createdAt))
 })
 
 /**
@@ -72,7 +73,7 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
      */
     const claim = (ref: SessionRef, createdBefore = Infinity) =>
       Effect.gen(function* () {
-        const endedAt = new Date().toISOString()
+        const endedAt = yield* nowIso
         let won = false
         const result = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
           won = isOpenStatus(current.status) && Date.parse(current.createdAt) < createdBefore

@@ -90,18 +90,19 @@ const watchConnection = (
   client: RedisClient,
   address: string,
   timeouts: RedisTimeouts,
-  log: (level: "warn" | "info", message: string) => void
+  log: (level: "warn" | "info", message: string) => void,
+  now: () => number
 ): (() => void) => {
   // Through Sentinel the connection follows the primary: a failover is a new address (logged once).
   let primary: string | undefined
   // connecting: never connected yet; up: ready; lost: closed, reconnecting, not reported (a quick
   // reconnect says nothing); down: reported unreachable.
   let state: "connecting" | "up" | "lost" | "down" = "connecting"
-  let downSince = Date.now()
-  let unreadySince = Date.now()
+  let downSince = now()
+  let unreadySince = now()
   const down = (why: string) => {
     if (state === "down") return
-    if (state === "up") downSince = Date.now()
+    if (state === "up") downSince = now()
     state = "down"
     client.options.enableOfflineQueue = false
     log("warn", `store unreachable at ${address}: ${why}; retrying`)
@@ -109,18 +110,18 @@ const watchConnection = (
   client.on("ready", () => {
     client.options.enableOfflineQueue = true
     const at = client instanceof Redis && client.options.sentinels ? socketPeer(client) : undefined
-    if (state === "down") log("info", `store reachable again after ${Math.round((Date.now() - downSince) / 1000)} s${at === undefined ? "" : ` (primary ${at})`}`)
+    if (state === "down") log("info", `store reachable again after ${Math.round((now() - downSince) / 1000)} s${at === undefined ? "" : ` (primary ${at})`}`)
     else if (at !== undefined && primary !== undefined && at !== primary) {
-      log("info", `store primary is now ${at} (was ${primary}) after ${Math.round((Date.now() - downSince) / 1000)} s`)
+      log("info", `store primary is now ${at} (was ${primary}) after ${Math.round((now() - downSince) / 1000)} s`)
     }
     if (at !== undefined) primary = at
     state = "up"
   })
   client.on("close", () => {
-    unreadySince = Date.now()
+    unreadySince = now()
     if (state !== "up") return
     state = "lost"
-    downSince = Date.now()
+    downSince = now()
   })
   client.on("error", (error: unknown) => down(connectionProblem(error)))
   let checking = false
@@ -128,8 +129,8 @@ const watchConnection = (
     if (checking) return
     if (client.status !== "ready") {
       // An attempt that hangs (a ready check whose answer is dropped) is started again.
-      if (state === "down" && Date.now() - unreadySince >= 2 * timeouts.connectTimeoutMs) {
-        unreadySince = Date.now()
+      if (state === "down" && now() - unreadySince >= 2 * timeouts.connectTimeoutMs) {
+        unreadySince = now()
         client.disconnect(true)
       }
       return
@@ -143,7 +144,7 @@ const watchConnection = (
         checking = false
         if (!(error instanceof Error) || !/timed out/i.test(error.message) || client.status !== "ready") return
         down(`no answer within ${timeouts.commandTimeoutMs} ms`)
-        unreadySince = Date.now()
+        unreadySince = now()
         client.disconnect(true)
       }
     )
@@ -284,9 +285,14 @@ const open = (url: string, name: string, report: boolean, timeouts: RedisTimeout
         if (!report) return
         const runtime = yield* Effect.runtime<never>()
         const runLog = Runtime.runSync(runtime)
+        const clock = yield* Effect.clock
         stop.push(
-          watchConnection(client, redisAddress(url), timeouts, (level, message) =>
-            runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message))
+          watchConnection(
+            client,
+            redisAddress(url),
+            timeouts,
+            (level, message) => runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message)),
+            () => clock.unsafeCurrentTimeMillis()
           )
         )
       })

@@ -23,6 +23,7 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
   Effect.gen(function* () {
     const { client, keys, replicated } = yield* RedisConnection
     const retentionMs = Duration.toMillis(retention)
+    const clock = yield* Effect.clock
 
     const read = (operation: string, agentId: string, sessionId: string) =>
       redisCall(operation, () => client.hmget(keys.session(agentId, sessionId), "v", "doc")).pipe(
@@ -67,7 +68,7 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
     return SessionStore.of({
       insert: (session) => {
         const score = Date.parse(session.createdAt)
-        const oldest = String(Date.now() - retentionMs)
+        const oldest = String(clock.unsafeCurrentTimeMillis() - retentionMs)
         const agentIndex = keys.agentSessions(session.agentId)
         const envIndex = keys.environmentSessions(session.agentId, session.environmentId)
         // Owned first (another slot, so not in the MULTI): an owned session without a record is

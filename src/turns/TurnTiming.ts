@@ -10,6 +10,7 @@ import { PlayoutMarks } from "./PlayoutMarks.js"
 import { TurnSpans } from "./TurnSpans.js"
 import { TurnTracker } from "./TurnTracker.js"
 import { VoiceActivity } from "./VoiceActivity.js"
+import { frameTimeToEpochMs, isoAt } from "../kernel/Time.js"
 
 export interface WatchCallOptions {
   readonly agentId: string
@@ -38,7 +39,7 @@ export interface WatchedCall {
 const MAX_TURNS = 500
 
 /** The relay stamps frames with performance.now(); records carry wall-clock ISO times. */
-const isoAt = (atMs: number) => new Date(performance.timeOrigin + atMs).toISOString()
+const frameIso = (atMs: number) => isoAt(frameTimeToEpochMs(atMs))
 
 /**
  * Turn timing for one call: two voice detectors, the turn tracker on the media path, and the
@@ -99,7 +100,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             records.push({
               index: turn.index,
               input: turn.input,
-              callerEndedAt: isoAt(turn.endedAtMs),
+              callerEndedAt: frameIso(turn.endedAtMs),
               agentRespondedAt: null,
               latencyMs: null,
               playedLatencyMs: null,
@@ -120,7 +121,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             const occurrences = watchdog.occurrences
             update(turn.index, (record) => ({
               ...record,
-              agentRespondedAt: isoAt(turn.respondedAtMs),
+              agentRespondedAt: frameIso(turn.respondedAtMs),
               latencyMs: Math.round(turn.latencyMs),
               timeoutOccurrences: occurrences
             }))
