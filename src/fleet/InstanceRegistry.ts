@@ -101,8 +101,9 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     })
 
     const refresh = Effect.gen(function* () {
-      const at = yield* Clock.currentTimeMillis
       yield* publish(true)
+      // Taken just before the write the fleet times this instance by (a slow store's other round trips do not count).
+      const at = yield* Clock.currentTimeMillis
       yield* store.report(report(), ttlMs)
       known = yield* store.list(ttlMs)
       lease.renewed(at, known.some((entry) => entry.id !== self))
