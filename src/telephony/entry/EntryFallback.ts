@@ -6,6 +6,7 @@ import { sessionInfoOf } from "../../recovery/OrphanReconciler.js"
 import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import type { Session } from "../../sessions/SessionSchema.js"
 import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
+import { nowIso } from "../../kernel/Time.js"
 
 /**
  * A carrier adapter that answers the call's request instead of calling REST: what the error
@@ -52,7 +53,7 @@ export const rescueOverLimit = (entering: EnteringCall, limit: number, carrier?:
   Effect.gen(function* () {
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
-    const now = new Date().toISOString()
+    const now = yield* nowIso
     const record: Session = {
       id: entering.sessionId,
       agentId: entering.agentId,
