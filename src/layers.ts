@@ -23,18 +23,17 @@ import { Metrics } from "./observability/Metrics.js"
 import { tracingLayer } from "./observability/Tracing.js"
 import { Recordings } from "./recording/Recordings.js"
 import { SecretBox } from "./secrets/SecretBox.js"
-import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
-import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
-import { AfterStream } from "./session/AfterStream.js"
-import { OrphanReconciler } from "./session/OrphanReconciler.js"
-import { SessionEndJournal } from "./session/SessionEndJournal.js"
-import { StartupReconciliationLive } from "./session/StartupReconciliation.js"
-import { SessionLifecycle } from "./session/SessionLifecycle.js"
-import { SessionDrain, SessionDrainLive } from "./session/SessionDrain.js"
-import { SessionRegistry } from "./session/SessionRegistry.js"
-import { SessionRunner } from "./session/SessionRunner.js"
-import { Sessions } from "./session/Sessions.js"
-import { SessionTurnObserversLive } from "./session/SessionTurnObservers.js"
+import { CarrierCallEvents } from "./livecall/CarrierCallEvents.js"
+import { MemorySessionStoreLive } from "./sessions/MemorySessionStore.js"
+import { AfterStream } from "./recovery/AfterStream.js"
+import { OrphanReconciler } from "./recovery/OrphanReconciler.js"
+import { SessionEndJournal } from "./sessions/SessionEndJournal.js"
+import { StartupReconciliationLive } from "./recovery/StartupReconciliation.js"
+import { CallSettlement } from "./livecall/CallSettlement.js"
+import { LiveCallDrain, LiveCallDrainLive } from "./livecall/LiveCallDrain.js"
+import { LiveCalls } from "./livecall/LiveCalls.js"
+import { Sessions } from "./sessions/Sessions.js"
+import { CallTurns } from "./livecall/CallTurns.js"
 import { RedisApiKeyStoreLive } from "./redis/RedisApiKeyStore.js"
 import { RedisBreakerStoreLive } from "./redis/RedisBreakerStore.js"
 import { RedisConnectionLive } from "./redis/RedisConnection.js"
@@ -47,8 +46,8 @@ import { OwnershipLease } from "./kernel/OwnershipLease.js"
 import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
 import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
-import { MemoryCallLeaseStoreLive } from "./session/MemoryCallLeaseStore.js"
-import { CallLeases } from "./session/CallLeases.js"
+import { MemoryCallLeaseStoreLive } from "./sessions/MemoryCallLeaseStore.js"
+import { CallLeases } from "./sessions/CallLeases.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
@@ -174,15 +173,15 @@ const FleetLive = Layer.mergeAll(Placement.Default, CallLeases.Default).pipe(Lay
 export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
 
 /**
- * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
- * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
+ * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), each call owned
+ * by its LiveCall (relay, turn watch, trip subscription, single ending); a hard error or a
+ * breaker trip runs the error fallback from there.
  */
 const CallsLive = CarrierStreams.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(FleetLive, SessionDrain.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
+  Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
+  Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
+  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
+  Layer.provideMerge(SessionEndJournal.Default),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )
@@ -208,10 +207,10 @@ export const appServicesLayer = HttpApp.Default.pipe(
  * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
  * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
  */
-const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive, LostInstancesLive)
+const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, LiveCallDrainLive, StartupReconciliationLive, LostInstancesLive)
 
 /**
- * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app
+ * The gateway. LiveCallDrainLive sits beside the server so live calls drain before the HTTP app
  * closes its sockets.
  */
 export const appLayer = backgroundLayer.pipe(Layer.provideMerge(appServicesLayer))

@@ -3,14 +3,14 @@ import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { type CallKind, type CallRef, Carriers, type Provider } from "../kernel/Carrier.js"
 import type { MachineVerdict } from "../kernel/CallLegs.js"
-import { verdictFields } from "../session/SessionLifecycle.js"
+import { verdictFields } from "../sessions/Sessions.js"
 import { Environments } from "../environments/Environments.js"
-import { CallLeases } from "../session/CallLeases.js"
-import { SessionEnding } from "../session/CallSession.js"
-import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
-import { type LiveSession, newSessionId, SessionRegistry } from "../session/SessionRegistry.js"
-import type { Session } from "../session/SessionSchema.js"
-import { SessionNotFound, sessionEndedEvent, Sessions } from "../session/Sessions.js"
+import { CallLeases } from "../sessions/CallLeases.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
+import { CarrierCallEvents } from "../livecall/CarrierCallEvents.js"
+import { type LiveSession, newSessionId, LiveCalls } from "../livecall/LiveCalls.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { SessionNotFound, sessionEndedEvent, Sessions } from "../sessions/Sessions.js"
 import { EntryPaths } from "../kernel/EntryPaths.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import { storeRetry } from "../kernel/StoreError.js"
@@ -49,7 +49,7 @@ const TWILIO_PROGRESS = new Set(["queued", "initiated", "in-progress", "answered
  * Outbound calls (docs/calls.md, "Placing outbound calls"): placed from this instance through the
  * carrier's REST API, with the session recorded at once (`queued`). The carrier's answer reaches
  * callgate's entry endpoints with the session id in their query; the stream then opens exactly
- * that session (SessionRegistry.expectOutbound) and the call goes on like any other. A call that
+ * that session (LiveCalls.expectOutbound) and the call goes on like any other. A call that
  * ends unanswered (busy, no answer, failed, canceled) ends its session `failed` with that reason:
  * one session.ended, no fallback (there is no caller to rescue). At most
  * `maxConcurrentOutboundCalls` per environment are placed or live at once on this instance.
@@ -60,7 +60,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const publicUrl = yield* PublicUrl
     const environments = yield* Environments
     const sessions = yield* Sessions
-    const registry = yield* SessionRegistry
+    const registry = yield* LiveCalls
     const outbox = yield* Outbox
     const carriers = yield* Carriers
     const callEvents = yield* CarrierCallEvents
@@ -257,7 +257,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
 
     /**
      * The carrier's machine-detection verdict for a call placed here: to the agent (in `start` or
-     * as an `amd` message: SessionRegistry.machineVerdict) and onto the session record. The first
+     * as an `amd` message: LiveCalls.machineVerdict) and onto the session record. The first
      * verdict stands; one for a call this instance no longer holds is ignored.
      */
     const machineVerdict = (call: Placed, verdict: MachineVerdict) =>

@@ -1,5 +1,5 @@
 import { Data, Schema } from "effect"
-import type { Session } from "../session/SessionSchema.js"
+import type { Session } from "../sessions/SessionSchema.js"
 import { rfc2822At } from "../kernel/Time.js"
 
 /**

@@ -1,14 +1,14 @@
 import { Clock, Duration, Effect, Option, Queue, Schedule } from "effect"
 import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { SessionFencing } from "../kernel/SessionFencing.js"
-import { SessionEnding } from "../session/CallSession.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { logStoreFailure } from "../kernel/StoreError.js"
 import { AgentPool } from "../agent/AgentPool.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
 import { nowIso } from "../kernel/Time.js"
@@ -33,7 +33,7 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const identity = yield* InstanceIdentity
     const store = yield* InstanceStore
     const pool = yield* AgentPool
-    const sessions = yield* SessionRegistry
+    const sessions = yield* LiveCalls
     const fencing = yield* SessionFencing
     const lease = yield* OwnershipLease
     const startedAt = yield* nowIso

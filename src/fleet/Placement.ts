@@ -1,7 +1,7 @@
 import { Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, RESERVATION_HOLD_MS } from "./FleetTiming.js"
 import { InstanceRegistry } from "./InstanceRegistry.js"
 import { type InstanceEntry, InstanceStore } from "./InstanceStore.js"
@@ -42,7 +42,7 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
     const ttlMs = goneAfterMs(yield* AppConfig)
     const store = yield* InstanceStore
     const registry = yield* InstanceRegistry
-    const sessions = yield* SessionRegistry
+    const sessions = yield* LiveCalls
     const self = registry.instanceId
 
     const here = (agent: PlacedAgent): Placed => ({ _tag: "Placed", instanceId: self, publicUrl: publicUrl.current(), agent })

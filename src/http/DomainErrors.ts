@@ -6,7 +6,7 @@ import type { InvalidEnvironment } from "../environments/EnvironmentPatch.js"
 import type { EnvironmentNotFound } from "../environments/Environments.js"
 import type { StoreError } from "../kernel/StoreError.js"
 import type { RecordingInProgress, RecordingNotFound, RecordingUnavailable } from "../recording/Recordings.js"
-import type { InvalidSessionCursor, SessionNotFound } from "../session/Sessions.js"
+import type { InvalidSessionCursor, SessionNotFound } from "../sessions/Sessions.js"
 import type { DeliveryNotFound, DeliveryNotRetryable } from "../webhooks/Deliveries.js"
 import { ApiError } from "./ApiError.js"
 

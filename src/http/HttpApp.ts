@@ -27,8 +27,8 @@ import { instanceRoutes } from "./routes/instanceRoutes.js"
 import { type InstanceRegistry } from "../fleet/InstanceRegistry.js"
 import { type AgentPool } from "../agent/AgentPool.js"
 import { registerAgentRoutes } from "./routes/agentConnectRoutes.js"
-import { type Sessions } from "../session/Sessions.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
+import { type Sessions } from "../sessions/Sessions.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "./routes/streamRoutes.js"
 import type { CallControl } from "../calls/CallControl.js"
@@ -42,7 +42,7 @@ import type { SocketGuards } from "../websocket/SocketGuards.js"
 export type HttpServices = AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls | InstanceRegistry | SocketGuards | Recordings
+type CallServices = CarrierStreams | AgentPool | Sessions | LiveCalls | CallControl | OutboundCalls | InstanceRegistry | SocketGuards | Recordings
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -208,7 +208,7 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   app.get("/healthz", async () => ({ status: "ok" }))
   app.get("/readyz", async (_request, reply) => {
     // A draining instance takes no new calls: load balancers should stop sending them.
-    if (runSync(Effect.map(SessionRegistry, (registry) => registry.isDraining()))) {
+    if (runSync(Effect.map(LiveCalls, (registry) => registry.isDraining()))) {
       return reply.code(503).send({ status: "draining", reason: "shutting down: live calls are finishing" })
     }
     const exit = await run(Effect.flatMap(Environments, (envs) => envs.ping).pipe(Effect.timeout("2 seconds")))

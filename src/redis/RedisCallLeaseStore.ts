@@ -1,6 +1,6 @@
 import { Effect, Layer } from "effect"
 import { StoreError } from "../kernel/StoreError.js"
-import { CallLeaseStore, type LeaseVerdict } from "../session/CallLeaseStore.js"
+import { CallLeaseStore, type LeaseVerdict } from "../sessions/CallLeaseStore.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
 

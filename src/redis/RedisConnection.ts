@@ -1,4 +1,4 @@
-import { Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { type Clock, Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { Cluster, Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { STORE_UNREACHABLE, StoreError } from "../kernel/StoreError.js"
@@ -313,7 +313,7 @@ export const makeRedisConnection = (
     const replicated =
       replication.waitReplicas === 0
         ? () => Effect.void
-        : makeReplicated(client, yield* open(url, "callgate-wait", false, timeouts), keyPrefix, replication.waitReplicas, replication.waitTimeoutMs)
+        : makeReplicated(client, yield* open(url, "callgate-wait", false, timeouts), keyPrefix, replication.waitReplicas, replication.waitTimeoutMs, clockReader(yield* Effect.clock))
     return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix), replicated })
   })
 
@@ -361,3 +361,6 @@ export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
         cause: cause instanceof Error && UNREACHABLE_MESSAGES.test(cause.message) ? new Error(STORE_UNREACHABLE) : cause
       })
   })
+
+/** A Clock read synchronously, for callbacks outside any effect. */
+const clockReader = (clock: Clock.Clock) => () => clock.unsafeCurrentTimeMillis()

@@ -36,7 +36,7 @@ export const probeKey = (prefix: string, key: string) => {
 
 /**
  * Waits until a write already acknowledged on `main` reached the replicas REDIS_WAIT_REPLICAS asks
- * for (docs/scaling.md, "Redis that fails over: Sentinel and Cluster replicas"). Redis `WAIT` blocks the connection it is
+ * for (docs/scaling.md, "Nothing acknowledged is lost"). Redis `WAIT` blocks the connection it is
  * sent on and counts only that connection's writes, so it runs on `waiter`, a connection of its
  * own: a probe write (a tiny expiring key in `key`'s hash slot, so on the same primary) and WAIT
  * in one pipeline. Replication is one ordered stream per primary: once a replica has the probe, it
@@ -45,7 +45,7 @@ export const probeKey = (prefix: string, key: string) => {
  * reconnect) or from the Cluster's slot table (CLUSTER SLOTS lists a primary's healthy replicas).
  * Fails with a StoreError (NotReplicated) when fewer confirm within `timeoutMs`.
  */
-export const makeReplicated = (main: Redis | Cluster, waiter: Redis | Cluster, prefix: string, setting: WaitReplicas, timeoutMs: number) => {
+export const makeReplicated = (main: Redis | Cluster, waiter: Redis | Cluster, prefix: string, setting: WaitReplicas, timeoutMs: number, now: () => number) => {
   let known: { readonly replicas: number; readonly at: number } | undefined
   // A Sentinel failover or reconnect may land on another primary: learn its replicas afresh.
   waiter.on("ready", () => {
@@ -57,10 +57,10 @@ export const makeReplicated = (main: Redis | Cluster, waiter: Redis | Cluster, p
       const nodes = main.slots[calculateSlot(key)]
       return nodes === undefined ? 0 : Math.max(0, nodes.length - 1)
     }
-    const now = performance.now()
-    if (known !== undefined && now - known.at < ROLE_FRESH_MS) return known.replicas
+    const at = now()
+    if (known !== undefined && at - known.at < ROLE_FRESH_MS) return known.replicas
     const replicas = replicasInRole(await waiter.call("ROLE"))
-    known = { replicas, at: now }
+    known = { replicas, at }
     return replicas
   }
 

@@ -3,8 +3,8 @@ import { AppConfig } from "../config/AppConfig.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
 import { StoreError } from "../kernel/StoreError.js"
-import { Session } from "../session/SessionSchema.js"
-import { type SessionCursor, SessionStore } from "../session/SessionStore.js"
+import { Session } from "../sessions/SessionSchema.js"
+import { type SessionCursor, SessionStore } from "../sessions/SessionStore.js"
 
 /** Index entries read per round trip while listing, and the most read for one page. */
 const SCAN_BATCH = 100

@@ -1,6 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, type Layer, Schedule } from "effect"
-import { CallLeaseStore } from "../../src/session/CallLeaseStore.js"
+import { CallLeaseStore } from "../../src/sessions/CallLeaseStore.js"
 import { uniqueId } from "../support/testApp.js"
 
 const LONG = 60_000

@@ -1,17 +1,17 @@
 import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.js"
-import type { AfterStream } from "../../session/AfterStream.js"
-import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
+import type { AfterStream } from "../../recovery/AfterStream.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import type { Placement } from "../../fleet/Placement.js"
-import type { CallLeases } from "../../session/CallLeases.js"
+import type { CallLeases } from "../../sessions/CallLeases.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import type { SessionRegistry } from "../../session/SessionRegistry.js"
+import type { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import type { PublicUrl } from "../../config/PublicUrl.js"
 import type { Environments } from "../../environments/Environments.js"
-import type { CarrierCallEvents } from "../../session/CarrierCallEvents.js"
+import type { CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { makeTelnyxVerifier } from "../../telephony/CarrierSignatures.js"
 import type { SessionTokens } from "../../telephony/SessionTokens.js"
 import type { TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
@@ -35,7 +35,7 @@ export type TelephonyEntryServices =
   | TelnyxCarrier
   | TelnyxCallCommands
   | TelnyxTwimlRunner
-  | SessionRegistry
+  | LiveCalls
   | SessionEndJournal
   | AfterStream
   | ErrorFallback

@@ -3,9 +3,9 @@ import type { CallRef, CarrierShape } from "../../kernel/Carrier.js"
 import { HardError } from "../../kernel/HardError.js"
 import { nowIso } from "../../kernel/Time.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { sessionInfoOf } from "../../session/OrphanReconciler.js"
-import { SessionEndJournal } from "../../session/SessionEndJournal.js"
-import type { Session } from "../../session/SessionSchema.js"
+import { sessionInfoOf } from "../../recovery/OrphanReconciler.js"
+import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
+import type { Session } from "../../sessions/SessionSchema.js"
 import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
 
 /**

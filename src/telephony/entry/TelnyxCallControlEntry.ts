@@ -1,6 +1,6 @@
 import { Effect, Either, Schema } from "effect"
-import { AfterStream } from "../../session/AfterStream.js"
-import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
+import { AfterStream } from "../../recovery/AfterStream.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { sessionIdOfClientState, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
@@ -9,7 +9,7 @@ import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import { rescueOverLimit } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import {
   CallControlCallPayload,

@@ -3,7 +3,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { isStoreUnreachable, untilTheStoreAnswers } from "../kernel/StoreError.js"
 import { OrphanReconciler } from "./OrphanReconciler.js"
-import { SessionEndJournal, storeAddress } from "./SessionEndJournal.js"
+import { SessionEndJournal, storeAddress } from "../sessions/SessionEndJournal.js"
 
 /**
  * At start (docs/reliability.md, "Crash and restart"): on Redis, once the spool of the previous

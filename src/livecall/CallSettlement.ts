@@ -1,4 +1,4 @@
-import { Cause, Duration, Effect, Option, type Scope } from "effect"
+import { Cause, Duration, Effect, Option } from "effect"
 import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
@@ -7,14 +7,13 @@ import { Metrics } from "../observability/Metrics.js"
 import { Carriers, type CarrierError } from "../kernel/Carrier.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Recordings } from "../recording/Recordings.js"
-import { SessionEndJournal } from "./SessionEndJournal.js"
-import type { CallSession, SessionEnding } from "./CallSession.js"
+import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
+import type { LiveCall } from "./LiveCall.js"
+import type { SessionEnding } from "./SessionEnding.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
-import type { AnsweredBy, MachineVerdict } from "../kernel/CallLegs.js"
-import type { Session } from "./SessionSchema.js"
-import { type SessionEnd, sessionEndedEvent, Sessions } from "./Sessions.js"
-import { type ObservedSession, type SessionControl, TurnObservers, unobserved } from "./TurnObservers.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/Sessions.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { storeRetry } from "../kernel/StoreError.js"
 import { nowDate } from "../kernel/Time.js"
@@ -22,45 +21,19 @@ import { nowDate } from "../kernel/Time.js"
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
 
-export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
-  id: info.sessionId,
-  agentId: info.agentId,
-  environmentId: info.environmentId,
-  provider: info.provider,
-  callId: info.call.callId,
-  from: info.from,
-  to: info.to,
-  direction: info.direction,
-  createdAt: info.createdAt.toISOString(),
-  endedAt: null,
-  status: "active",
-  endReason: null,
-  turns: [],
-  fallback: null,
-  ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
-  ...(instanceId !== undefined ? { instanceId } : {}),
-  callKind: info.call.kind,
-  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
-  ...verdictFields(info.answeredBy)
-})
-
-/** The session record's fields for a machine-detection verdict. */
-export const verdictFields = (verdict: MachineVerdict | undefined): { answeredBy?: AnsweredBy; answeredByDetail?: string } =>
-  verdict === undefined ? {} : { answeredBy: verdict.answeredBy, answeredByDetail: verdict.detail }
-
 /**
- * The slow, effectful steps of a session around the synchronous relay: record it, find its
- * agent's address, and, once it ends, act on the ending (carrier REST, rescue), close the record
- * and queue session.ended. Failures of the store or the outbox are logged, never thrown into the
- * call.
+ * The slow, effectful steps of a live call around its synchronous relay: record it, find its
+ * agent's address, and, once it ends, act on the ending (`settle`: carrier REST, or the rescue),
+ * close the record and queue session.ended. Failures of the store or the outbox are logged, never
+ * thrown into the call. `settle` is where an ownership (fencing) check belongs: it is the one
+ * place a live call's end is acted on and written.
  */
-export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callgate/SessionLifecycle", {
+export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/CallSettlement", {
   effect: Effect.gen(function* () {
     const sessions = yield* Sessions
     const environments = yield* Environments
     const carriers = yield* Carriers
     const fallback = yield* ErrorFallback
-    const observers = yield* TurnObservers
     const metrics = yield* Metrics
     const journal = yield* SessionEndJournal
     const { instanceId } = yield* InstanceIdentity
@@ -88,13 +61,6 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         Effect.tapError((error) => Effect.logError("could not record the session start", { error: error.message })),
         Effect.ignore,
         Effect.zipRight(Effect.logInfo("session started", { provider: info.provider, callId: info.call.callId }))
-      )
-
-    const observerFor = (info: SessionInfo, control: SessionControl): Effect.Effect<ObservedSession, never, Scope.Scope> =>
-      observers.forSession(info, control).pipe(
-        Effect.catchAllCause((cause) =>
-          Effect.as(Effect.logError("the turn observer could not be created; the call goes on unobserved", cause), unobserved)
-        )
       )
 
     const agentTarget = (info: SessionInfo): Effect.Effect<AgentTarget, HardError> =>
@@ -128,8 +94,8 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         Effect.tap(() => Effect.logWarning("session hit a hard error", { kind: error.kind, error: error.message }))
       )
 
-    /** Acts on how the session ended; returns what the record says. */
-    const settle = (relay: CallSession, ending: SessionEnding): Effect.Effect<Omit<SessionEnd, "endedAt">> => {
+    /** Acts on how the call ended; returns what the record says. */
+    const actOn = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Omit<SessionEnd, "endedAt">> => {
       const { info } = relay
       switch (ending._tag) {
         case "Completed":
@@ -166,8 +132,11 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
       }
     }
 
-    /** Acts on the ending, closes the record and queues session.ended; returns the closed record. */
-    const finish = (relay: CallSession, ending: SessionEnding, observed: ObservedSession = unobserved): Effect.Effect<Session> =>
+    /**
+     * Acts on the ending (the rescue, for a hard error), closes the record and queues
+     * session.ended; returns the closed record. Run once per call, by LiveCall.run.
+     */
+    const settle = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Session> =>
       Effect.gen(function* () {
         const { info } = relay
         if (ending._tag === "TakenOver") {
@@ -180,9 +149,9 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         // hand the call to TwiML, and is closed once the ending has been acted on.
         relay.release(CloseCode.normal, "the call ended")
         const recording = yield* recordings.finish(info.sessionId)
-        const outcome = yield* settle(relay, ending)
+        const outcome = yield* actOn(relay, ending)
         relay.carrier.close(CloseCode.normal, "the call ended")
-        const end: SessionEnd = { ...outcome, endedAt: yield* nowDate, turns: observed.turns() }
+        const end: SessionEnd = { ...outcome, endedAt: yield* nowDate, turns: relay.turns() }
         ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
         yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
         if (relay.observerFailure !== undefined) {
@@ -211,6 +180,6 @@ export class SessionLifecycle extends Effect.Service<SessionLifecycle>()("callga
         return record
       })
 
-    return { begin, observerFor, agentTarget, finish } as const
+    return { begin, agentTarget, settle } as const
   })
 }) {}

@@ -1,8 +1,8 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ApiKeys } from "../../src/apikeys/ApiKeys.js"
-import type { Session } from "../../src/session/SessionSchema.js"
-import { Sessions } from "../../src/session/Sessions.js"
+import type { Session } from "../../src/sessions/SessionSchema.js"
+import { Sessions } from "../../src/sessions/Sessions.js"
 import { adminAuth, makeTestApp, type StoreKind, type TestApp, uniqueId } from "../support/testApp.js"
 import { sampleSession } from "./SessionStore.contract.js"
 

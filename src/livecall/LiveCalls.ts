@@ -1,16 +1,23 @@
-import { Deferred, Effect, Either, Exit, FiberId, Option, Queue } from "effect"
+import { randomBytes } from "node:crypto"
+import { Deferred, Duration, Effect, Either, Exit, FiberId, FiberMap, Option, Queue } from "effect"
 import { Counter, Gauge } from "prom-client"
+import { AgentConnector } from "../agent/AgentConnector.js"
+import { Breaker } from "../breaker/Breaker.js"
+import { AppConfig } from "../config/AppConfig.js"
 import { Metrics } from "../observability/Metrics.js"
 import { providerOf } from "../kernel/Carrier.js"
 import type { MachineVerdict, StreamOpening } from "../kernel/CallLegs.js"
 import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import type { FrameProblem } from "../frames/FrameDecoding.js"
-import { CallSession, SessionEnding } from "./CallSession.js"
 import { Recordings } from "../recording/Recordings.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { CallSettlement } from "./CallSettlement.js"
+import { CallTurns } from "./CallTurns.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
-import { SessionRunner } from "./SessionRunner.js"
-import type { Session } from "./SessionSchema.js"
+import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
+
+const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
 import { dateAt } from "../kernel/Time.js"
 
 /** Re-exported for the callers that mint a session before its stream opens (outbound calls). */
@@ -41,24 +48,34 @@ export interface LiveSession {
 }
 
 /**
- * Every live session of this instance: opened synchronously by a carrier stream at `start` (its
- * fiber is run by SessionRunner), reachable by session id (the call-control API) and by carrier
- * call id (a Telnyx call.hangup ends it), and the outbound calls still waiting for their stream.
- * Once the drain at shutdown (SessionDrain) stopped it, it opens no new session.
+ * Every live call of this instance: opened synchronously by a carrier stream at `start`, each
+ * owned by its LiveCall and run as one fiber (`LiveCall.run`) in a FiberMap keyed by session id,
+ * in this service's scope, so the drain at shutdown (LiveCallDrain) can wait for them and whatever
+ * is left is interrupted when the app stops. Reachable by session id (the call-control API) and by
+ * carrier call id (a Telnyx call.hangup ends it), and the outbound calls still waiting for their
+ * stream. Once the drain stopped it, it opens no new call.
  */
-export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate/SessionRegistry", {
+export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls", {
   scoped: Effect.gen(function* () {
-    const clock = yield* Effect.clock
-    const runner = yield* SessionRunner
+    const config = yield* AppConfig
     const metrics = yield* Metrics
     const callEvents = yield* CarrierCallEvents
     const recordings = yield* Recordings
+    const parts: LiveCallParts = {
+      settlement: yield* CallSettlement,
+      turns: yield* CallTurns,
+      breaker: yield* Breaker,
+      connector: yield* AgentConnector,
+      newStreamSid
+    }
+    const fibers = yield* FiberMap.make<string, void, never>()
+    const fork = yield* FiberMap.runtime(fibers)<never>()
 
-    const bySession = new Map<string, CallSession>()
+    const bySession = new Map<string, LiveCall>()
     const settledBy = new Map<string, Deferred.Deferred<Option.Option<Session>>>()
     /** Outbound calls placed from this instance whose stream has not opened yet, by session id. */
     const expected = new Map<string, OutboundExpectation>()
-    const byCall = new Map<string, CallSession>()
+    const byCall = new Map<string, LiveCall>()
     let draining = false
 
     new Gauge({
@@ -76,13 +93,54 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       registers: [metrics.registry]
     })
 
-    /** The session's fiber ended: it leaves the registry, and whoever awaits its settling hears how. */
-    const unregister = (relay: CallSession, record: Option.Option<Session>) => {
+    /** The call's fiber ended: it leaves the registry, and whoever awaits its settling hears how. */
+    const unregister = (relay: LiveCall, record: Option.Option<Session>) => {
       bySession.delete(relay.info.sessionId)
       const settled = settledBy.get(relay.info.sessionId)
       settledBy.delete(relay.info.sessionId)
       if (settled !== undefined) Deferred.unsafeDone(settled, Exit.succeed(record))
       if (byCall.get(relay.info.call.callId) === relay) byCall.delete(relay.info.call.callId)
+    }
+
+    /**
+     * SESSION_MAX_DURATION, for every call at once: when each running call started (Effect clock),
+     * in starting order, which with one duration for all is also the order they expire in. One
+     * fiber sleeps until the oldest is due and ends it with Timeout; calls that end first leave the
+     * map, so a wake-up for one of them only sets the next.
+     */
+    const clock = yield* Effect.clock
+    const maxDurationMs = Duration.toMillis(config.sessionMaxDuration)
+    const startedAt = new Map<string, { readonly call: LiveCall; readonly atMs: number }>()
+    const timed = yield* Queue.sliding<true>(1)
+    const nextExpiry = Effect.suspend(() => {
+      const oldest = startedAt.values().next()
+      if (oldest.done === true) return Queue.take(timed)
+      const dueIn = oldest.value.atMs + maxDurationMs - clock.unsafeCurrentTimeMillis()
+      if (dueIn > 0) return Effect.sleep(dueIn)
+      startedAt.delete(oldest.value.call.info.sessionId)
+      oldest.value.call.end(SessionEnding.Timeout())
+      return Effect.void
+    })
+    yield* nextExpiry.pipe(Effect.forever, Effect.forkScoped)
+
+    /** Runs the call's fiber; synchronous, so the caller's frames are never held up. */
+    const start = (call: LiveCall): void => {
+      const { sessionId } = call.info
+      startedAt.set(sessionId, { call, atMs: clock.unsafeCurrentTimeMillis() })
+      if (startedAt.size === 1) Queue.unsafeOffer(timed, true)
+      fork(
+        sessionId,
+        call.run(parts).pipe(
+          Effect.onExit((exit) =>
+            Effect.sync(() => {
+              startedAt.delete(sessionId)
+              // The closed record, or none when the call was cut at shutdown before it could finish.
+              unregister(call, Exit.isSuccess(exit) ? Option.some(exit.value) : Option.none())
+            })
+          ),
+          Effect.asVoid
+        )
+      )
     }
 
     /** Opens a session for a stream whose credentials were checked; synchronous, so no frame is missed. */
@@ -126,14 +184,13 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
         ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
         ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {})
       }
-      const ended = Deferred.unsafeMake<SessionEnding>(FiberId.none)
       const carrier = recordings.tap(info, opening.carrier)
-      const relay = new CallSession(info, carrier, (ending) => Deferred.unsafeDone(ended, Exit.succeed(ending)))
+      const relay = new LiveCall(info, carrier)
       carrier.bind(relay)
       bySession.set(info.sessionId, relay)
       settledBy.set(info.sessionId, Deferred.unsafeMake<Option.Option<Session>>(FiberId.none))
       byCall.set(info.call.callId, relay)
-      runner.start(relay, ended, (record) => unregister(relay, record))
+      start(relay)
       if (outbound !== undefined) {
         try {
           outbound.opened(Option.getOrThrow(live(info.sessionId)))
@@ -209,6 +266,8 @@ export class SessionRegistry extends Effect.Service<SessionRegistry>()("callgate
       open,
       stopOpening,
       endAll,
+      /** Waits until no call's fiber runs. */
+      awaitIdle: FiberMap.awaitEmpty(fibers),
       isDraining: (): boolean => draining,
       liveCount,
       live,

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, type Layer, Option } from "effect"
 import { SessionFencing } from "../../src/kernel/SessionFencing.js"
-import { SessionStore } from "../../src/session/SessionStore.js"
+import { SessionStore } from "../../src/sessions/SessionStore.js"
 import { uniqueId } from "../support/testApp.js"
 import { sampleSession } from "./SessionStore.contract.js"
 

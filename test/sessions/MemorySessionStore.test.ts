@@ -1,7 +1,7 @@
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Option } from "effect"
-import { makeMemorySessionStore } from "../../src/session/MemorySessionStore.js"
-import { SessionStore } from "../../src/session/SessionStore.js"
+import { makeMemorySessionStore } from "../../src/sessions/MemorySessionStore.js"
+import { SessionStore } from "../../src/sessions/SessionStore.js"
 import { uniqueId } from "../support/testApp.js"
 import { sampleSession, sessionStoreContract } from "./SessionStore.contract.js"
 

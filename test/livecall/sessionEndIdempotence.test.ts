@@ -5,14 +5,14 @@ import { Effect } from "effect"
 import { Redis } from "ioredis"
 import { afterEach, describe, expect, it } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
-import { OrphanReconciler } from "../../src/session/OrphanReconciler.js"
-import { SessionEndJournal } from "../../src/session/SessionEndJournal.js"
-import { Sessions } from "../../src/session/Sessions.js"
+import { OrphanReconciler } from "../../src/recovery/OrphanReconciler.js"
+import { SessionEndJournal } from "../../src/sessions/SessionEndJournal.js"
+import { Sessions } from "../../src/sessions/Sessions.js"
 import { Deliveries } from "../../src/webhooks/Deliveries.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
 import { type RestartableRedis, startRestartableRedis } from "../support/redisServer.js"
 import { makeTestApp, TEST_SECRETS_KEY, type TestApp, uniqueId } from "../support/testApp.js"
-import { sampleSession } from "./SessionStore.contract.js"
+import { sampleSession } from "../sessions/SessionStore.contract.js"
 
 /**
  * Every path that ends a session is idempotent (docs/reliability.md, "Idempotence"): a session

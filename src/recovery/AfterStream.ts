@@ -4,9 +4,9 @@ import type { CallRef, CarrierShape } from "../kernel/Carrier.js"
 import { HardError } from "../kernel/HardError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { INSTANCE_LOST_MESSAGE, OrphanReconciler, sessionInfoOf } from "./OrphanReconciler.js"
-import { SessionEndJournal } from "./SessionEndJournal.js"
-import type { Session } from "./SessionSchema.js"
-import { Sessions } from "./Sessions.js"
+import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { Sessions } from "../sessions/Sessions.js"
 import { nowDate } from "../kernel/Time.js"
 
 /** How long a session whose stream ended may stay active before the call counts as abandoned: its own instance ends it at once. */

@@ -1,8 +1,8 @@
 import type { TurnRecord } from "../../src/turns/TurnRecord.js"
 import { expect, layer } from "@effect/vitest"
 import { Effect, type Layer, Option } from "effect"
-import type { Session } from "../../src/session/SessionSchema.js"
-import { SessionStore, type SessionCursor } from "../../src/session/SessionStore.js"
+import type { Session } from "../../src/sessions/SessionSchema.js"
+import { SessionStore, type SessionCursor } from "../../src/sessions/SessionStore.js"
 import { uniqueId } from "../support/testApp.js"
 
 /** An active session created `secondsAgo` before now; tests override what they need. */

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest"
 import type { AgentEvents, AgentLink, AgentStart, CarrierLeg } from "../../src/kernel/CallLegs.js"
-import { CallSession, type SessionEnding } from "../../src/session/CallSession.js"
+import { unwatched } from "../../src/livecall/CallTurns.js"
+import { LiveCall } from "../../src/livecall/LiveCall.js"
 import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
 import { nullTurnObserver, type TurnObserver } from "../../src/turns/TurnObserver.js"
 
@@ -49,15 +50,14 @@ const agent = (backlog = 0) => {
 }
 
 const session = () => {
-  const endings: Array<SessionEnding> = []
   const c = carrier()
-  const relay = new CallSession(info, c.leg, (e) => endings.push(e), { maxHeldFrames: 3, maxAgentBacklogBytes: 1000 })
-  return { relay, endings, carrier: c }
+  const relay = new LiveCall(info, c.leg, { maxHeldFrames: 3, maxAgentBacklogBytes: 1000 })
+  return { relay, carrier: c }
 }
 
 const frame = (byte: number) => Buffer.alloc(160, byte).toString("base64")
 
-describe("CallSession (the synchronous relay)", () => {
+describe("LiveCall (the synchronous relay)", () => {
   it("holds caller frames and DTMF until the agent is attached, then sends them in order", () => {
     const { relay } = session()
     relay.callerMedia(frame(1))
@@ -105,14 +105,13 @@ describe("CallSession (the synchronous relay)", () => {
   })
 
   it("ends exactly once: the first ending stands and later events are ignored", () => {
-    const { relay, endings, carrier: c } = session()
+    const { relay, carrier: c } = session()
     const a = agent()
     relay.attachAgent(a.link, start)
     a.events().agentHangup()
     relay.carrierStopped()
     a.events().agentFailed({ kind: "agent_error", message: "late" })
-    expect(endings).toHaveLength(1)
-    expect(endings[0]).toMatchObject({ _tag: "Completed", reason: "agent_hangup" })
+    expect(relay.ended).toMatchObject({ _tag: "Completed", reason: "agent_hangup" })
     relay.callerMedia(frame(1))
     a.events().agentMedia(frame(2))
     expect(a.sent).toEqual(["connected", "start"])
@@ -120,9 +119,9 @@ describe("CallSession (the synchronous relay)", () => {
   })
 
   it("a carrier fault is a hard error carrying its kind and message", () => {
-    const { relay, endings } = session()
+    const { relay } = session()
     relay.carrierGone({ kind: "carrier_stream_error", message: "reset" })
-    expect(endings[0]).toMatchObject({ _tag: "Failed", error: { kind: "carrier_stream_error", message: "reset" } })
+    expect(relay.ended).toMatchObject({ _tag: "Failed", error: { kind: "carrier_stream_error", message: "reset" } })
   })
 
   it("an agent attached after the end is released at once", () => {
@@ -134,10 +133,10 @@ describe("CallSession (the synchronous relay)", () => {
   })
 
   it("an agent that stops reading fails the call (backpressure)", () => {
-    const { relay, endings } = session()
+    const { relay } = session()
     relay.attachAgent(agent(5000).link, start)
     relay.callerMedia(frame(1))
-    expect(endings[0]).toMatchObject({ _tag: "Failed", error: { kind: "agent_backpressure" } })
+    expect(relay.ended).toMatchObject({ _tag: "Failed", error: { kind: "agent_backpressure" } })
   })
 
   it("gives the observer decoded bytes, survives an observer that throws, and closes it once", () => {
@@ -156,7 +155,7 @@ describe("CallSession (the synchronous relay)", () => {
       agentAudio: () => {},
       close: () => void closes++
     }
-    relay.observeWith(observer)
+    relay.observeWith({ ...unwatched, observer })
     const a = agent()
     relay.attachAgent(a.link, start)
     relay.callerMedia(frame(7))
@@ -175,7 +174,7 @@ describe("CallSession (the synchronous relay)", () => {
   it("closes the observer exactly once at release", () => {
     const { relay } = session()
     let closes = 0
-    relay.observeWith({ ...nullTurnObserver, callerAudio: () => {}, callerDtmf: () => {}, agentAudio: () => {}, close: () => void closes++ })
+    relay.observeWith({ ...unwatched, observer: { ...nullTurnObserver, callerAudio: () => {}, callerDtmf: () => {}, agentAudio: () => {}, close: () => void closes++ } })
     relay.release(1000, "done")
     relay.release(1000, "done")
     expect(closes).toBe(1)

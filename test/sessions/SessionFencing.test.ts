@@ -5,8 +5,8 @@ import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConne
 import { makeRedisSessionFencing } from "../../src/redis/RedisSessionFencing.js"
 import { makeRedisSessionStore } from "../../src/redis/RedisSessionStore.js"
 import { SessionFencing } from "../../src/kernel/SessionFencing.js"
-import { makeMemorySessionStore } from "../../src/session/MemorySessionStore.js"
-import { SessionStore } from "../../src/session/SessionStore.js"
+import { makeMemorySessionStore } from "../../src/sessions/MemorySessionStore.js"
+import { SessionStore } from "../../src/sessions/SessionStore.js"
 import { uniqueId } from "../support/testApp.js"
 import { sessionFencingContract } from "./SessionFencing.contract.js"
 

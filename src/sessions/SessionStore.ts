@@ -23,7 +23,7 @@ export interface SessionPage {
 
 /**
  * Where sessions live. Two adapters (in-memory, Redis) pass one contract suite
- * (test/session/SessionStore.contract.ts). Order is newest first: createdAt descending, then id
+ * (test/sessions/SessionStore.contract.ts). Order is newest first: createdAt descending, then id
  * descending. Sessions older than the retention are dropped.
  *
  * `update` is a read-modify-write that never loses a concurrent write (the turn tracker appends

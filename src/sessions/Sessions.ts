@@ -1,4 +1,6 @@
 import { Data, Effect, Option, Schema } from "effect"
+import type { AnsweredBy, MachineVerdict } from "../kernel/CallLegs.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
@@ -117,3 +119,30 @@ export class Sessions extends Effect.Service<Sessions>()("callgate/Sessions", {
     } as const
   })
 }) {}
+
+/** The stored record of a session that has just opened (status active). */
+export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
+  id: info.sessionId,
+  agentId: info.agentId,
+  environmentId: info.environmentId,
+  provider: info.provider,
+  callId: info.call.callId,
+  from: info.from,
+  to: info.to,
+  direction: info.direction,
+  createdAt: info.createdAt.toISOString(),
+  endedAt: null,
+  status: "active",
+  endReason: null,
+  turns: [],
+  fallback: null,
+  ...(info.metadata !== undefined ? { metadata: { ...info.metadata } } : {}),
+  ...(instanceId !== undefined ? { instanceId } : {}),
+  callKind: info.call.kind,
+  ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
+  ...verdictFields(info.answeredBy)
+})
+
+/** The session record's fields for a machine-detection verdict. */
+export const verdictFields = (verdict: MachineVerdict | undefined): { answeredBy?: AnsweredBy; answeredByDetail?: string } =>
+  verdict === undefined ? {} : { answeredBy: verdict.answeredBy, answeredByDetail: verdict.detail }

@@ -8,9 +8,9 @@ import type { CallKind } from "../../src/kernel/Carrier.js"
 import { Environments } from "../../src/environments/Environments.js"
 import type { UpdateEnvironmentBody } from "../../src/environments/EnvironmentSchema.js"
 import { appLayer } from "../../src/layers.js"
-import { CarrierCallEvent, CarrierCallEvents } from "../../src/session/CarrierCallEvents.js"
-import { SessionRegistry } from "../../src/session/SessionRegistry.js"
-import { Sessions } from "../../src/session/Sessions.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../../src/livecall/CarrierCallEvents.js"
+import { LiveCalls } from "../../src/livecall/LiveCalls.js"
+import { Sessions } from "../../src/sessions/Sessions.js"
 import { SessionTokens } from "../../src/telephony/SessionTokens.js"
 import { Deliveries } from "../../src/webhooks/Deliveries.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
@@ -326,7 +326,7 @@ export interface Gateway {
   readonly idleAgents: (agentId: string, environmentId: string) => number
   /** Sessions live on this gateway. */
   readonly liveCount: () => number
-  readonly registry: SessionRegistry
+  readonly registry: LiveCalls
   readonly close: () => Promise<void>
 }
 
@@ -360,7 +360,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
   const run = <A, E>(effect: Effect.Effect<A, E, any>) => runtime.runPromise(effect as Effect.Effect<A, E, never>)
   const tokens = await run(SessionTokens)
   const pool = await run(AgentPool)
-  const registry = await run(SessionRegistry)
+  const registry = await run(LiveCalls)
   return {
     httpBase: `http://127.0.0.1:${port}`,
     wsBase: `ws://127.0.0.1:${port}`,
