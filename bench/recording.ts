@@ -10,8 +10,7 @@ import { type Dirent, mkdtempSync, readdirSync, readFileSync, rmSync, statSync }
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { sleep } from "./benchProcess.js"
-import { RelayRig, type RelayLoadOptions, rigSystemOf } from "./relayLoad.js"
-import { createBenchEnvironment, startGateway } from "./systemUnderTest.js"
+import { msPerCallSecond, type RelayLoadOptions, startFeaturePair } from "./relayLoad.js"
 
 export interface RecordingWindow {
   readonly offMsPerCallSecond: number
@@ -87,26 +86,10 @@ export const runRecordingBench = async (options: {
     build: options.build,
     log
   }
-  const start = async (recording: "on" | "off") => {
-    const gateway = await startGateway({ build: options.build, inspect: true, env: { RECORDINGS_DIR: join(dir, recording), LOG_LEVEL: "warn" } })
-    try {
-      const agentId = "bench_agent"
-      const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId, { recording })
-      const rig = await RelayRig.around(`recording ${recording}`, rigSystemOf(`callgate (recording ${recording})`, gateway), {
-        carrierTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId },
-        agentTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey },
-        spareAgents: 2
-      })
-      return { gateway, rig }
-    } catch (error) {
-      await gateway.stop()
-      throw error
-    }
-  }
-  const off = await start("off")
-  const on = await start("on").catch(async (error) => {
-    await off.rig.stop()
-    throw error
+  const { off, on } = await startFeaturePair("recording", {
+    build: options.build,
+    envOf: (recording) => ({ RECORDINGS_DIR: join(dir, recording), LOG_LEVEL: "warn" }),
+    settingsOf: (recording) => ({ recording })
   })
   const rigs = [off.rig, on.rig] as const
   try {
@@ -120,8 +103,8 @@ export const runRecordingBench = async (options: {
       const after = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid), writes: await recordingWritesOf(on.gateway.baseUrl) }
       const [o, r] = await Promise.all(rigs.map((rig, k) => rig.closeWindow(opened[k]!, relayOptions)))
       const perCallSecond = (value: number, open: number, seconds: number) => value / (Math.max(1, open) * seconds)
-      const offMs = perCallSecond(o!.cpuSeconds * 1000, o!.carrierWindow.open, o!.windowSeconds)
-      const onMs = perCallSecond(r!.cpuSeconds * 1000, r!.carrierWindow.open, r!.windowSeconds)
+      const offMs = msPerCallSecond(o!)
+      const onMs = msPerCallSecond(r!)
       const window: RecordingWindow = {
         offMsPerCallSecond: round(offMs, 3),
         onMsPerCallSecond: round(onMs, 3),

@@ -185,7 +185,7 @@ interface ClosedWindow {
 }
 
 /** CPU milliseconds the system used per second of one open call, over a window. */
-const msPerCallSecond = (window: ClosedWindow) => (window.cpuSeconds * 1000) / (Math.max(1, window.carrierWindow.open) * window.windowSeconds)
+export const msPerCallSecond = (window: ClosedWindow) => (window.cpuSeconds * 1000) / (Math.max(1, window.carrierWindow.open) * window.windowSeconds)
 
 const judge = (step: Omit<StepFigures, "pass" | "problems">): ReadonlyArray<string> => {
   const problems: Array<string> = []
@@ -683,4 +683,41 @@ export const runRelayLoad = async (options: RelayLoadOptions): Promise<RelayLoad
     }
   }
   return results
+}
+
+/**
+ * Two callgates side by side, one with a feature off and one with it on, each with its own relay rig
+ * (the feature benches: tracing, recording). `envOf` gives each process its settings; `settingsOf`,
+ * the bench environment's fields.
+ */
+export const startFeaturePair = async (
+  feature: string,
+  options: {
+    readonly build?: string | undefined
+    readonly envOf: (state: "off" | "on") => Record<string, string>
+    readonly settingsOf?: (state: "off" | "on") => object
+  }
+) => {
+  const start = async (state: "off" | "on") => {
+    const gateway = await startGateway({ build: options.build, inspect: true, env: options.envOf(state) })
+    try {
+      const agentId = "bench_agent"
+      const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId, options.settingsOf?.(state) ?? {})
+      const rig = await RelayRig.around(`${feature} ${state}`, rigSystemOf(`callgate (${feature} ${state})`, gateway), {
+        carrierTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId },
+        agentTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey },
+        spareAgents: 2
+      })
+      return { gateway, rig }
+    } catch (error) {
+      await gateway.stop()
+      throw error
+    }
+  }
+  const off = await start("off")
+  const on = await start("on").catch(async (error) => {
+    await off.rig.stop()
+    throw error
+  })
+  return { off, on }
 }

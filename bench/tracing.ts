@@ -7,9 +7,8 @@
  */
 import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
-import { RelayRig, type RelayLoadOptions, rigSystemOf } from "./relayLoad.js"
+import { msPerCallSecond, type RelayLoadOptions, startFeaturePair } from "./relayLoad.js"
 import { sleep } from "./benchProcess.js"
-import { createBenchEnvironment, startGateway } from "./systemUnderTest.js"
 
 export interface TracingWindow {
   readonly offMsPerCallSecond: number
@@ -71,28 +70,12 @@ export const runTracingBench = async (options: {
     build: options.build,
     log
   }
-  const start = async (tracing: "on" | "off") => {
-    const env: Record<string, string> = { LOG_LEVEL: "warn" }
-    if (tracing === "on") Object.assign(env, { OTEL_EXPORTER_OTLP_ENDPOINT: sink.endpoint, OTEL_TRACES_SAMPLER: "always_on", OTEL_BSP_SCHEDULE_DELAY: "1000" })
-    const gateway = await startGateway({ build: options.build, inspect: true, env })
-    try {
-      const agentId = "bench_agent"
-      const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId)
-      const rig = await RelayRig.around(`tracing ${tracing}`, rigSystemOf(`callgate (tracing ${tracing})`, gateway), {
-        carrierTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId },
-        agentTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey },
-        spareAgents: 2
-      })
-      return { gateway, rig }
-    } catch (error) {
-      await gateway.stop()
-      throw error
-    }
-  }
-  const off = await start("off")
-  const on = await start("on").catch(async (error) => {
-    await off.rig.stop()
-    throw error
+  const { off, on } = await startFeaturePair("tracing", {
+    build: options.build,
+    envOf: (tracing): Record<string, string> =>
+      tracing === "on"
+        ? { LOG_LEVEL: "warn", OTEL_EXPORTER_OTLP_ENDPOINT: sink.endpoint, OTEL_TRACES_SAMPLER: "always_on", OTEL_BSP_SCHEDULE_DELAY: "1000" }
+        : { LOG_LEVEL: "warn" }
   })
   const rigs = [off.rig, on.rig] as const
   try {
@@ -103,9 +86,8 @@ export const runTracingBench = async (options: {
       const opened = await Promise.all(rigs.map((rig) => rig.openWindow()))
       await sleep(options.stepSeconds * 1000)
       const [o, t] = await Promise.all(rigs.map((rig, k) => rig.closeWindow(opened[k]!, relayOptions)))
-      const perCallSecond = (value: number, open: number, seconds: number) => value / (Math.max(1, open) * seconds)
-      const offMs = perCallSecond(o!.cpuSeconds * 1000, o!.carrierWindow.open, o!.windowSeconds)
-      const onMs = perCallSecond(t!.cpuSeconds * 1000, t!.carrierWindow.open, t!.windowSeconds)
+      const offMs = msPerCallSecond(o!)
+      const onMs = msPerCallSecond(t!)
       const window: TracingWindow = {
         offMsPerCallSecond: round(offMs),
         onMsPerCallSecond: round(onMs),
