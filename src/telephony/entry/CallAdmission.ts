@@ -61,9 +61,6 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     // refused with 503 so the carrier tries the number's fallback URL.
     // An outbound call callgate placed (claims.sessionId) is expected by the instance that placed
     // it, whose PUBLIC_URL its webhook names: its stream stays here.
-    // An outbound call's session exists already; an inbound call's is minted here, so the entry
-    // answer's <Redirect> can name it (docs/reliability.md).
-    const sessionId = claims.sessionId ?? newSessionId()
     // The fleet-wide limit (docs/scaling.md, "Fleet-wide call limits"): an inbound call takes its
     // lease here; an outbound call took its own when it was placed.
     const leases = yield* CallLeases
