@@ -85,6 +85,7 @@ export const defaults = {
   TURN_END_SILENCE_MS: 700,
   /** Longest the breaker waits for Redis before it counts on this instance's local window instead. */
   BREAKER_STORE_TIMEOUT: "250ms",
+  BREAKER_PROBE_INTERVAL: "30 seconds",
   /**
    * Where this instance keeps what must outlive it on local disk: its generated instance id and the spool of
    * session ends the store could not take before a stop (docs/reliability.md).

@@ -105,6 +105,7 @@ export interface Environment {
   readonly errorFallbackTimeout: number
   readonly errorFallbackOccurrenceThreshold: number
   readonly errorFallbackTimeWindow: number
+  readonly errorFallbackShedNewCalls: boolean
   readonly errorFallbackWebhookSecret: string | null
   readonly agentUrl: string | null
   /** Every call of the environment recorded (docs/recording.md). */
@@ -193,6 +194,8 @@ export interface DeliveryPage {
 }
 
 export interface BreakerState {
+  readonly state: "closed" | "open" | "probing"
+  readonly shedNewCalls: boolean
   readonly noResponseTrigger: "on" | "off"
   readonly timeoutSeconds: number
   readonly threshold: number

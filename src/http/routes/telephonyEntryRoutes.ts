@@ -1,3 +1,4 @@
+import type { Breaker } from "../../breaker/Breaker.js"
 import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.js"
 import type { AfterStream } from "../../session/AfterStream.js"
 import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
@@ -41,6 +42,7 @@ export type TelephonyEntryServices =
   | EntryBackgroundWork
   | Placement
   | AuthThrottle
+  | Breaker
 
 const internalError: EntryResponse = {
   status: 500,

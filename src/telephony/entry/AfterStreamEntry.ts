@@ -1,36 +1,13 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import type { CallKind, CarrierShape } from "../../kernel/Carrier.js"
+import type { CallKind } from "../../kernel/Carrier.js"
 import { AfterStream } from "../../session/AfterStream.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
+import { answerCarrier } from "./AnswerCarrier.js"
 import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
 import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
-
-/**
- * A carrier adapter that answers the returning call's request instead of calling REST: what the
- * error fallback asks of the call becomes the TwiML/TeXML of the answer (the last request wins).
- */
-const answerCarrier = () => {
-  let markup: string | undefined
-  const carrier: CarrierShape = {
-    hangup: () =>
-      Effect.sync(() => {
-        markup = hangupTwiml()
-      }),
-    transfer: (_call, to, callerId) =>
-      Effect.sync(() => {
-        markup = dialTwiml(to, callerId)
-      }),
-    applyTwiml: (_call, twiml) =>
-      Effect.sync(() => {
-        markup = twiml
-      })
-  }
-  return { carrier, markup: () => markup }
-}
 
 /**
  * `POST /telephony/twilio/after-stream` and `POST /telephony/telnyx/after-stream`

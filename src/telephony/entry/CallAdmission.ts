@@ -1,4 +1,5 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
+import { Breaker, breakerSettingsOf } from "../../breaker/Breaker.js"
 import { Environments } from "../../environments/Environments.js"
 import { withCallSpan } from "../../observability/Tracing.js"
 import { newSessionId } from "../../kernel/SessionInfo.js"
@@ -20,6 +21,8 @@ export type Admission =
   | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string; readonly streamBase: string; readonly instanceId: string }
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
+  /** The environment's breaker is open and this call is not the probe: the error fallback answers it (ShedCall). */
+  | { readonly _tag: "Shed"; readonly sessionId: string }
 
 export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) => {
   // An outbound call's session exists already; an inbound call's is minted here, so the entry
@@ -53,6 +56,17 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       }
       yield* Effect.logError("call refused: the environment could not be read", { kind: claims.kind, callId: claims.callId }, lookup.cause)
       return { _tag: "Unavailable" } as Admission
+    }
+    // An open breaker sheds new calls at the entry (docs/fallback.md, "Shedding"): no agent, no
+    // silent wait. An outbound call callgate placed already has its session and is not shed.
+    if (claims.sessionId === undefined && lookup.value.errorFallbackShedNewCalls) {
+      const breaker = yield* Breaker
+      const decided = yield* breaker.decideEntry(
+        { agentId: claims.agentId, environmentId: claims.environmentId, sessionId },
+        breakerSettingsOf(lookup.value)
+      )
+      yield* Effect.annotateCurrentSpan("callgate.admission.breaker", decided)
+      if (decided === "shed") return { _tag: "Shed", sessionId } as Admission
     }
     // While this instance drains, placement sends the call to another one; with none, the call is
     // refused with 503 so the carrier tries the number's fallback URL.
@@ -139,7 +153,7 @@ export const sayAndHangup = (status: number, sentence: string): EntryResponse =>
 export const hangupOnly = (status: number): EntryResponse => xml(status, hangupTwiml())
 
 /** The XML answer for an admission that did not go through (200 so the carrier plays it). */
-export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" }>): EntryResponse =>
+export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "Shed" }>): EntryResponse =>
   admission._tag === "UnknownEnvironment"
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")

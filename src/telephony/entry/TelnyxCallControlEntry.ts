@@ -7,6 +7,9 @@ import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
+import { shedWith } from "./ShedCall.js"
+import { ErrorFallback } from "../../fallback/ErrorFallback.js"
+import { SessionEndJournal } from "../../session/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import {
   CallControlCallPayload,
@@ -152,6 +155,21 @@ export const telnyxCallControlEntry = (
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
+    if (admission._tag === "Shed") {
+      // The breaker is open: the error fallback's commands (transfer, the webhook's markup, or a
+      // hang-up) go to the call at once, instead of an answer with a stream.
+      const shed = shedWith(yield* ErrorFallback, yield* SessionEndJournal, {
+        agentId: query.right.agentId,
+        environmentId: query.right.environmentId,
+        sessionId: admission.sessionId,
+        call: { kind: "telnyx-call-control", callId, accountSid: payload.connection_id ?? undefined },
+        from: payload.from ?? null,
+        to: payload.to ?? null,
+        direction
+      })
+      yield* (yield* EntryBackgroundWork).start(shed)
+      return received
+    }
     // Read only when admitted (an unknown environment gets no stream).
     const stream =
       admission._tag === "Admitted"

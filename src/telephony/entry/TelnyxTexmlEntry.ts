@@ -2,7 +2,9 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
+import { answerCarrier } from "./AnswerCarrier.js"
+import { shedCall } from "./ShedCall.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
@@ -50,6 +52,22 @@ export const telnyxTexmlEntry = (
       accountSid: call.AccountSid,
       ...withCustomParameters(custom.parameters)
     })
+    if (admission._tag === "Shed") {
+      const answer = answerCarrier()
+      yield* shedCall(
+        {
+          agentId,
+          environmentId,
+          sessionId: admission.sessionId,
+          call: { kind: "telnyx-texml", callId: call.CallSid, accountSid: call.AccountSid },
+          from: call.From ?? null,
+          to: call.To ?? null,
+          direction: directionOf(call.Direction)
+        },
+        answer.carrier
+      )
+      return markupAnswer(answer.markup())
+    }
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(
       {
