@@ -165,7 +165,6 @@ export const runBreakerBench = async (options: BreakerBenchOptions = {}): Promis
           environmentId: `bench-env-${Math.floor(index / ENV_SIZE)}`,
           sessionId: `bench-session-${index}`,
           settings: Effect.succeed({ timeoutSeconds: timeoutMs / 1000, threshold: 20, windowSeconds: 60 }),
-          onTrip: () => {},
           onOccurrence: () => {
             const now = epoch(performance.now())
             const turns = call.turns()

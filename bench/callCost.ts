@@ -36,7 +36,7 @@ import type { WireListener, WireSocket } from "../src/frames/WireSocket.js"
 import { Environments } from "../src/environments/Environments.js"
 import { Metrics } from "../src/observability/Metrics.js"
 import { appServicesLayer } from "../src/layers.js"
-import { SessionRegistry } from "../src/session/SessionRegistry.js"
+import { LiveCalls } from "../src/livecall/LiveCalls.js"
 import { SessionTokens } from "../src/telephony/SessionTokens.js"
 import { CarrierStreams } from "../src/telephony/streams/CarrierStreams.js"
 import { nowUs, writeStamp } from "../sim/FrameStamp.js"
@@ -74,7 +74,7 @@ const random = (low: number, high: number) => {
   return low + (seed / 2 ** 31) * (high - low)
 }
 
-/** Virtual time for the relay's frame stamps (CallSession reads performance.now()). */
+/** Virtual time for the relay's frame stamps (LiveCall reads performance.now()). */
 let virtualMs = 1_000_000
 performance.now = () => virtualMs
 
@@ -195,7 +195,7 @@ const program = Effect.gen(function* () {
   const tokens = yield* SessionTokens
   const streams = yield* CarrierStreams
   const pool = yield* AgentPool
-  const registry = yield* SessionRegistry
+  const registry = yield* LiveCalls
   const metrics = yield* Metrics
   const environment = yield* environments.create(AGENT_ID, { name: "bench" })
   if (TIMEOUT_SECONDS > 0) yield* environments.update(AGENT_ID, environment.id, { errorFallbackTimeout: TIMEOUT_SECONDS })

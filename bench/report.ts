@@ -10,6 +10,7 @@ import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
+import type { TracingBenchFigures } from "./tracing.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
 
 export interface Machine {
@@ -55,6 +56,8 @@ export interface BenchResults {
   readonly fallback?: FallbackBenchFigures | PartError
   /** Recording on (disk) against off, side by side (recording.ts). */
   readonly recording?: RecordingBenchFigures | PartError
+  /** Tracing on (OTLP export, 100 % sampling) against off, side by side (tracing.ts). */
+  readonly tracing?: TracingBenchFigures | PartError
 }
 
 export interface Comparison {
@@ -398,11 +401,31 @@ export const renderMarkdown = (r: BenchResults): string =>
     fleetSection(r.fleet),
     webhookSection(r.webhooks),
     recordingSection(r.recording),
+    tracingSection(r.tracing),
     breakerSection(r.breaker),
     fallbackSection(r.fallback)
   ]
     .filter((section) => section !== "")
     .join("\n")
+
+/** Tracing on (every span exported over OTLP/HTTP) against off: CPU per call-second side by side. */
+const tracingSection = (figures: TracingBenchFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `## Tracing\n\nFailed: ${figures.error}\n`
+  const rows = figures.windows.map((w, i) => `| ${i + 1} | ${w.offOpen} / ${w.onOpen} | ${w.offMsPerCallSecond} | ${w.onMsPerCallSecond} | ${w.ratio}x |`)
+  return [
+    "## Tracing",
+    "",
+    `${figures.calls} calls on each of two callgates at once, one exporting every span over OTLP/HTTP (protobuf, \`OTEL_TRACES_SAMPLER=always_on\`) to a sink on loopback, one with no endpoint (tracing off: docs/observability.md); windows of ${figures.windowSeconds} s.`,
+    "",
+    "| window | calls open (off / on) | CPU ms per call-s, off | on | on / off |",
+    "|---|---|---|---|---|",
+    ...rows,
+    "",
+    `Pooled: tracing on costs ${figures.ratio}x the CPU of off (goal: within 1.05x); ${figures.exports} exports, ${Math.round(figures.exportedBytes / 1024)} KB of spans received.`,
+    ""
+  ].join("\n")
+}
 
 /** Recording on (disk) against off: CPU per call-second side by side, and the write system calls it adds. */
 const recordingSection = (figures: RecordingBenchFigures | PartError | undefined): string => {

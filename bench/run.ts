@@ -19,9 +19,13 @@ import { buildForBench } from "./build.js"
 import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
 import { runRecordingBench } from "./recording.js"
+import { runTracingBench } from "./tracing.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "recording"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "recording", "tracing"] as const
+/** Calls both callgates carry at once in the tracing part (OTLP export of every span against tracing off). */
+const TRACING_CALLS = 50
+const QUICK_TRACING_CALLS = 20
 /** Calls both callgates carry at once in the recording part (recording on against off). */
 const RECORDING_CALLS = 50
 const QUICK_RECORDING_CALLS = 20
@@ -184,7 +188,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("recording"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("recording") || has("tracing"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -235,6 +239,18 @@ const main = async () => {
     results.recording = await attempt("recording (callgate with recording on and off, side by side)", () =>
       runRecordingBench({
         calls: q ? QUICK_RECORDING_CALLS : RECORDING_CALLS,
+        windows: q ? 1 : 3,
+        stepSeconds: settings.stepSeconds,
+        settleSeconds: q ? 1.5 : 3,
+        build,
+        log
+      })
+    )
+  }
+  if (has("tracing")) {
+    results.tracing = await attempt("tracing (callgate exporting every span over OTLP, and with tracing off, side by side)", () =>
+      runTracingBench({
+        calls: q ? QUICK_TRACING_CALLS : TRACING_CALLS,
         windows: q ? 1 : 3,
         stepSeconds: settings.stepSeconds,
         settleSeconds: q ? 1.5 : 3,

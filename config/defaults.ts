@@ -10,6 +10,8 @@ export const defaults = {
   LOG_LEVEL: "info",
   /** Every Redis key and channel callgate uses starts with this, so several deployments can share one Redis. */
   REDIS_KEY_PREFIX: "callgate:",
+  REDIS_WAIT_REPLICAS: "auto",
+  REDIS_WAIT_TIMEOUT: "500ms",
   /**
    * Longest one Redis command may take; past it the command fails, and a connection whose
    * health check (a PING every half second) times out is counted unreachable and reconnected.

@@ -9,6 +9,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs"
 import { dirname, join, normalize, relative, sep } from "node:path"
 import { fileURLToPath } from "node:url"
+import { checkWiring } from "./check-wiring.js"
 
 /** Bottom to top. A folder may import only folders of a lower layer. */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
@@ -18,7 +19,8 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["frames", "twiml"],
   ["apikeys", "webhooks", "breaker", "recording"],
   ["turns", "fallback", "agent"],
-  ["session"],
+  ["sessions"],
+  ["livecall", "recovery"],
   ["fleet", "calls"],
   ["carriers"],
   ["telephony"],
@@ -91,11 +93,11 @@ export const checkLayers = (srcDir: string): Array<Problem> => {
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === normalize(process.argv[1])) {
   const srcDir = fileURLToPath(new URL("../src", import.meta.url))
-  const problems = checkLayers(srcDir)
+  const problems = [...checkLayers(srcDir), ...checkWiring(fileURLToPath(new URL("..", import.meta.url)))]
   for (const problem of problems) console.error(`${problem.file}: ${problem.message}`)
   if (problems.length > 0) {
     console.error(`check:layers: ${problems.length} problem${problems.length === 1 ? "" : "s"}`)
     process.exit(1)
   }
-  console.log(`check:layers: ${LAYERS.flat().length} folders in ${LAYERS.length} layers, no upward import, adapters in place`)
+  console.log(`check:layers: ${LAYERS.flat().length} folders in ${LAYERS.length} layers, no upward import, adapters in place, no service graph wired outside src/layers.ts`)
 }

@@ -23,18 +23,17 @@ import { Metrics } from "./observability/Metrics.js"
 import { tracingLayer } from "./observability/Tracing.js"
 import { Recordings } from "./recording/Recordings.js"
 import { SecretBox } from "./secrets/SecretBox.js"
-import { CarrierCallEvents } from "./session/CarrierCallEvents.js"
-import { MemorySessionStoreLive } from "./session/MemorySessionStore.js"
-import { AfterStream } from "./session/AfterStream.js"
-import { OrphanReconciler } from "./session/OrphanReconciler.js"
-import { SessionEndJournal } from "./session/SessionEndJournal.js"
-import { StartupReconciliationLive } from "./session/StartupReconciliation.js"
-import { SessionLifecycle } from "./session/SessionLifecycle.js"
-import { SessionDrain, SessionDrainLive } from "./session/SessionDrain.js"
-import { SessionRegistry } from "./session/SessionRegistry.js"
-import { SessionRunner } from "./session/SessionRunner.js"
-import { Sessions } from "./session/Sessions.js"
-import { SessionTurnObserversLive } from "./session/SessionTurnObservers.js"
+import { CarrierCallEvents } from "./livecall/CarrierCallEvents.js"
+import { MemorySessionStoreLive } from "./sessions/MemorySessionStore.js"
+import { AfterStream } from "./recovery/AfterStream.js"
+import { OrphanReconciler } from "./recovery/OrphanReconciler.js"
+import { SessionEndJournal } from "./sessions/SessionEndJournal.js"
+import { StartupReconciliationLive } from "./recovery/StartupReconciliation.js"
+import { CallSettlement } from "./livecall/CallSettlement.js"
+import { LiveCallDrain, LiveCallDrainLive } from "./livecall/LiveCallDrain.js"
+import { LiveCalls } from "./livecall/LiveCalls.js"
+import { Sessions } from "./sessions/Sessions.js"
+import { CallTurns } from "./livecall/CallTurns.js"
 import { RedisApiKeyStoreLive } from "./redis/RedisApiKeyStore.js"
 import { RedisBreakerStoreLive } from "./redis/RedisBreakerStore.js"
 import { RedisConnectionLive } from "./redis/RedisConnection.js"
@@ -46,6 +45,9 @@ import { MemorySessionFencingLive } from "./kernel/MemorySessionFencing.js"
 import { OwnershipLease } from "./kernel/OwnershipLease.js"
 import { RedisSpentTokenStoreLive } from "./redis/RedisSpentTokenStore.js"
 import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
+import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
+import { MemoryCallLeaseStoreLive } from "./sessions/MemoryCallLeaseStore.js"
+import { CallLeases } from "./sessions/CallLeases.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
@@ -95,7 +97,8 @@ const StoresLive = whenRedis(
     RedisSessionStoreLive,
     RedisSessionFencingLive,
     RedisSpentTokenStoreLive,
-    RedisInstanceStoreLive
+    RedisInstanceStoreLive,
+    RedisCallLeaseStoreLive
   ).pipe(Layer.provide(RedisConnectionLive)),
   Layer.mergeAll(
     MemoryEnvironmentStoreLive,
@@ -104,7 +107,8 @@ const StoresLive = whenRedis(
     MemorySessionStoreLive,
     MemorySessionFencingLive,
     MemorySpentTokenStoreLive,
-    MemoryInstanceStoreLive
+    MemoryInstanceStoreLive,
+    MemoryCallLeaseStoreLive
   )
 )
 
@@ -144,31 +148,40 @@ export const TelephonyLive = CarriersLive.pipe(
   Layer.provideMerge(TelnyxRest.Default)
 )
 
+/**
+ * Turn timing and the breaker over a breaker store of the caller's choosing: production's is
+ * BreakerStoreLive (TurnsLive); tests that watch or fail the store's calls wrap the real adapter.
+ */
+export const turnsOver = <E, R>(store: Layer.Layer<Layer.Layer.Success<typeof BreakerStoreLive>, E, R>) =>
+  TurnTiming.Default.pipe(
+    Layer.provideMerge(VoiceActivity.Default),
+    Layer.provideMerge(Breaker.Default.pipe(Layer.provideMerge(BreakerMetrics.Default))),
+    Layer.provideMerge(store)
+  )
+
 /** Turn timing per call (voice activity, turn tracker, response watchdog) and the breaker behind it. */
-export const TurnsLive = TurnTiming.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(VoiceActivity.Default, Breaker.Default)),
-  Layer.provideMerge(Layer.mergeAll(BreakerMetrics.Default, BreakerStoreLive))
-)
+export const TurnsLive = turnsOver(BreakerStoreLive)
 
 /**
  * This instance in the fleet (docs/scaling.md): its entry in the instance registry, refreshed in
- * the background with its idle dial-in agents, and placement at the call entry.
+ * the background with its idle dial-in agents, placement at the call entry, and the fleet-wide
+ * call limits' leases.
  */
-const FleetLive = Placement.Default.pipe(Layer.provideMerge(InstanceRegistry.Default))
+const FleetLive = Layer.mergeAll(Placement.Default, CallLeases.Default).pipe(Layer.provideMerge(InstanceRegistry.Default))
 
 /** The error fallback (a transfer, or the signed webhook whose TwiML takes the call over) and its metrics. */
 export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(FallbackMetrics.Default))
 
 /**
- * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), the relay and its
- * sessions, each timed turn by turn; a hard error or a breaker trip runs the error fallback.
+ * Live calls: carrier media streams, agent connections (dial-in pool, dial-out), each call owned
+ * by its LiveCall (relay, turn watch, trip subscription, single ending); a hard error or a
+ * breaker trip runs the error fallback from there.
  */
 const CallsLive = CarrierStreams.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(FleetLive, SessionDrain.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionRegistry.Default, AfterStream.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionRunner.Default, OrphanReconciler.Default, CarrierCallEvents.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionLifecycle.Default, AgentConnector.Default)),
-  Layer.provideMerge(Layer.mergeAll(SessionTurnObserversLive, SessionEndJournal.Default)),
+  Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
+  Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
+  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
+  Layer.provideMerge(SessionEndJournal.Default),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )
@@ -194,10 +207,10 @@ export const appServicesLayer = HttpApp.Default.pipe(
  * What runs beside the services: the server on HOST:PORT, the webhook delivery worker, the drain
  * of live calls at shutdown, and the reconciliation of the previous run's sessions at start.
  */
-const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, SessionDrainLive, StartupReconciliationLive, LostInstancesLive)
+const backgroundLayer = Layer.mergeAll(HttpServerLive, DeliveryWorkerLive, LiveCallDrainLive, StartupReconciliationLive, LostInstancesLive)
 
 /**
- * The gateway. SessionDrainLive sits beside the server so live calls drain before the HTTP app
+ * The gateway. LiveCallDrainLive sits beside the server so live calls drain before the HTTP app
  * closes its sockets.
  */
 export const appLayer = backgroundLayer.pipe(Layer.provideMerge(appServicesLayer))

@@ -108,6 +108,9 @@ export interface Environment {
   readonly errorFallbackShedNewCalls: boolean
   readonly errorFallbackWebhookSecret: string | null
   readonly agentUrl: string | null
+  readonly maxConcurrentOutboundCalls: number
+  /** Calls live at once across the fleet, inbound and outbound; null: no limit. */
+  readonly maxConcurrentCalls: number | null
   /** Every call of the environment recorded (docs/recording.md). */
   readonly recording: "off" | "on"
 }

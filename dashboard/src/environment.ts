@@ -1,7 +1,7 @@
 import { html } from "htm/preact"
 import { useCallback, useMemo, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
+import { ApiFailure, api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
 import { barsPath, Chart, Confirm, Dialog, ErrorLine, Field, fieldErrors, href, SecretOnce, time, usePoll } from "./components.js"
 import { DeliveryTable, SessionTable } from "./pages.js"
 import { answeredTurns, histogram, perMinutePercentiles, sessionCounts } from "./stats.js"
@@ -21,6 +21,52 @@ const recentSessions = async (agentId: string, environmentId: string): Promise<A
     cursor = answer.nextCursor
   }
   return all.filter((s) => Date.parse(s.createdAt) >= since || s.status === "active")
+}
+
+// ---- Call Limits ----
+
+/** The environment's fleet-wide limits (docs/scaling.md, "Fleet-wide call limits"). */
+const CallLimits = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
+  const { env } = props
+  const [total, setTotal] = useState(env.maxConcurrentCalls === null ? "" : String(env.maxConcurrentCalls))
+  const [outbound, setOutbound] = useState(String(env.maxConcurrentOutboundCalls))
+  const [error, setError] = useState<unknown>(null)
+  const [status, setStatus] = useState<string | null>(null)
+  const save = async (event: Event) => {
+    event.preventDefault()
+    setError(null)
+    setStatus(null)
+    try {
+      const next = await api.updateEnvironment(env.agentId, env.id, {
+        maxConcurrentCalls: total.trim() === "" ? null : Number(total),
+        maxConcurrentOutboundCalls: Number(outbound)
+      })
+      setStatus("Saved.")
+      props.onSaved(next)
+    } catch (failure) {
+      setError(failure)
+    }
+  }
+  const errors = fieldErrors(error)
+  return html`<section class="panel" id="call-limits" aria-labelledby="call-limits-title">
+    <h2 id="call-limits-title">Call Limits</h2>
+    <p class="hint">Counted across every callgate instance. A call over a limit is refused: 429 for an outbound call, the error fallback for an inbound one.</p>
+    <form onSubmit=${save} novalidate>
+      <${Field} id="max-concurrent-calls" label="Max Concurrent Calls" field="maxConcurrentCalls" errors=${errors} hint="Inbound and outbound together; empty for no limit.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<input id="max-concurrent-calls" type="number" min="1" step="1" value=${total} aria-describedby=${describedBy}
+            aria-invalid=${invalid ? "true" : undefined} onInput=${(e: Event) => setTotal((e.target as HTMLInputElement).value)} />`}
+      <//>
+      <${Field} id="max-concurrent-outbound-calls" label="Max Concurrent Outbound Calls" field="maxConcurrentOutboundCalls" errors=${errors} hint="1 to 1000.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<input id="max-concurrent-outbound-calls" type="number" min="1" max="1000" step="1" value=${outbound} aria-describedby=${describedBy}
+            aria-invalid=${invalid ? "true" : undefined} onInput=${(e: Event) => setOutbound((e.target as HTMLInputElement).value)} />`}
+      <//>
+      <${ErrorLine} error=${error} fields=${["maxConcurrentCalls", "maxConcurrentOutboundCalls"]} />
+      <div class="actions"><button type="submit" class="primary">Save</button></div>
+    </form>
+    ${status !== null ? html`<p class="notice" role="status">${status}</p>` : null}
+  </section>`
 }
 
 // ---- Recording ----
@@ -299,8 +345,7 @@ const BreakerCard = (props: { breaker: BreakerState | null; agentId: string }) =
       Last trip:
       ${b.lastTrip === null
         ? " never"
-        : html` ${time(b.lastTrip.at)} (${b.lastTrip.count}/${b.lastTrip.threshold}, session
-            <a class="mono" href=${href("agents", props.agentId, "sessions", b.lastTrip.sessionId)}>${b.lastTrip.sessionId}</a>)`}
+        : html` ${time(b.lastTrip.at)} (${b.lastTrip.count}/${b.lastTrip.threshold}, session${" "}<a class="mono" href=${href("agents", props.agentId, "sessions", b.lastTrip.sessionId)}>${b.lastTrip.sessionId}</a>)`}
     </p>
   </div>`
 }
@@ -313,6 +358,7 @@ const CountsCard = (props: { sessions: ReadonlyArray<Session> }) => {
       <div><dt>Completed</dt><dd data-testid="count-completed">${c.completed}</dd></div>
       <div><dt>Failed</dt><dd data-testid="count-failed">${c.failed}</dd></div>
       <div><dt>Rescued</dt><dd data-testid="count-rescued">${c.rescued}</dd></div>
+      <div><dt>Rescue failed</dt><dd data-testid="count-rescue-failed">${c.rescueFailed}</dd></div>
       <div><dt>Timed out</dt><dd>${c.timeout}</dd></div>
       <div><dt>Active</dt><dd data-testid="count-active">${c.active}</dd></div>
     </dl>
@@ -374,6 +420,7 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
   const [error, setError] = useState<unknown>(null)
   const [showWebhook, setShowWebhook] = useState(false)
   const [showFailover, setShowFailover] = useState(false)
+  const [showLimits, setShowLimits] = useState(false)
   const [busy, setBusy] = useState<string | null>(null)
   const [redelivered, setRedelivered] = useState<string | null>(null)
 
@@ -415,13 +462,26 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
     }
   }
 
+  const crumbs = html`<nav class="crumbs" aria-label="Breadcrumb">
+    <a href="#/agents">Agents</a><span aria-hidden="true"> / </span>
+    <a href=${href("agents", agentId)}>${agentId}</a><span aria-hidden="true"> / </span>
+    <a href=${href("agents", agentId, "environments")}>Environments</a><span aria-hidden="true"> / </span>
+    <span aria-current="page">${env?.name ?? environmentId}</span>
+  </nav>`
+  // An id that names no environment (a stale link, a typo) says so instead of loading for ever.
+  if (env === null && error instanceof ApiFailure && error.status === 404) {
+    return html`<section>
+      ${crumbs}
+      <h1>Environment not found</h1>
+      <p class="error" role="alert" data-testid="environment-not-found">
+        Agent <span class="mono">${agentId}</span> has no environment <span class="mono">${environmentId}</span>: ${error.message}
+      </p>
+      <p><a href=${href("agents", agentId, "environments")}>The agent's environments</a></p>
+    </section>`
+  }
+
   return html`<section>
-    <nav class="crumbs" aria-label="Breadcrumb">
-      <a href="#/agents">Agents</a><span aria-hidden="true"> / </span>
-      <a href=${href("agents", agentId)}>${agentId}</a><span aria-hidden="true"> / </span>
-      <a href=${href("agents", agentId)}>Environments</a><span aria-hidden="true"> / </span>
-      <span aria-current="page">${env?.name ?? environmentId}</span>
-    </nav>
+    ${crumbs}
     <h1 data-testid="environment-name">${env?.name ?? "…"}</h1>
     <p class="muted mono">${environmentId}</p>
     <${ErrorLine} error=${error} />
@@ -430,14 +490,18 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
       : html`<div class="toolbar">
             <button type="button" aria-expanded=${showWebhook} aria-controls="webhook-settings" onClick=${() => setShowWebhook(!showWebhook)}>Webhook Settings</button>
             <button type="button" aria-haspopup="dialog" onClick=${() => setShowFailover(true)}>Failover</button>
+            <button type="button" aria-expanded=${showLimits} aria-controls="call-limits" onClick=${() => setShowLimits(!showLimits)}>Call Limits</button>
           </div>
           <dl class="facts">
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
             <dt>Error fallback</dt>
             <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s</dd>
+            <dt>Call limits</dt>
+            <dd data-testid="limits-summary">${env.maxConcurrentCalls === null ? "no limit" : `${env.maxConcurrentCalls} calls`}; ${env.maxConcurrentOutboundCalls} outbound</dd>
             <dt>Recording</dt>
             <dd><${RecordingSetting} env=${env} onSaved=${setEnv} /></dd>
           </dl>
+          ${showLimits ? html`<${CallLimits} env=${env} onSaved=${setEnv} />` : null}
           ${showWebhook ? html`<${WebhookSettings} env=${env} onSaved=${setEnv} />` : null}
           <${Dialog} title="Error Fallback Settings" open=${showFailover} onClose=${closeFailover}>
             <${FallbackForm} env=${env} onSaved=${setEnv} onClose=${closeFailover} />

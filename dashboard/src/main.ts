@@ -10,7 +10,7 @@ import { AgentPage, AgentsPage, SessionPage, SignIn } from "./pages.js"
 /** Routes live in the fragment (#/agents/...): ids only, never the key. */
 type Route =
   | { page: "agents" }
-  | { page: "agent"; agentId: string }
+  | { page: "agent"; agentId: string; section?: "environments" }
   | { page: "environment"; agentId: string; environmentId: string }
   | { page: "session"; agentId: string; sessionId: string }
 
@@ -19,6 +19,8 @@ const parseRoute = (hash: string): Route => {
   if (parts[0] === "agents" && parts[1] !== undefined) {
     if (parts[2] === "environments" && parts[3] !== undefined) return { page: "environment", agentId: parts[1], environmentId: parts[3] }
     if (parts[2] === "sessions" && parts[3] !== undefined) return { page: "session", agentId: parts[1], sessionId: parts[3] }
+    // The Environments breadcrumb: the agent's page, at its list of environments.
+    if (parts[2] === "environments") return { page: "agent", agentId: parts[1], section: "environments" }
     return { page: "agent", agentId: parts[1] }
   }
   return { page: "agents" }
@@ -82,7 +84,7 @@ const App = () => {
       ${route.page === "agents"
         ? html`<${AgentsPage} />`
         : route.page === "agent"
-          ? html`<${AgentPage} key=${route.agentId} agentId=${route.agentId} />`
+          ? html`<${AgentPage} key=${route.agentId} agentId=${route.agentId} section=${route.section} />`
           : route.page === "environment"
             ? html`<${EnvironmentPage} key=${`${route.agentId}/${route.environmentId}`} agentId=${route.agentId} environmentId=${route.environmentId} />`
             : html`<${SessionPage} key=${route.sessionId} agentId=${route.agentId} sessionId=${route.sessionId} />`}

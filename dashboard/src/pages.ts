@@ -1,5 +1,5 @@
 import { html } from "htm/preact"
-import { useEffect, useMemo, useState } from "preact/hooks"
+import { useEffect, useMemo, useRef, useState } from "preact/hooks"
 import type uPlot from "uplot"
 import { type AgentList, api, type Delivery, type Environment, fetchRecording, type Session, session as keyStore } from "./api.js"
 import { barsPath, Chart, Confirm, ErrorLine, href, ms, SecretOnce, time, usePoll } from "./components.js"
@@ -85,12 +85,12 @@ export const AgentsPage = () => {
     ${list === null && error === null ? html`<p>Loading…</p>` : null}
     ${list !== null && rows.length === 0 ? html`<p>No agent has an environment yet. Open an agent by its id to create the first one.</p>` : null}
     ${rows.length > 0
-      ? html`<table class="list" data-testid="agents">
+      ? html`<div class="table-scroll"><table class="list" data-testid="agents">
           <thead><tr><th scope="col">Agent</th><th scope="col">Environments</th></tr></thead>
           <tbody>
             ${rows.map((agent) => html`<tr key=${agent.agentId}><td><a href=${href("agents", agent.agentId)}>${agent.agentId}</a></td><td>${agent.environments}</td></tr>`)}
           </tbody>
-        </table>`
+        </table></div>`
       : null}
     ${list?.scope.kind === "admin"
       ? html`<form
@@ -115,7 +115,7 @@ export const AgentsPage = () => {
 export const StatusBadge = (props: { status: Session["status"] | Delivery["state"] }) => html`<span class=${`badge ${props.status}`}>${props.status}</span>`
 
 export const SessionTable = (props: { sessions: ReadonlyArray<Session>; agentId: string; showEnvironment?: boolean }) =>
-  html`<table class="list" data-testid="sessions">
+  html`<div class="table-scroll"><table class="list" data-testid="sessions">
     <thead>
       <tr>
         <th scope="col">Session</th>
@@ -142,10 +142,18 @@ export const SessionTable = (props: { sessions: ReadonlyArray<Session>; agentId:
         </tr>`
       )}
     </tbody>
-  </table>`
+  </table></div>`
 
-export const AgentPage = (props: { agentId: string }) => {
+export const AgentPage = (props: { agentId: string; section?: "environments" | undefined }) => {
   const { agentId } = props
+  const environmentsHeading = useRef<HTMLHeadingElement>(null)
+  // Arriving through the Environments breadcrumb: the list of environments is where the reader goes.
+  useEffect(() => {
+    if (props.section === "environments") {
+      environmentsHeading.current?.scrollIntoView({ block: "start" })
+      environmentsHeading.current?.focus()
+    }
+  }, [props.section])
   const [environments, setEnvironments] = useState<ReadonlyArray<Environment> | null>(null)
   const [sessions, setSessions] = useState<ReadonlyArray<Session>>([])
   const [error, setError] = useState<unknown>(null)
@@ -208,10 +216,10 @@ export const AgentPage = (props: { agentId: string }) => {
     <${Breadcrumbs} items=${[{ label: "Agents", href: "#/agents" }, { label: agentId }]} />
     <h1>Agent <span class="mono">${agentId}</span></h1>
     <${ErrorLine} error=${error} />
-    <h2>Environments</h2>
+    <h2 id="environments" tabindex="-1" ref=${environmentsHeading}>Environments</h2>
     ${environments !== null && environments.length === 0 ? html`<p>No environments yet.</p>` : null}
     ${environments !== null && environments.length > 0
-      ? html`<table class="list" data-testid="environments">
+      ? html`<div class="table-scroll"><table class="list" data-testid="environments">
           <thead><tr><th scope="col">Name</th><th scope="col">ID</th><th scope="col">Webhook</th><th scope="col">Error fallback</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
           <tbody>
             ${environments.map(
@@ -227,7 +235,7 @@ export const AgentPage = (props: { agentId: string }) => {
               </tr>`
             )}
           </tbody>
-        </table>`
+        </table></div>`
       : null}
     ${created?.webhookSecret !== undefined
       ? html`<${SecretOnce} label=${`Webhook secret of ${created.name}`} secret=${created.webhookSecret} testId="created-webhook-secret" />`
@@ -256,7 +264,7 @@ export const AgentPage = (props: { agentId: string }) => {
 // ---- Session: turns chart, fallback record, deliveries ----
 
 export const DeliveryTable = (props: { deliveries: ReadonlyArray<Delivery>; onRedeliver: (delivery: Delivery) => void; busy: string | null }) =>
-  html`<table class="list" data-testid="deliveries">
+  html`<div class="table-scroll"><table class="list" data-testid="deliveries">
     <thead>
       <tr>
         <th scope="col">Delivery</th>
@@ -286,7 +294,7 @@ export const DeliveryTable = (props: { deliveries: ReadonlyArray<Delivery>; onRe
         </tr>`
       })}
     </tbody>
-  </table>`
+  </table></div>`
 
 /** The call's recording, fetched with the API key and played from memory (docs/recording.md, "Access"). */
 const RecordingPlayer = (props: { agentId: string; session: Session }) => {
@@ -420,14 +428,14 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
                   data=${chartData}
                   label=${`Agent response latency per turn (bars: first voiced frame; dots: heard by the caller)${timeoutMs !== null ? `, timeout ${timeoutMs} ms` : ""}`}
                 />
-                <table class="list" data-testid="turns">
+                <div class="table-scroll"><table class="list" data-testid="turns">
                   <thead><tr><th scope="col">Turn</th><th scope="col">Input</th><th scope="col">Caller ended</th><th scope="col">Agent answered</th><th scope="col">Latency</th><th scope="col">Heard after</th><th scope="col">Timeouts</th></tr></thead>
                   <tbody>
                     ${session.turns.map(
                       (t) => html`<tr key=${t.index}><td>${t.index}</td><td>${t.input}</td><td>${time(t.callerEndedAt)}</td><td>${time(t.agentRespondedAt)}</td><td>${ms(t.latencyMs)}</td><td>${ms(t.playedLatencyMs ?? null)}</td><td>${t.timeoutOccurrences}</td></tr>`
                     )}
                   </tbody>
-                </table>`}
+                </table></div>`}
           <h2>Error fallback</h2>
           ${session.fallback === null
             ? html`<p>The error fallback did not run.</p>`

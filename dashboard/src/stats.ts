@@ -76,9 +76,15 @@ export interface SessionCounts {
   readonly completed: number
   readonly failed: number
   readonly timeout: number
-  /** Sessions whose error fallback ran (they are also failed). */
+  /** Sessions the error fallback took over: transferred, or its webhook's markup applied (they are also failed). */
   readonly rescued: number
+  /** Sessions whose error fallback ran but did not take the caller over (webhook failed, carrier refused, ...). */
+  readonly rescueFailed: number
 }
+
+/** Outcomes in which the fallback took the caller over; `hung_up` (a disabled fallback) is neither. */
+const RESCUED: ReadonlySet<string> = new Set(["transferred", "markup_applied"])
+const FAILED_RESCUE: ReadonlySet<string> = new Set(["unexpected_response", "webhook_failed", "carrier_failed"])
 
 export const sessionCounts = (sessions: ReadonlyArray<Session>): SessionCounts => ({
   total: sessions.length,
@@ -86,5 +92,6 @@ export const sessionCounts = (sessions: ReadonlyArray<Session>): SessionCounts =
   completed: sessions.filter((s) => s.status === "completed").length,
   failed: sessions.filter((s) => s.status === "failed").length,
   timeout: sessions.filter((s) => s.status === "timeout").length,
-  rescued: sessions.filter((s) => s.fallback !== null).length
+  rescued: sessions.filter((s) => s.fallback !== null && RESCUED.has(s.fallback.outcome)).length,
+  rescueFailed: sessions.filter((s) => s.fallback !== null && FAILED_RESCUE.has(s.fallback.outcome)).length
 })

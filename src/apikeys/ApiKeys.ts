@@ -4,6 +4,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
 import { ApiKeyStore, type StoredApiKey } from "./ApiKeyStore.js"
 import { constantTimeEqual } from "../secrets/ConstantTime.js"
+import { isoAt } from "../kernel/Time.js"
 
 /** Who is calling: the operator's admin key, or a key limited to some agents. */
 export type Principal =
@@ -16,7 +17,8 @@ export const mayActFor = (principal: Principal, agentId: string): boolean =>
 /** An ISO 8601 date-time in the future, e.g. 2027-01-31T00:00:00Z. */
 const FutureDateTime = Schema.String.pipe(
   Schema.filter((text) => (Number.isNaN(Date.parse(text)) ? "must be an ISO 8601 date-time such as 2027-01-31T00:00:00Z" : undefined)),
-  Schema.filter((text) => (Date.parse(text) > Date.now() ? undefined : "must be in the future"))
+  // In the future by the Clock (TestClock in tests), so the check is an effect.
+  Schema.filterEffect((text) => Effect.map(Clock.currentTimeMillis, (now) => (Date.parse(text) > now ? true : "must be in the future")))
 )
 
 export const CreateApiKeyBody = Schema.Struct({
@@ -97,7 +99,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("callgate/ApiKeys", {
       const last = touchedAt.get(keyId)
       if (last !== undefined && now - last < TOUCH_EVERY_MS) return Effect.void
       touchedAt.set(keyId, now)
-      return store.touch(keyId, new Date(now).toISOString()).pipe(Effect.ignore)
+      return store.touch(keyId, isoAt(now)).pipe(Effect.ignore)
     }
 
     return {
@@ -108,8 +110,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("callgate/ApiKeys", {
           name: body.name,
           keyHash: sha256(key).toString("hex"),
           agentIds: [...new Set(body.agentIds)],
-          createdAt: new Date(yield* Clock.currentTimeMillis).toISOString(),
-          ...(body.expiresAt !== undefined ? { expiresAt: new Date(body.expiresAt).toISOString() } : {})
+          createdAt: isoAt(yield* Clock.currentTimeMillis),
+          ...(body.expiresAt !== undefined ? { expiresAt: isoAt(Date.parse(body.expiresAt)) } : {})
         }
         yield* store.insert(stored)
         return { id: stored.id, name: stored.name, agentIds: stored.agentIds, createdAt: stored.createdAt, expiresAt: stored.expiresAt ?? null, key }
@@ -134,7 +136,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("callgate/ApiKeys", {
         if (Option.isNone(existing)) return yield* Effect.fail(new ApiKeyNotFound({ keyId }))
         const key = newKey()
         const grace = body.graceSeconds ?? 0
-        const previous = grace > 0 ? { keyHash: existing.value.keyHash, until: new Date(now + grace * 1000).toISOString() } : undefined
+        const previous = grace > 0 ? { keyHash: existing.value.keyHash, until: isoAt(now + grace * 1000) } : undefined
         const rotated = yield* store.replaceHash(keyId, sha256(key).toString("hex"), previous)
         if (Option.isNone(rotated)) return yield* Effect.fail(new ApiKeyNotFound({ keyId }))
         const r = rotated.value

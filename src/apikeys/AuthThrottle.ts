@@ -32,7 +32,8 @@ export class AuthThrottle extends Effect.Service<AuthThrottle>()("callgate/AuthT
       registers: [metrics.registry]
     })
     const entries = new Map<string, Entry>()
-    const now = () => Date.now()
+    const clock = yield* Effect.clock
+    const now = () => clock.unsafeCurrentTimeMillis()
 
     const current = (address: string, at: number): Entry | undefined => {
       const entry = entries.get(address)

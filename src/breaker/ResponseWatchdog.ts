@@ -11,9 +11,11 @@ import type { BreakerTrip } from "./BreakerStore.js"
  * - The deadline passes and the agent is still silent: one occurrence is recorded for the
  *   environment, keyed by this session, and the timer re-arms; each later expiry refreshes the
  *   session's occurrence (it never counts twice). Below the threshold the call keeps waiting.
- * - The count reaches the threshold: `onTrip` runs for this session, once.
- * - A trip of the environment (from any session, on any instance) rescues this session too when
- *   its agent is past its first deadline for the current turn.
+ * - The count reaches the threshold: the breaker publishes a trip (Breaker.subscribeTrips). The
+ *   watchdog does not act on trips itself: the session's owner holds the subscription
+ *   (livecall/LiveCall.ts) and asks `rescuedBy`: a trip of the environment (from this session or
+ *   any other, on any instance) rescues this session when its agent is past its first deadline for
+ *   the current turn.
  * - A voiced answer stops the timer and clears the environment's occurrences; new caller speech
  *   stops it until that turn ends.
  *
@@ -52,12 +54,6 @@ export interface WatchdogOptions {
   /** The environment's current settings; read before every evaluation. */
   readonly settings: Effect.Effect<BreakerSettings, unknown>
   /**
-   * Runs at most once, synchronously on the watchdog's fiber, when the breaker trips for this
-   * session. It only decides (the session fails itself with `agent_unresponsive`); the session's
-   * own fiber then runs the fallback, so nothing here outlives the session's scope.
-   */
-  readonly onTrip: (trip: NoResponseTrip) => void
-  /**
    * True while the agent is producing voiced audio not yet long enough to count as an answer; an
    * expiring deadline then waits (a frame at a time) for the verdict instead of counting.
    */
@@ -77,6 +73,17 @@ export interface ResponseWatchdog {
   agentResponded(): void
   /** The session ended: stop timing (idempotent; the watchdog's fiber ends with its scope). */
   stop(): void
+  /**
+   * Whether `trip` (of this environment, from any session) rescues this session: its agent is
+   * silent past the first deadline of the current turn. Yes stops the watchdog (once).
+   */
+  rescuedBy(trip: BreakerTrip): NoResponseTrip | undefined
+  /**
+   * Succeeds once the watchdog has nothing to do until the next event or the clock reaching its
+   * next deadline: no evaluation runs (or it waits on the clock) and no alarm is due. What a test
+   * waits for after moving the TestClock.
+   */
+  readonly idle: Effect.Effect<void>
   /** Occurrences recorded since the last turn ended. */
   readonly occurrences: number
   readonly rescued: boolean
@@ -108,9 +115,11 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
   Effect.gen(function* () {
     const clock = yield* Effect.clock
     const { agentId, environmentId, sessionId } = options.session
-    // Its fibers are forked on the session's runtime: the session's Clock, logger (with the
-    // session's annotations) and supervisor apply to them.
-    const fork = Runtime.runFork(options.runtime ?? (yield* Effect.runtime<never>()))
+    // Its fibers are forked on the session's runtime (the session's Clock, logger with the
+    // session's annotations) into the session's scope: closing it interrupts whatever still runs.
+    const runFork = Runtime.runFork(options.runtime ?? (yield* Effect.runtime<never>()))
+    const scope = yield* Effect.scope
+    const fork = <A, E>(effect: Effect.Effect<A, E>) => runFork(effect, { scope })
 
     const state = {
       awaiting: false,
@@ -121,7 +130,6 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
       deadline: Infinity,
       firstDeadline: Infinity,
       clearPending: false,
-      environmentTrip: undefined as BreakerTrip | undefined,
       rescued: false,
       /** The session ended: nothing is timed any more. */
       stopped: false,
@@ -139,27 +147,15 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
       Effect.catchAllCause(() => Effect.sync(() => settings))
     )
 
-    const rescue = (trip: NoResponseTrip) =>
-      Effect.sync(() => {
-        if (state.stopped) return
-        state.rescued = true
-        state.awaiting = false
-        try {
-          options.onTrip(trip)
-        } catch (error) {
-          return error
-        }
-      }).pipe(
-        Effect.flatMap((error) =>
-          error === undefined ? Effect.void : Effect.logError("the breaker's trip action failed", { agentId, environmentId, sessionId }, error)
-        )
-      )
-
     /** The deadline passed: one occurrence (or, while the agent's audio is just starting, a short wait for its verdict). */
     const expire = Effect.gen(function* () {
       if (state.verdictPolls < MAX_VERDICT_POLLS && options.agentStarting?.() === true) {
         state.verdictPolls++
-        return yield* Effect.sleep(VERDICT_POLL_MS)
+        waitingUntil = clock.unsafeCurrentTimeMillis() + VERDICT_POLL_MS
+        notifyIdle()
+        yield* Effect.sleep(VERDICT_POLL_MS)
+        waitingUntil = -Infinity
+        return
       }
       state.verdictPolls = 0
       const generation = state.generation
@@ -170,20 +166,14 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
         return
       }
       const deadline = state.deadline
-      const outcome = yield* breaker.recordTimeout(options.session, fresh)
+      // Counted before the store answers: a trip this occurrence causes is heard (and the call
+      // ended, its turns closed) while recordTimeout still publishes it.
       state.occurrences++
+      const outcome = yield* breaker.recordTimeout(options.session, fresh)
       options.onOccurrence?.({ deadlineMs: deadline, recordedAtMs: clock.unsafeCurrentTimeMillis(), count: outcome.count })
-      // An answer that arrived while the occurrence was being recorded wins for this session.
+      // An answer that arrived while the occurrence was being recorded wins for this session. A
+      // trip was heard by the session's owner, which asked `rescuedBy` (the evaluation ends here).
       if (generation !== state.generation || !state.awaiting) return
-      if (outcome.tripped) {
-        return yield* rescue({
-          reason: "threshold",
-          count: outcome.count,
-          threshold: fresh.threshold,
-          trippedBy: sessionId,
-          timeoutSeconds: fresh.timeoutSeconds
-        })
-      }
       state.deadline = deadline + fresh.timeoutSeconds * 1000
     })
 
@@ -192,20 +182,6 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
       if (state.clearPending) {
         state.clearPending = false
         yield* breaker.recordResponse(agentId, environmentId)
-      }
-      const trip = state.environmentTrip
-      if (trip !== undefined) {
-        state.environmentTrip = undefined
-        if (state.awaiting && clock.unsafeCurrentTimeMillis() >= state.firstDeadline) {
-          yield* rescue({
-            reason: "environment",
-            count: trip.count,
-            threshold: trip.threshold,
-            trippedBy: trip.sessionId,
-            timeoutSeconds: settings.timeoutSeconds
-          })
-          return false
-        }
       }
       if (!state.awaiting) return yield* Effect.as(cancelAlarm, true)
       if (state.armedGeneration !== state.generation) {
@@ -243,11 +219,28 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
           running = false
           evaluating = undefined
           return state.rescued || state.stopped || state.broken ? cancelAlarm : Effect.void
-        })
+        }).pipe(Effect.ensuring(Effect.sync(() => notifyIdle())))
       )
     )
     // A forked fiber runs at once, up to its first wait, and may even finish before `fork` returns.
     let running = false
+    /** While the evaluation sleeps on the clock for an agent's verdict: until when (Clock ms). */
+    let waitingUntil = -Infinity
+    let idleWaiters: Array<() => void> | undefined
+    const isIdle = () => {
+      const now = clock.unsafeCurrentTimeMillis()
+      return (!running || waitingUntil > now) && !(alarm !== undefined && alarmDueMs <= now)
+    }
+    const notifyIdle = () => {
+      if (idleWaiters === undefined || !isIdle()) return
+      const waiters = idleWaiters
+      idleWaiters = undefined
+      for (const resume of waiters) resume()
+    }
+    const idle = Effect.async<void>((resume) => {
+      if (isIdle()) return resume(Effect.void)
+      ;(idleWaiters ??= []).push(() => resume(Effect.void))
+    })
     const wake = () => {
       state.woken = true
       if (running || state.broken || state.rescued || state.stopped) return
@@ -271,6 +264,7 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
               alarm = undefined
               alarmDueMs = Infinity
               wake()
+              notifyIdle()
             })
           )
         )
@@ -300,12 +294,6 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
         return Effect.zipRight(current === undefined ? Effect.void : Fiber.interrupt(current), cancelAlarm)
       })
     )
-
-    yield* breaker.subscribeTrips(agentId, environmentId, (trip) => {
-      if (state.rescued || state.stopped || !state.awaiting || clock.unsafeCurrentTimeMillis() < state.firstDeadline) return
-      state.environmentTrip = trip
-      wake()
-    })
 
     const nextGeneration = () => {
       state.generation++
@@ -345,6 +333,21 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
         const ringing = dropAlarm()
         ringing?.unsafeInterruptAsFork(ringing.id())
       },
+      rescuedBy: (trip: BreakerTrip): NoResponseTrip | undefined => {
+        if (state.rescued || state.stopped || !state.awaiting || clock.unsafeCurrentTimeMillis() < state.firstDeadline) return undefined
+        state.rescued = true
+        state.awaiting = false
+        const ringing = dropAlarm()
+        ringing?.unsafeInterruptAsFork(ringing.id())
+        return {
+          reason: trip.sessionId === sessionId ? "threshold" : "environment",
+          count: trip.count,
+          threshold: trip.threshold,
+          trippedBy: trip.sessionId,
+          timeoutSeconds: settings.timeoutSeconds
+        }
+      },
+      idle,
       get occurrences() {
         return state.occurrences
       },

@@ -3,11 +3,11 @@ import { ApiKeys, mayActFor, type Principal } from "../apikeys/ApiKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import type { CallRef } from "../kernel/Carrier.js"
 import { accountSidOf } from "../kernel/TwilioIds.js"
-import { SessionEnding } from "../session/CallSession.js"
-import { recordOf } from "../session/SessionLifecycle.js"
-import { type LiveSession, SessionRegistry } from "../session/SessionRegistry.js"
-import type { Session } from "../session/SessionSchema.js"
-import { Sessions } from "../session/Sessions.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
+import { recordOf } from "../sessions/Sessions.js"
+import { type LiveSession, LiveCalls } from "../livecall/LiveCalls.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { Sessions } from "../sessions/Sessions.js"
 import { translateTwiml } from "../twiml/TwimlCallControl.js"
 import { checkResponseDocument, MAX_TWILIO_TWIML_CHARS, twimlEffect } from "../twiml/TwimlDocument.js"
 import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
@@ -58,7 +58,7 @@ const checkTwiml = (call: CallRef, text: string): Either.Either<string, TwilioRe
 export class CallControl extends Effect.Service<CallControl>()("callgate/CallControl", {
   effect: Effect.gen(function* () {
     const apiKeys = yield* ApiKeys
-    const registry = yield* SessionRegistry
+    const registry = yield* LiveCalls
     const sessions = yield* Sessions
     const http = yield* SafeHttpClient
     const config = yield* AppConfig

@@ -40,6 +40,8 @@ export const CallParams = Schema.Struct({ agentId: ResourceId, environmentId: Re
 export class TooManyOutboundCalls extends Data.TaggedError("TooManyOutboundCalls")<{
   readonly environmentId: string
   readonly limit: number
+  /** The limit reached (counted across the fleet); absent: maxConcurrentOutboundCalls. */
+  readonly setting?: "maxConcurrentCalls" | "maxConcurrentOutboundCalls"
 }> {}
 
 /** The carrier of the call is not configured for placing calls. */

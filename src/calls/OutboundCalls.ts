@@ -3,17 +3,18 @@ import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { type CallKind, type CallRef, Carriers, type Provider } from "../kernel/Carrier.js"
 import type { MachineVerdict } from "../kernel/CallLegs.js"
-import { verdictFields } from "../session/SessionLifecycle.js"
-import { environmentKey } from "../kernel/EnvironmentKey.js"
+import { verdictFields } from "../sessions/Sessions.js"
 import { Environments } from "../environments/Environments.js"
-import { SessionEnding } from "../session/CallSession.js"
-import { CarrierCallEvents } from "../session/CarrierCallEvents.js"
-import { type LiveSession, newSessionId, SessionRegistry } from "../session/SessionRegistry.js"
-import type { Session } from "../session/SessionSchema.js"
-import { SessionNotFound, sessionEndedEvent, Sessions } from "../session/Sessions.js"
+import { CallLeases } from "../sessions/CallLeases.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
+import { CarrierCallEvents } from "../livecall/CarrierCallEvents.js"
+import { type LiveSession, newSessionId, LiveCalls } from "../livecall/LiveCalls.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { SessionNotFound, sessionEndedEvent, Sessions } from "../sessions/Sessions.js"
 import { EntryPaths } from "../kernel/EntryPaths.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import { storeRetry } from "../kernel/StoreError.js"
+import { nowDate } from "../kernel/Time.js"
 import {
   DEFAULT_RING_TIMEOUT_SECONDS,
   OutboundNotConfigured,
@@ -48,7 +49,7 @@ const TWILIO_PROGRESS = new Set(["queued", "initiated", "in-progress", "answered
  * Outbound calls (docs/calls.md, "Placing outbound calls"): placed from this instance through the
  * carrier's REST API, with the session recorded at once (`queued`). The carrier's answer reaches
  * callgate's entry endpoints with the session id in their query; the stream then opens exactly
- * that session (SessionRegistry.expectOutbound) and the call goes on like any other. A call that
+ * that session (LiveCalls.expectOutbound) and the call goes on like any other. A call that
  * ends unanswered (busy, no answer, failed, canceled) ends its session `failed` with that reason:
  * one session.ended, no fallback (there is no caller to rescue). At most
  * `maxConcurrentOutboundCalls` per environment are placed or live at once on this instance.
@@ -59,24 +60,21 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const publicUrl = yield* PublicUrl
     const environments = yield* Environments
     const sessions = yield* Sessions
-    const registry = yield* SessionRegistry
+    const registry = yield* LiveCalls
     const outbox = yield* Outbox
     const carriers = yield* Carriers
     const callEvents = yield* CarrierCallEvents
+    const leases = yield* CallLeases
     const runFork = yield* FiberSet.makeRuntime<never>()
 
     const placed = new Map<string, Placed>()
     const byCallId = new Map<string, string>()
-    const inUse = new Map<string, number>()
 
-    /** The call is over for this service: its slot is free and it is forgotten. */
+    /** The call is over for this service: its place in the fleet's count is free and it is forgotten. */
     const release = (call: Placed) => {
       if (!placed.delete(call.sessionId)) return
       if (call.call !== undefined) byCallId.delete(call.call.callId)
-      const key = environmentKey(call.agentId, call.environmentId)
-      const count = (inUse.get(key) ?? 1) - 1
-      if (count <= 0) inUse.delete(key)
-      else inUse.set(key, count)
+      runFork(leases.release(call.agentId, call.environmentId, call.sessionId))
     }
 
     const missingFor = (provider: Provider): string | undefined => {
@@ -91,7 +89,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
     const closeUnanswered = (call: Placed, reason: UnansweredReason) =>
       Effect.gen(function* () {
         const stored = yield* sessions
-          .finish(call.agentId, call.sessionId, { status: "failed", endReason: reason, endedAt: new Date() })
+          .finish(call.agentId, call.sessionId, { status: "failed", endReason: reason, endedAt: yield* nowDate })
           .pipe(
             Effect.retry(storeRetry),
             Effect.tapError((error) => Effect.logError("could not record the outbound call's end", { error: error.message })),
@@ -159,18 +157,21 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
       const missing = missingFor(provider)
       if (missing !== undefined) return yield* Effect.fail(new OutboundNotConfigured({ provider, missing }))
 
-      // The slot is taken before anything is awaited, so concurrent requests cannot both pass.
-      const limit = env.maxConcurrentOutboundCalls
-      const key = environmentKey(agentId, environmentId)
-      if ((inUse.get(key) ?? 0) >= limit) return yield* Effect.fail(new TooManyOutboundCalls({ environmentId, limit }))
-      inUse.set(key, (inUse.get(key) ?? 0) + 1)
-
+      // A place in the fleet's count (an atomic lease in the store), taken before the carrier is
+      // asked, so concurrent requests on any instance cannot both pass.
       const sessionId = newSessionId()
-      const kind = provider === "twilio" ? "twilio" : "telnyx-call-control"
+      const lease = yield* leases.acquire(
+        { agentId, environmentId, sessionId, kind: "outbound" },
+        { total: env.maxConcurrentCalls ?? null, outbound: env.maxConcurrentOutboundCalls },
+        { hold: true }
+      )
+      if (lease._tag === "Refused") return yield* Effect.fail(new TooManyOutboundCalls({ environmentId, limit: lease.max, setting: lease.limit }))
+
+      const kind: CallKind = provider === "twilio" ? "twilio" : "telnyx-call-control"
       const machineDetection = body.machineDetection ?? "off"
       const call: Placed = { sessionId, agentId, environmentId, kind, call: undefined, phase: "placing", machineDetection, verdict: undefined }
       placed.set(sessionId, call)
-      const createdAt = new Date()
+      const createdAt = yield* nowDate
       const metadata = body.metadata !== undefined ? { ...body.metadata } : undefined
       registry.expectOutbound(sessionId, { agentId, environmentId, createdAt, metadata, opened: opened(call) })
 
@@ -256,7 +257,7 @@ export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/Out
 
     /**
      * The carrier's machine-detection verdict for a call placed here: to the agent (in `start` or
-     * as an `amd` message: SessionRegistry.machineVerdict) and onto the session record. The first
+     * as an `amd` message: LiveCalls.machineVerdict) and onto the session record. The first
      * verdict stands; one for a call this instance no longer holds is ignored.
      */
     const machineVerdict = (call: Placed, verdict: MachineVerdict) =>

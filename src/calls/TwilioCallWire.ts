@@ -1,5 +1,6 @@
 import { Data, Schema } from "effect"
-import type { Session } from "../session/SessionSchema.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { rfc2822At } from "../kernel/Time.js"
 
 /**
  * The wire of the Twilio-compatible call-control API (docs/calls.md, "Controlling a call from the
@@ -71,7 +72,7 @@ export const twilioStatusOf = (session: Session): string => {
   }
 }
 
-const rfc2822 = (iso: string | null) => (iso === null ? null : new Date(iso).toUTCString())
+const rfc2822 = (iso: string | null) => (iso === null ? null : rfc2822At(iso))
 
 /** The Call resource as Twilio's REST API answers it, for one callgate session. */
 export const callResource = (session: Session, accountSid: string) => {

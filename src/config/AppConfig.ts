@@ -126,8 +126,8 @@ const settings = Config.all({
   logLevel: Config.literal(...logLevels)("LOG_LEVEL").pipe(Config.withDefault(defaults.LOG_LEVEL)),
   redisUrl: Config.option(
     Config.redacted("REDIS_URL").pipe(
-      check("REDIS_URL", "expected a redis:// or rediss:// URL (redis-cluster://host:port,... for a Redis Cluster)", (value: Redacted.Redacted) =>
-        /^(rediss?|redis-cluster):\/\//.test(Redacted.value(value))
+      check("REDIS_URL", "expected a redis:// or rediss:// URL (redis-cluster://host:port,... for a Redis Cluster, redis-sentinel://host:port,.../name for Sentinel)", (value: Redacted.Redacted) =>
+        /^(rediss?|redis-cluster|redis-sentinel):\/\//.test(Redacted.value(value))
       )
     )
   ),
@@ -138,6 +138,40 @@ const settings = Config.all({
         /^\s*[^\s,:/]+:\d{1,5}\s*(,\s*[^\s,:/]+:\d{1,5}\s*)*$/.test(Redacted.value(value))
       )
     )
+  ),
+  /** Redis Sentinel (docs/scaling.md): the sentinels, `host:port,host:port`; with REDIS_SENTINEL_NAME, the same as REDIS_URL=redis-sentinel://... */
+  redisSentinels: Config.option(
+    Config.string("REDIS_SENTINELS").pipe(
+      check("REDIS_SENTINELS", "expected host:port[,host:port...]", (value: string) =>
+        /^\s*[^\s,:/]+:\d{1,5}\s*(,\s*[^\s,:/]+:\d{1,5}\s*)*$/.test(value)
+      )
+    )
+  ),
+  /** The primary's name the sentinels monitor (`sentinel monitor NAME ...`). */
+  redisSentinelName: Config.option(
+    Config.string("REDIS_SENTINEL_NAME").pipe(
+      check("REDIS_SENTINEL_NAME", "must be 1 to 64 letters, digits or _ - .", (text: string) => /^[A-Za-z0-9_.-]{1,64}$/.test(text))
+    )
+  ),
+  /** The sentinels' own ACL user and password (`requirepass` in sentinel.conf), when they ask for one. */
+  redisSentinelUsername: Config.option(Config.string("REDIS_SENTINEL_USERNAME")),
+  redisSentinelPassword: Config.option(Config.redacted("REDIS_SENTINEL_PASSWORD")),
+  /** The user and password of the primary and replicas reached through the sentinels. */
+  redisUsername: Config.option(Config.string("REDIS_USERNAME")),
+  redisPassword: Config.option(Config.redacted("REDIS_PASSWORD")),
+  /**
+   * Writes whose loss loses data wait for this many replicas (Redis `WAIT`; docs/scaling.md):
+   * `auto` waits for one when the primary that took the write has a replica connected, a number
+   * always waits for that many (0: never waits).
+   */
+  redisWaitReplicas: Config.string("REDIS_WAIT_REPLICAS").pipe(
+    Config.withDefault(defaults.REDIS_WAIT_REPLICAS),
+    check("REDIS_WAIT_REPLICAS", "expected auto or a number of replicas from 0 to 5", (text: string) => /^(auto|[0-5])$/.test(text.trim())),
+    Config.map((text): "auto" | number => (text.trim() === "auto" ? "auto" : Number(text)))
+  ),
+  /** How long such a write waits for its replicas before it counts as not written (the journal retries it, the API answers 503). */
+  redisWaitTimeout: duration("REDIS_WAIT_TIMEOUT").pipe(
+    check("REDIS_WAIT_TIMEOUT", "must be from 10ms to 30s", (d: Duration.Duration) => Duration.toMillis(d) >= 10 && Duration.toMillis(d) <= 30_000)
   ),
   adminApiKey: Config.redacted("ADMIN_API_KEY").pipe(
     check("ADMIN_API_KEY", "must be at least 16 characters", (value: Redacted.Redacted) => Redacted.value(value).length >= 16)
@@ -239,15 +273,62 @@ const withPublicUrl = (s: Config.Config.Success<typeof settings>): Settings => (
   })
 })
 
+/**
+ * `redis-sentinel://[user:password@]host:port,host:port/NAME[?sentinelUsername=..&sentinelPassword=..]`:
+ * the form REDIS_SENTINELS and its settings are turned into (RedisConnection reads it).
+ */
+export const sentinelUrl = (s: {
+  readonly sentinels: string
+  readonly name: string
+  readonly username?: string | undefined
+  readonly password?: string | undefined
+  readonly sentinelUsername?: string | undefined
+  readonly sentinelPassword?: string | undefined
+}) => {
+  const credentials =
+    s.password !== undefined ? `${encodeURIComponent(s.username ?? "")}:${encodeURIComponent(s.password)}@` : s.username !== undefined ? `${encodeURIComponent(s.username)}@` : ""
+  const query = new URLSearchParams()
+  if (s.sentinelUsername !== undefined) query.set("sentinelUsername", s.sentinelUsername)
+  if (s.sentinelPassword !== undefined) query.set("sentinelPassword", s.sentinelPassword)
+  const search = query.toString()
+  return `redis-sentinel://${credentials}${s.sentinels.replace(/\s+/g, "")}/${s.name}${search === "" ? "" : `?${search}`}`
+}
+
 /** Cross-field rules that a single variable's validation cannot express. */
 const checkCombination = (given: Settings): Either.Either<Settings, ConfigError.ConfigError> => {
   if (Option.isSome(given.redisUrl) && Option.isSome(given.redisClusterNodes)) {
     return Either.left(ConfigError.InvalidData(["REDIS_CLUSTER_NODES"], "set either REDIS_URL or REDIS_CLUSTER_NODES, not both"))
   }
-  // REDIS_CLUSTER_NODES is REDIS_URL=redis-cluster://nodes: one setting picks the store below.
+  if (Duration.toMillis(given.redisWaitTimeout) >= Duration.toMillis(given.redisCommandTimeout)) {
+    return Either.left(ConfigError.InvalidData(["REDIS_WAIT_TIMEOUT"], "must be shorter than REDIS_COMMAND_TIMEOUT (WAIT is a Redis command too)"))
+  }
+  if (Option.isSome(given.redisSentinels) !== Option.isSome(given.redisSentinelName)) {
+    return Either.left(ConfigError.InvalidData([Option.isSome(given.redisSentinels) ? "REDIS_SENTINEL_NAME" : "REDIS_SENTINELS"], "is required with Redis Sentinel (set REDIS_SENTINELS and REDIS_SENTINEL_NAME together)"))
+  }
+  if (Option.isSome(given.redisSentinels) && (Option.isSome(given.redisUrl) || Option.isSome(given.redisClusterNodes))) {
+    return Either.left(ConfigError.InvalidData(["REDIS_SENTINELS"], "set one of REDIS_URL, REDIS_CLUSTER_NODES or REDIS_SENTINELS"))
+  }
+  // REDIS_CLUSTER_NODES is REDIS_URL=redis-cluster://nodes, REDIS_SENTINELS and its settings
+  // REDIS_URL=redis-sentinel://...: one setting picks the store below.
   const s: Settings = Option.isSome(given.redisClusterNodes)
     ? { ...given, redisUrl: Option.some(Redacted.make(`redis-cluster://${Redacted.value(given.redisClusterNodes.value).replace(/\s+/g, "")}`)) }
-    : given
+    : Option.isSome(given.redisSentinels) && Option.isSome(given.redisSentinelName)
+      ? {
+          ...given,
+          redisUrl: Option.some(
+            Redacted.make(
+              sentinelUrl({
+                sentinels: given.redisSentinels.value,
+                name: given.redisSentinelName.value,
+                username: Option.getOrUndefined(given.redisUsername),
+                password: Option.map(given.redisPassword, Redacted.value).pipe(Option.getOrUndefined),
+                sentinelUsername: Option.getOrUndefined(given.redisSentinelUsername),
+                sentinelPassword: Option.map(given.redisSentinelPassword, Redacted.value).pipe(Option.getOrUndefined)
+              })
+            )
+          )
+        }
+      : given
   if (Option.isSome(s.redisUrl) && Option.isNone(s.secretsKey)) {
     return Either.left(
       ConfigError.MissingData(["SECRETS_KEY"], "is required when REDIS_URL is set (secrets at rest are encrypted with it)")

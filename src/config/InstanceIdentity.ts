@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto"
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs"
 import { hostname } from "node:os"
 import { join } from "node:path"
-import { Effect, Option } from "effect"
+import { DateTime, Effect, Option } from "effect"
 import { AppConfig } from "./AppConfig.js"
 
 const VALID = /^[A-Za-z0-9_.-]{1,64}$/
@@ -51,6 +51,7 @@ export class InstanceIdentity extends Effect.Service<InstanceIdentity>()("callga
         : yield* Effect.try(() => persistedInstanceId(config.dataDir)).pipe(
           Effect.orDieWith((cause) => new Error(`DATA_DIR: cannot keep the generated instance id in ${config.dataDir}: ${String(cause)}`))
         )
-    return { instanceId, startedAt: new Date() } as const
+    // From the Clock (DateTime.now), like every time in src/ (docs/design.md, "One clock").
+    return { instanceId, startedAt: DateTime.toDateUtc(yield* DateTime.now) } as const
   })
 }) {}

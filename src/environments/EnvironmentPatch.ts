@@ -64,6 +64,7 @@ export const applyPatch = (
   if (patch.name !== undefined) next.name = patch.name
   if (patch.agentUrl !== undefined) next.agentUrl = patch.agentUrl
   if (patch.maxConcurrentOutboundCalls !== undefined) next.maxConcurrentOutboundCalls = patch.maxConcurrentOutboundCalls
+  if (patch.maxConcurrentCalls !== undefined) next.maxConcurrentCalls = patch.maxConcurrentCalls
   if (patch.webhookSignatureScheme !== undefined) next.webhookSignatureScheme = patch.webhookSignatureScheme
   if (patch.agentAudioFormat !== undefined) next.agentAudioFormat = patch.agentAudioFormat
   if (patch.recording !== undefined) next.recording = patch.recording

@@ -84,6 +84,9 @@ export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as co
 export const MaxConcurrentOutboundCalls = intBetween(1, 1000)
 export const DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS = 10
 
+/** Calls of an environment, inbound and outbound, live at once across the fleet (docs/scaling.md, "Fleet-wide call limits"). */
+export const MaxConcurrentCalls = intBetween(1, 100_000)
+
 /** Whether the environment's calls are recorded (docs/recording.md). */
 export const RecordingMode = Schema.Literal("off", "on").annotations({
   message: () => ({ message: "must be one of off, on", override: true })
@@ -113,6 +116,8 @@ export const StoredEnvironment = Schema.Struct({
   agentUrl: Schema.NullOr(Schema.String),
   /** Absent on environments stored before outbound calls existed: the default applies. */
   maxConcurrentOutboundCalls: Schema.optional(Schema.Number),
+  /** Absent on environments stored before the limit existed: no limit. */
+  maxConcurrentCalls: Schema.optional(Schema.NullOr(Schema.Number)),
   /** Absent on environments stored before the field existed: `service`. */
   webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
   /** Absent on environments stored before the field existed: `carrier`. */
@@ -153,7 +158,13 @@ export const EnvironmentView = Schema.Struct({
       "While the environment's breaker is open, new calls get the error fallback in the entry answer itself, except one probe call per BREAKER_PROBE_INTERVAL (docs/fallback.md, \"Shedding\"); default true, false sends every call to an agent"
   }),
   agentUrl: Schema.NullOr(Schema.String),
-  maxConcurrentOutboundCalls: Schema.Number.annotations({ description: "Outbound calls placed or live at once (1 to 1000, default 10); beyond it, placing a call answers 429" }),
+  maxConcurrentOutboundCalls: Schema.Number.annotations({
+    description: "Outbound calls placed or live at once across the fleet (1 to 1000, default 10); beyond it, placing a call answers 429"
+  }),
+  maxConcurrentCalls: Schema.NullOr(Schema.Number).annotations({
+    description:
+      "Calls, inbound and outbound together, live at once across the fleet (1 to 100000; null, the default: no limit). Beyond it, placing a call answers 429 and an inbound call gets the error fallback (endReason concurrency_limit)"
+  }),
   recording: RecordingMode.annotations({
     description: "on: every call of the environment is recorded as a two-channel WAV (docs/recording.md); default off"
   })
@@ -185,6 +196,7 @@ const patchFields = {
   ),
   agentUrl: Schema.optional(Schema.NullOr(WssUrl)),
   maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls),
+  maxConcurrentCalls: Schema.optional(Schema.NullOr(MaxConcurrentCalls)),
   recording: Schema.optional(RecordingMode)
 }
 

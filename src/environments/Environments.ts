@@ -4,6 +4,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { SecretBox } from "../secrets/SecretBox.js"
 import { applyPatch, associated, last4, type UrlPolicy } from "./EnvironmentPatch.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
+import { isoAt } from "../kernel/Time.js"
 import {
   type CreateEnvironmentBody,
   type EnvironmentView,
@@ -37,6 +38,9 @@ const newEnvironmentId = () => `env_${randomBytes(12).toString("base64url").repl
 
 export class Environments extends Effect.Service<Environments>()("callgate/Environments", {
   scoped: Effect.gen(function* () {
+    const clock = yield* Effect.clock
+    /** Now, for records: read in the CAS callbacks too, so each attempt is stamped when it is made. */
+    const nowIso = () => isoAt(clock.unsafeCurrentTimeMillis())
     const store = yield* EnvironmentStore
     const box = yield* SecretBox
     const config = yield* AppConfig
@@ -71,6 +75,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackShedNewCalls: env.errorFallbackShedNewCalls ?? true,
       agentUrl: env.agentUrl,
       maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
+      maxConcurrentCalls: env.maxConcurrentCalls ?? null,
       recording: env.recording ?? "off"
     })
 
@@ -115,7 +120,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       )
 
     const create = Effect.fn("Environments.create")(function* (agentId: string, body: CreateEnvironmentBody) {
-      const now = new Date().toISOString()
+      const now = nowIso()
       const { generated, next } = yield* applyPatch(blank(agentId, body.name, now), body, box, now, policy)
       yield* store.insert(next)
       return toView(next, generated)
@@ -126,7 +131,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       let webhookRemoved = false
       const updated = yield* store
         .update(agentId, environmentId, (current) =>
-          Either.map(applyPatch(current, patch, box, new Date().toISOString(), policy), (result) => {
+          Either.map(applyPatch(current, patch, box, nowIso(), policy), (result) => {
             // The last attempt of the CAS loop is the one that was written.
             generated = result.generated
             webhookRemoved = current.webhookUrl !== null && result.next.webhookUrl === null
@@ -148,13 +153,13 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
               field === "webhookSecret"
                 ? {
                     ...current,
-                    updatedAt: new Date().toISOString(),
+                    updatedAt: nowIso(),
                     webhookSecretSealed: box.seal(secret, associated(current, field)),
                     webhookSecretLast4: last4(secret)
                   }
                 : {
                     ...current,
-                    updatedAt: new Date().toISOString(),
+                    updatedAt: nowIso(),
                     errorFallbackWebhookSecretSealed: box.seal(secret, associated(current, field))
                   }
             )
@@ -167,7 +172,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
 
     const clone = Effect.fn("Environments.clone")(function* (agentId: string, environmentId: string, name?: string) {
       const source = yield* getStored(agentId, environmentId)
-      const now = new Date().toISOString()
+      const now = nowIso()
       // The default name stays within the 200 characters a name may have.
       const fresh = blank(agentId, name ?? `${source.name.slice(0, 193)} (copy)`, now)
       const copy: { -readonly [K in keyof StoredEnvironment]: StoredEnvironment[K] } = {

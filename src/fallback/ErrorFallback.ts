@@ -13,6 +13,7 @@ import { SafeHttpClient } from "../webhooks/SafeHttpClient.js"
 import { signatureHeaders } from "../webhooks/Signing.js"
 import { FallbackMetrics } from "./FallbackMetrics.js"
 import type { FallbackOutcome, FallbackRecord } from "./FallbackRecord.js"
+import { isoAt } from "../kernel/Time.js"
 import {
   classifyFallbackAnswer,
   type FallbackWebhookBody,
@@ -102,7 +103,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         )
       )
 
-    const nowIso = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
+    const nowIso = Effect.map(Clock.currentTimeMillis, isoAt)
 
     /**
      * The rescue, acting on the call through `carrier`: the carriers' REST APIs for a live call, or
@@ -130,14 +131,14 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         if (!(yield* fenced(session))) return {}
         const hasRedirect = via === "rest" && (session.call.kind === "twilio" || session.call.kind === "telnyx-texml")
         const startedMs = yield* Clock.currentTimeMillis
-        const startedAt = new Date(startedMs).toISOString()
+        const startedAt = isoAt(startedMs)
         let carrierRequestAt: string | null = null
         let carrierRequestName: string | null = null
         /** Marks the moment a carrier request decides the call, for the trigger-to-carrier metric. */
         const carrierRequest = <A>(name: string, request: Effect.Effect<A, CarrierError>) =>
           Effect.gen(function* () {
             const at = yield* Clock.currentTimeMillis
-            carrierRequestAt ??= new Date(at).toISOString()
+            carrierRequestAt ??= isoAt(at)
             carrierRequestName ??= name
             metrics.observeCarrierDelay(error.kind, (at - startedMs) / 1000)
             return yield* request

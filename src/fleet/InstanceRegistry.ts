@@ -1,16 +1,17 @@
 import { Clock, Duration, Effect, Option, Queue, Schedule } from "effect"
 import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { SessionFencing } from "../kernel/SessionFencing.js"
-import { SessionEnding } from "../session/CallSession.js"
+import { SessionEnding } from "../livecall/LiveCall.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { logStoreFailure } from "../kernel/StoreError.js"
 import { AgentPool } from "../agent/AgentPool.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
+import { nowIso } from "../kernel/Time.js"
 
 
 interface EnvironmentRef {
@@ -32,10 +33,10 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const identity = yield* InstanceIdentity
     const store = yield* InstanceStore
     const pool = yield* AgentPool
-    const sessions = yield* SessionRegistry
+    const sessions = yield* LiveCalls
     const fencing = yield* SessionFencing
     const lease = yield* OwnershipLease
-    const startedAt = new Date().toISOString()
+    const startedAt = yield* nowIso
     const self = identity.instanceId
     const ttlMs = goneAfterMs(config)
 
@@ -100,8 +101,9 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     })
 
     const refresh = Effect.gen(function* () {
-      const at = yield* Clock.currentTimeMillis
       yield* publish(true)
+      // Taken just before the write the fleet times this instance by (a slow store's other round trips do not count).
+      const at = yield* Clock.currentTimeMillis
       yield* store.report(report(), ttlMs)
       known = yield* store.list(ttlMs)
       lease.renewed(at, known.some((entry) => entry.id !== self))

@@ -2,7 +2,7 @@ import { Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { logStoreFailure } from "../kernel/StoreError.js"
-import { OrphanReconciler } from "../session/OrphanReconciler.js"
+import { OrphanReconciler } from "../recovery/OrphanReconciler.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { InstanceStore } from "./InstanceStore.js"
 

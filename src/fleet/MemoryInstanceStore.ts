@@ -1,6 +1,7 @@
 import { Effect, Layer, Option } from "effect"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
+import { isoAt } from "../kernel/Time.js"
 
 
 interface EnvironmentAgents {
@@ -50,7 +51,7 @@ export const makeMemoryInstanceStore = (now: () => number = Date.now) =>
           for (const [id, { report, seenAt }] of instances) {
             // Silent ones are kept a while for `silent` (as the Redis registry keeps them), then pruned.
             if (at - seenAt > goneAfterMs * SILENT_KEPT_FACTOR) instances.delete(id)
-            else if (at - seenAt <= goneAfterMs) live.push({ ...report, lastSeenAt: new Date(seenAt).toISOString() })
+            else if (at - seenAt <= goneAfterMs) live.push({ ...report, lastSeenAt: isoAt(seenAt) })
           }
           return live.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
         }),

@@ -1,8 +1,7 @@
 import { Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
-import { OwnershipLease } from "../kernel/OwnershipLease.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, RESERVATION_HOLD_MS } from "./FleetTiming.js"
 import { InstanceRegistry } from "./InstanceRegistry.js"
 import { type InstanceEntry, InstanceStore } from "./InstanceStore.js"
@@ -43,8 +42,7 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
     const ttlMs = goneAfterMs(yield* AppConfig)
     const store = yield* InstanceStore
     const registry = yield* InstanceRegistry
-    const sessions = yield* SessionRegistry
-    const lease = yield* OwnershipLease
+    const sessions = yield* LiveCalls
     const self = registry.instanceId
 
     const here = (agent: PlacedAgent): Placed => ({ _tag: "Placed", instanceId: self, publicUrl: publicUrl.current(), agent })
@@ -112,18 +110,7 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
       },
       /** Chooses the instance (and the agent) for a call of the environment. */
       place: (agentId: string, environmentId: string, agentUrl: string | null): Effect.Effect<Placed> =>
-        // An instance that could not refresh its registration for nearly INSTANCE_TTL takes no new
-        // call (the fleet may count it gone and claim its calls): 503, the carrier's fallback URL.
-        !lease.takesCalls()
-          ? Effect.as(
-              Effect.logWarning("call refused: this instance could not refresh its registration and may soon count as gone", {
-                msLeft: Math.round(lease.remainingMs())
-              }),
-              { _tag: "NoInstance" } as Placed
-            )
-          : agentUrl === null
-            ? dialIn(agentId, environmentId)
-            : dialOut
+        agentUrl === null ? dialIn(agentId, environmentId) : dialOut
     } as const
   })
 }) {}

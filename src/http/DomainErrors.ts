@@ -6,7 +6,7 @@ import type { InvalidEnvironment } from "../environments/EnvironmentPatch.js"
 import type { EnvironmentNotFound } from "../environments/Environments.js"
 import type { StoreError } from "../kernel/StoreError.js"
 import type { RecordingInProgress, RecordingNotFound, RecordingUnavailable } from "../recording/Recordings.js"
-import type { InvalidSessionCursor, SessionNotFound } from "../session/Sessions.js"
+import type { InvalidSessionCursor, SessionNotFound } from "../sessions/Sessions.js"
 import type { DeliveryNotFound, DeliveryNotRetryable } from "../webhooks/Deliveries.js"
 import { ApiError } from "./ApiError.js"
 
@@ -58,7 +58,9 @@ const domainErrors: { readonly [Tag in DomainError["_tag"]]: (error: Extract<Dom
   TooManyOutboundCalls: (e) =>
     ApiError.of(
       "RATE_LIMITED",
-      `Environment ${e.environmentId} already has ${e.limit} outbound calls placed or live (maxConcurrentOutboundCalls); retry when one ends.`
+      e.setting === "maxConcurrentCalls"
+        ? `Environment ${e.environmentId} already has ${e.limit} calls live across the fleet (maxConcurrentCalls); retry when one ends.`
+        : `Environment ${e.environmentId} already has ${e.limit} outbound calls placed or live (maxConcurrentOutboundCalls); retry when one ends.`
     ),
   OutboundNotConfigured: (e) =>
     ApiError.of("VALIDATION_FAILED", `provider ${e.provider} cannot place calls: ${e.missing} not set`, [

@@ -4,7 +4,6 @@ import { Duration, Effect, Exit, Runtime } from "effect"
 import Fastify, { type FastifyError, type FastifyInstance } from "fastify"
 import { ApiKeys } from "../apikeys/ApiKeys.js"
 import type { AuthThrottle } from "../apikeys/AuthThrottle.js"
-import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { rateLimitKeyOf } from "./ApiAuth.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
@@ -28,8 +27,8 @@ import { instanceRoutes } from "./routes/instanceRoutes.js"
 import { type InstanceRegistry } from "../fleet/InstanceRegistry.js"
 import { type AgentPool } from "../agent/AgentPool.js"
 import { registerAgentRoutes } from "./routes/agentConnectRoutes.js"
-import { type Sessions } from "../session/Sessions.js"
-import { SessionRegistry } from "../session/SessionRegistry.js"
+import { type Sessions } from "../sessions/Sessions.js"
+import { LiveCalls } from "../livecall/LiveCalls.js"
 import { type CarrierStreams } from "../telephony/streams/CarrierStreams.js"
 import { registerStreamRoutes } from "./routes/streamRoutes.js"
 import type { CallControl } from "../calls/CallControl.js"
@@ -40,10 +39,10 @@ import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.
 import type { SocketGuards } from "../websocket/SocketGuards.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = OwnershipLease | AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
+export type HttpServices = AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
-type CallServices = CarrierStreams | AgentPool | Sessions | SessionRegistry | CallControl | OutboundCalls | InstanceRegistry | SocketGuards | Recordings
+type CallServices = CarrierStreams | AgentPool | Sessions | LiveCalls | CallControl | OutboundCalls | InstanceRegistry | SocketGuards | Recordings
 
 /** Largest WebSocket message accepted from carriers and agents; a media frame is well under 1 KiB. */
 export const MAX_WS_MESSAGE_BYTES = 64 * 1024
@@ -209,12 +208,8 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
   app.get("/healthz", async () => ({ status: "ok" }))
   app.get("/readyz", async (_request, reply) => {
     // A draining instance takes no new calls: load balancers should stop sending them.
-    if (runSync(Effect.map(SessionRegistry, (registry) => registry.isDraining()))) {
+    if (runSync(Effect.map(LiveCalls, (registry) => registry.isDraining()))) {
       return reply.code(503).send({ status: "draining", reason: "shutting down: live calls are finishing" })
-    }
-    // One that could not refresh its registration for nearly INSTANCE_TTL takes no new call.
-    if (!runSync(Effect.map(OwnershipLease, (lease) => lease.takesCalls()))) {
-      return reply.code(503).send({ status: "unavailable", reason: "the fleet registry has not taken this instance's refresh" })
     }
     const exit = await run(Effect.flatMap(Environments, (envs) => envs.ping).pipe(Effect.timeout("2 seconds")))
     return Exit.isSuccess(exit) ? { status: "ready" } : reply.code(503).send({ status: "unavailable", reason: "store unreachable" })

@@ -155,7 +155,12 @@ const mulawTo = (format: AudioFormat): ((payload: string) => string) => {
     let j = 0
     for (let i = 0; i < bytes.length; i++) {
       const sample = MULAW_TO_LINEAR[bytes[i]!]!
-      for (let r = 0; r < repeat; r++, j += 2) outgoing.writeInt16BE(sample, j)
+      const high = (sample >> 8) & 0xff
+      const low = sample & 0xff
+      for (let r = 0; r < repeat; r++, j += 2) {
+        outgoing[j] = high
+        outgoing[j + 1] = low
+      }
     }
     return outgoing.toString("base64", 0, j)
   }

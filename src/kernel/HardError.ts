@@ -33,6 +33,8 @@ export type HardErrorKind =
   | "shutdown"
   /** The instance serving the call stopped (crash, machine loss) before the session ended; another run or instance rescued it. */
   | "instance_lost"
+  /** The environment's maxConcurrentCalls was reached across the fleet when the call arrived. */
+  | "concurrency_limit"
   /** The environment's breaker was open when the call arrived: the call was shed at the entry (docs/fallback.md, "Shedding"). */
   | "breaker_open"
   /** A bug in callgate. */

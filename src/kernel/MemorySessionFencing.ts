@@ -12,15 +12,15 @@ export const makeMemorySessionFencing = Effect.sync(() => {
   const keyOf = (session: FencedSession) => `${session.agentId} ${session.sessionId}`
   return SessionFencing.of({
     claimRescue: (session, by) =>
-      Effect.sync(() => {
+      Effect.clockWith((clock) => Effect.sync(() => {
         const key = keyOf(session)
         const held = rescuedBy.get(key)
         if (held !== undefined) return held.by === by
-        const now = Date.now()
+        const now = clock.unsafeCurrentTimeMillis()
         if (rescuedBy.size >= SWEEP_AT) for (const [k, v] of rescuedBy) if (now - v.atMs > FORGET_AFTER_MS) rescuedBy.delete(k)
         rescuedBy.set(key, { by, atMs: now })
         return true
-      }),
+      })),
     noteTaken: (owner, session) =>
       Effect.sync(() => {
         let notes = taken.get(owner)

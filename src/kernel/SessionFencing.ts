@@ -10,7 +10,7 @@ export interface FencedSession {
 /**
  * Fencing of live calls between instances (docs/reliability.md, "Fencing"). Two adapters (in
  * memory, Redis: a field of the session's own record hash, so the claim is atomic with the
- * record in one slot) pass one contract suite (test/session/SessionFencing.contract.ts).
+ * record in one slot) pass one contract suite (test/sessions/SessionFencing.contract.ts).
  *
  * - `claimRescue`: the carrier rescue of a session's call is claimed in the store before any
  *   carrier request: the first claimant gets true (and again on a retry), everyone else false.

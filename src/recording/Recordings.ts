@@ -91,6 +91,7 @@ const closedPauses = (pauses: ReadonlyArray<RecordingPause>, endMs: number) =>
  */
 export class Recordings extends Effect.Service<Recordings>()("callgate/Recordings", {
   scoped: Effect.gen(function* () {
+    const clock = yield* Effect.clock
     const settings = yield* readRecordingSettings
     const config = yield* AppConfig
     const environments = yield* Environments
@@ -365,7 +366,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
      */
     const sweep = (atStart: boolean) =>
       Effect.tryPromise(async () => {
-        const now = Date.now()
+        const now = clock.unsafeCurrentTimeMillis()
         const cutoff = Option.map(settings.retentionDays, (days) => now - days * 86_400_000)
         for (const found of await listRecordings(settings.dir)) {
           let meta = found.meta

@@ -11,6 +11,7 @@ import {
   S3Client
 } from "@aws-sdk/client-s3"
 import { Upload } from "@aws-sdk/lib-storage"
+import { dateAt } from "../kernel/Time.js"
 
 /**
  * Where RECORDINGS_S3_URL points: `s3://bucket/prefix` (AWS, region from AWS_REGION), or
@@ -172,7 +173,7 @@ export class S3Bucket {
         new ListObjectsV2Command({ Bucket: this.location.bucket, Prefix: this.location.prefix, ContinuationToken: token })
       )
       for (const object of page.Contents ?? []) {
-        if (object.Key !== undefined) found.push({ name: object.Key.slice(this.location.prefix.length), lastModified: object.LastModified ?? new Date(0) })
+        if (object.Key !== undefined) found.push({ name: object.Key.slice(this.location.prefix.length), lastModified: object.LastModified ?? dateAt(0) })
       }
       token = page.IsTruncated === true ? page.NextContinuationToken : undefined
     } while (token !== undefined)

@@ -14,7 +14,7 @@ const encode = (key: StoredApiKey) => JSON.stringify(key)
  * ordered (record first, index last) rather than transactional.
  */
 export const makeRedisApiKeyStore = Effect.gen(function* () {
-  const { client, duplicate, keys } = yield* RedisConnection
+  const { client, duplicate, keys, replicated } = yield* RedisConnection
 
   const read = (operation: string, keyHash: string) =>
     redisCall(operation, () => client.get(keys.apiKey(keyHash))).pipe(
@@ -39,7 +39,11 @@ export const makeRedisApiKeyStore = Effect.gen(function* () {
       redisCall("apiKey.insert", async () => {
         await client.set(keys.apiKey(key.keyHash), encode(key))
         await client.hset(keys.apiKeyIndex, key.id, key.keyHash)
-      }),
+      }).pipe(
+        // In a Cluster the record and the index sit on different primaries: each waits for its replicas.
+        Effect.zipRight(replicated(keys.apiKey(key.keyHash), "apiKey.insert")),
+        Effect.zipRight(replicated(keys.apiKeyIndex, "apiKey.insert"))
+      ),
     findByHash: (keyHash) => read("apiKey.find", keyHash),
     get,
     list: redisCall("apiKey.list", async () => {
@@ -72,7 +76,7 @@ export const makeRedisApiKeyStore = Effect.gen(function* () {
                 if (key.previous) await client.del(keys.apiKey(key.previous.keyHash))
                 await client.hdel(keys.apiKeyLastUsed, id)
                 await client.publish(keys.apiKeyRevokedChannel, id)
-              })
+              }).pipe(Effect.zipRight(replicated(keys.apiKeyIndex, "apiKey.remove")))
           })
         )
       ),
@@ -88,7 +92,11 @@ export const makeRedisApiKeyStore = Effect.gen(function* () {
             else await client.del(keys.apiKey(found.value.keyHash))
             if (dropped && dropped.keyHash !== previous?.keyHash) await client.del(keys.apiKey(dropped.keyHash))
             await client.hset(keys.apiKeyIndex, id, keyHash)
-          }).pipe(Effect.as(Option.some(next)))
+          }).pipe(
+            Effect.zipRight(replicated(keys.apiKey(keyHash), "apiKey.rotate")),
+            Effect.zipRight(replicated(keys.apiKeyIndex, "apiKey.rotate")),
+            Effect.as(Option.some(next))
+          )
         })
       ),
     touch: (id, at) => redisCall("apiKey.touch", () => client.hset(keys.apiKeyLastUsed, id, at)).pipe(Effect.asVoid),

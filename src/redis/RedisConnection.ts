@@ -1,8 +1,9 @@
-import { Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { type Clock, Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { Cluster, Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { STORE_UNREACHABLE, StoreError } from "../kernel/StoreError.js"
 import { makeKeys, type RedisKeys } from "./keys.js"
+import { makeReplicated, type WaitReplicas } from "./RedisReplication.js"
 
 /** One Redis server or a Redis Cluster (ioredis `Cluster`): the same commands for the adapters. */
 export type RedisClient = Redis | Cluster
@@ -17,12 +18,22 @@ export interface RedisConnectionShape {
   readonly duplicate: Effect.Effect<RedisClient, never, import("effect").Scope.Scope>
   /** Every key and channel name, under this deployment's REDIS_KEY_PREFIX. */
   readonly keys: RedisKeys
+  /**
+   * After a write whose loss loses data (an outbox enqueue, a session's end, an API key or
+   * environment change): waits until the replicas REDIS_WAIT_REPLICAS asks for have it (Redis
+   * WAIT on `key`'s primary), else fails (docs/scaling.md, "Nothing acknowledged is lost").
+   */
+  readonly replicated: (key: string, operation: string) => Effect.Effect<void, StoreError>
 }
 
 export class RedisConnection extends Context.Tag("callgate/RedisConnection")<RedisConnection, RedisConnectionShape>() {}
 
 /** `redis://host:port` (or rediss://): the address without user, password or database, for logs. */
 export const redisAddress = (url: string): string => {
+  if (isSentinelUrl(url)) {
+    const { sentinels, name } = parseSentinelUrl(url)
+    return `redis-sentinel://${sentinels.map((node) => `${node.host}:${node.port}`).join(",")}/${name}`
+  }
   if (isClusterUrl(url)) return `redis-cluster://${parseClusterUrl(url).nodes.map((node) => `${node.host}:${node.port}`).join(",")}`
   try {
     const parsed = new URL(url)
@@ -79,30 +90,38 @@ const watchConnection = (
   client: RedisClient,
   address: string,
   timeouts: RedisTimeouts,
-  log: (level: "warn" | "info", message: string) => void
+  log: (level: "warn" | "info", message: string) => void,
+  now: () => number
 ): (() => void) => {
+  // Through Sentinel the connection follows the primary: a failover is a new address (logged once).
+  let primary: string | undefined
   // connecting: never connected yet; up: ready; lost: closed, reconnecting, not reported (a quick
   // reconnect says nothing); down: reported unreachable.
   let state: "connecting" | "up" | "lost" | "down" = "connecting"
-  let downSince = Date.now()
-  let unreadySince = Date.now()
+  let downSince = now()
+  let unreadySince = now()
   const down = (why: string) => {
     if (state === "down") return
-    if (state === "up") downSince = Date.now()
+    if (state === "up") downSince = now()
     state = "down"
     client.options.enableOfflineQueue = false
     log("warn", `store unreachable at ${address}: ${why}; retrying`)
   }
   client.on("ready", () => {
     client.options.enableOfflineQueue = true
-    if (state === "down") log("info", `store reachable again after ${Math.round((Date.now() - downSince) / 1000)} s`)
+    const at = client instanceof Redis && client.options.sentinels ? socketPeer(client) : undefined
+    if (state === "down") log("info", `store reachable again after ${Math.round((now() - downSince) / 1000)} s${at === undefined ? "" : ` (primary ${at})`}`)
+    else if (at !== undefined && primary !== undefined && at !== primary) {
+      log("info", `store primary is now ${at} (was ${primary}) after ${Math.round((now() - downSince) / 1000)} s`)
+    }
+    if (at !== undefined) primary = at
     state = "up"
   })
   client.on("close", () => {
-    unreadySince = Date.now()
+    unreadySince = now()
     if (state !== "up") return
     state = "lost"
-    downSince = Date.now()
+    downSince = now()
   })
   client.on("error", (error: unknown) => down(connectionProblem(error)))
   let checking = false
@@ -110,8 +129,8 @@ const watchConnection = (
     if (checking) return
     if (client.status !== "ready") {
       // An attempt that hangs (a ready check whose answer is dropped) is started again.
-      if (state === "down" && Date.now() - unreadySince >= 2 * timeouts.connectTimeoutMs) {
-        unreadySince = Date.now()
+      if (state === "down" && now() - unreadySince >= 2 * timeouts.connectTimeoutMs) {
+        unreadySince = now()
         client.disconnect(true)
       }
       return
@@ -125,7 +144,7 @@ const watchConnection = (
         checking = false
         if (!(error instanceof Error) || !/timed out/i.test(error.message) || client.status !== "ready") return
         down(`no answer within ${timeouts.commandTimeoutMs} ms`)
-        unreadySince = Date.now()
+        unreadySince = now()
         client.disconnect(true)
       }
     )
@@ -135,7 +154,39 @@ const watchConnection = (
   return () => clearInterval(timer)
 }
 
+/** The address of the server a standalone connection is on (through Sentinel: the current primary). */
+const socketPeer = (client: Redis): string | undefined => {
+  const stream = (client as unknown as { stream?: { remoteAddress?: string; remotePort?: number } }).stream
+  return stream?.remoteAddress === undefined ? undefined : `${stream.remoteAddress}:${stream.remotePort}`
+}
+
 const CLUSTER_SCHEME = /^redis-cluster:\/\//i
+const SENTINEL_SCHEME = /^redis-sentinel:\/\//i
+
+export const isSentinelUrl = (url: string) => SENTINEL_SCHEME.test(url)
+
+/**
+ * `redis-sentinel://[user:password@]host:port,host:port/NAME[?sentinelUsername=..&sentinelPassword=..]`
+ * (the form REDIS_SENTINELS and its settings are turned into): the sentinels, the primary's name,
+ * the data nodes' credentials and the sentinels' own.
+ */
+export const parseSentinelUrl = (url: string) => {
+  const rest = url.replace(SENTINEL_SCHEME, "")
+  const question = rest.indexOf("?")
+  const query = new URLSearchParams(question >= 0 ? rest.slice(question + 1) : "")
+  const path = question >= 0 ? rest.slice(0, question) : rest
+  const slash = path.indexOf("/", path.lastIndexOf("@") + 1)
+  const name = slash >= 0 ? decodeURIComponent(path.slice(slash + 1)) : "mymaster"
+  const { nodes, username, password } = parseClusterUrl(slash >= 0 ? path.slice(0, slash) : path)
+  return {
+    sentinels: nodes,
+    name: name === "" ? "mymaster" : name,
+    username,
+    password,
+    sentinelUsername: query.get("sentinelUsername") ?? undefined,
+    sentinelPassword: query.get("sentinelPassword") ?? undefined
+  }
+}
 
 /**
  * The nodes and credentials of a `redis-cluster://[user:password@]host:port,host:port` URL (the
@@ -172,6 +223,22 @@ const commandOptions = (timeouts: RedisTimeouts) =>
 /** A Redis connection, or a Redis Cluster client for a `redis-cluster://` URL. */
 const connect = (url: string, name: string, timeouts: RedisTimeouts): RedisClient => {
   const options = commandOptions(timeouts)
+  if (isSentinelUrl(url)) {
+    const { sentinels, name: primaryName, username, password, sentinelUsername, sentinelPassword } = parseSentinelUrl(url)
+    return new Redis({
+      sentinels,
+      name: primaryName,
+      connectionName: name,
+      ...options,
+      enableAutoPipelining: true,
+      // Sentinels' +switch-master reaches the connection at once, not only when the old primary stops answering.
+      failoverDetector: true,
+      ...(username !== undefined ? { username } : {}),
+      ...(password !== undefined ? { password } : {}),
+      ...(sentinelUsername !== undefined ? { sentinelUsername } : {}),
+      ...(sentinelPassword !== undefined ? { sentinelPassword } : {})
+    })
+  }
   if (!isClusterUrl(url)) return new Redis(url, { connectionName: name, ...options, enableAutoPipelining: true })
   const { nodes, username, password } = parseClusterUrl(url)
   return new Cluster(nodes, {
@@ -218,9 +285,14 @@ const open = (url: string, name: string, report: boolean, timeouts: RedisTimeout
         if (!report) return
         const runtime = yield* Effect.runtime<never>()
         const runLog = Runtime.runSync(runtime)
+        const clock = yield* Effect.clock
         stop.push(
-          watchConnection(client, redisAddress(url), timeouts, (level, message) =>
-            runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message))
+          watchConnection(
+            client,
+            redisAddress(url),
+            timeouts,
+            (level, message) => runLog(level === "warn" ? Effect.logWarning(message) : Effect.logInfo(message)),
+            () => clock.unsafeCurrentTimeMillis()
           )
         )
       })
@@ -228,11 +300,21 @@ const open = (url: string, name: string, report: boolean, timeouts: RedisTimeout
     Effect.map(({ client }) => client)
   )
 
-export const makeRedisConnection = (url: string, keyPrefix = "callgate:", timeouts: RedisTimeouts = DEFAULT_REDIS_TIMEOUTS) =>
+export const makeRedisConnection = (
+  url: string,
+  keyPrefix = "callgate:",
+  timeouts: RedisTimeouts = DEFAULT_REDIS_TIMEOUTS,
+  replication: { readonly waitReplicas: WaitReplicas; readonly waitTimeoutMs: number } = { waitReplicas: "auto", waitTimeoutMs: 500 }
+) =>
   Effect.gen(function* () {
     const client = yield* open(url, "callgate", true, timeouts)
     const duplicate = open(url, "callgate-sub", false, timeouts)
-    return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix) })
+    // WAIT blocks the connection it is sent on: it gets one of its own (RedisReplication).
+    const replicated =
+      replication.waitReplicas === 0
+        ? () => Effect.void
+        : makeReplicated(client, yield* open(url, "callgate-wait", false, timeouts), keyPrefix, replication.waitReplicas, replication.waitTimeoutMs, clockReader(yield* Effect.clock))
+    return RedisConnection.of({ client, duplicate, keys: makeKeys(keyPrefix), replicated })
   })
 
 /**
@@ -258,6 +340,9 @@ export const RedisConnectionLive = Layer.scoped(
     return yield* makeRedisConnection(Redacted.value(url), config.redisKeyPrefix, {
       commandTimeoutMs: Duration.toMillis(config.redisCommandTimeout),
       connectTimeoutMs: Duration.toMillis(config.redisConnectTimeout)
+    }, {
+      waitReplicas: config.redisWaitReplicas,
+      waitTimeoutMs: Duration.toMillis(config.redisWaitTimeout)
     })
   })
 )
@@ -276,3 +361,6 @@ export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
         cause: cause instanceof Error && UNREACHABLE_MESSAGES.test(cause.message) ? new Error(STORE_UNREACHABLE) : cause
       })
   })
+
+/** A Clock read synchronously, for callbacks outside any effect. */
+const clockReader = (clock: Clock.Clock) => () => clock.unsafeCurrentTimeMillis()

@@ -14,7 +14,7 @@ const decodeDoc = Schema.decodeUnknown(Schema.parseJson(StoredEnvironment))
 const encodeDoc = (env: StoredEnvironment) => JSON.stringify(env)
 
 export const makeRedisEnvironmentStore = Effect.gen(function* () {
-  const { client, keys } = yield* RedisConnection
+  const { client, keys, replicated } = yield* RedisConnection
 
   const decode = (operation: string, doc: string | null) =>
     doc === null
@@ -41,7 +41,7 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
       read: get(agentId, environmentId).pipe(Effect.map(Option.map((value) => ({ version: value.version, value })))),
       change,
       stamp: (next, version) => ({ ...next, version })
-    })
+    }).pipe(Effect.tap((written) => (Option.isSome(written) ? replicated(keys.environment(agentId, environmentId), "environment.update") : Effect.void)))
 
   return EnvironmentStore.of({
     insert: (env) =>
@@ -56,7 +56,7 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
           redisCall("environment.insert", () => client.zadd(keys.agentEnvironments(env.agentId), Date.parse(env.createdAt), env.id))
         ),
         Effect.zipRight(redisCall("environment.insert", () => client.sadd(keys.agents, env.agentId))),
-        Effect.asVoid
+        Effect.zipRight(replicated(keys.environment(env.agentId, env.id), "environment.insert"))
       ),
     get,
     list: (agentId) =>
@@ -72,6 +72,7 @@ export const makeRedisEnvironmentStore = Effect.gen(function* () {
     remove: (agentId, environmentId) =>
       redisCall("environment.remove", () => client.del(keys.environment(agentId, environmentId))).pipe(
         Effect.tap(() => redisCall("environment.remove", () => client.zrem(keys.agentEnvironments(agentId), environmentId))),
+        Effect.tap(() => replicated(keys.environment(agentId, environmentId), "environment.remove")),
         Effect.map((deleted) => deleted > 0)
       ),
     // The index keeps every agent that ever had an environment (removing one from it could race an

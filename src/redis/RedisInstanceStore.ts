@@ -3,6 +3,7 @@ import { StoreError } from "../kernel/StoreError.js"
 import { type InstanceEntry, InstanceStore } from "../fleet/InstanceStore.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
+import { isoAt } from "../kernel/Time.js"
 
 
 const NOW = `
@@ -176,7 +177,7 @@ export const makeRedisInstanceStore = Effect.gen(function* () {
           for (let i = 0; i + 2 < reply.length; i += 3) {
             const report = decodeReport(reply[i + 2])
             if (Option.isNone(report)) continue
-            entries.push({ ...report.value, lastSeenAt: new Date(Number(reply[i + 1])).toISOString() })
+            entries.push({ ...report.value, lastSeenAt: isoAt(Number(reply[i + 1])) })
           }
           return Effect.succeed(entries.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)))
         })

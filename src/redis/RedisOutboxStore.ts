@@ -220,7 +220,7 @@ const decodeOrFail = <A>(operation: string, decode: () => A) =>
 /** `queue` names an independent outbox in the same Redis (tests run several side by side). */
 export const makeRedisOutboxStore = (queue = "outbox") =>
   Effect.gen(function* () {
-    const { client, keys } = yield* RedisConnection
+    const { client, keys, replicated } = yield* RedisConnection
     const due = keys.outboxQueue(queue, "due")
     const leases = keys.outboxQueue(queue, "leases")
     const pendingSince = keys.outboxQueue(queue, "pending-since")
@@ -250,7 +250,7 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
             [due, pendingSince, seq, record(d.id), envKey(d.agentId, d.environmentId, "deliveries"), envKey(d.agentId, d.environmentId, "pending")],
             [d.id, d.nextAttemptAt ?? d.createdAt, d.createdAt, LOG_CAP, hostOf(d.url), "meta", meta(d), ...fields(d)]
           )
-        ).pipe(Effect.asVoid),
+        ).pipe(Effect.zipRight(replicated(record(d.id), "outbox.insert"))),
 
       get,
 
@@ -308,7 +308,9 @@ export const makeRedisOutboxStore = (queue = "outbox") =>
             if (code === 1) return { _tag: "Written" } as const
             if (code === 2) return { _tag: "CancelRequested", reason: reason ?? "cancelled" } as const
             return { _tag: "LeaseLost" } as const
-          })
+          }),
+          // A settled delivery whose settling a failover lost would be sent again: it waits for the replicas too.
+          Effect.tap((result) => (result._tag === "Written" && next.state !== "pending" ? replicated(record(id), "outbox.finish") : Effect.void))
         ),
 
       cancelPending: (agentId, environmentId, reason, now) =>

@@ -3,8 +3,8 @@ import { AppConfig } from "../config/AppConfig.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
 import { StoreError } from "../kernel/StoreError.js"
-import { Session } from "../session/SessionSchema.js"
-import { type SessionCursor, SessionStore } from "../session/SessionStore.js"
+import { Session } from "../sessions/SessionSchema.js"
+import { type SessionCursor, SessionStore } from "../sessions/SessionStore.js"
 
 /** Index entries read per round trip while listing, and the most read for one page. */
 const SCAN_BATCH = 100
@@ -21,8 +21,9 @@ const decodeDoc = Schema.decodeUnknown(Schema.parseJson(Session))
  */
 export const makeRedisSessionStore = (retention: Duration.Duration) =>
   Effect.gen(function* () {
-    const { client, keys } = yield* RedisConnection
+    const { client, keys, replicated } = yield* RedisConnection
     const retentionMs = Duration.toMillis(retention)
+    const clock = yield* Effect.clock
 
     const read = (operation: string, agentId: string, sessionId: string) =>
       redisCall(operation, () => client.hmget(keys.session(agentId, sessionId), "v", "doc")).pipe(
@@ -45,7 +46,12 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
           Effect.map(Option.map((current) => ({ version: Number(current.version), value: current.session })))
         ),
         change: (current: Session) => Either.right(change(current))
-      })
+      }).pipe(
+        // A session's end must survive a failover: it waits for the replicas (RedisConnection.replicated).
+        Effect.tap((written) =>
+          Option.isSome(written) && written.value.endedAt !== null ? replicated(keys.session(agentId, sessionId), "session.update") : Effect.void
+        )
+      )
 
     /** Reads index entries newest first from `after` (exclusive), skipping the ties already seen. */
     const scan = (index: string, after: SessionCursor | undefined, offset: number) =>
@@ -62,7 +68,7 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
     return SessionStore.of({
       insert: (session) => {
         const score = Date.parse(session.createdAt)
-        const oldest = String(Date.now() - retentionMs)
+        const oldest = String(clock.unsafeCurrentTimeMillis() - retentionMs)
         const agentIndex = keys.agentSessions(session.agentId)
         const envIndex = keys.environmentSessions(session.agentId, session.environmentId)
         // Owned first (another slot, so not in the MULTI): an owned session without a record is
@@ -88,7 +94,9 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
           Effect.flatMap((results) =>
             results === null || results.some(([error]) => error !== null)
               ? Effect.fail(new StoreError({ operation: "session.insert", cause: results?.find(([error]) => error !== null)?.[0] }))
-              : Effect.void
+              : session.endedAt !== null
+                ? replicated(keys.session(session.agentId, session.id), "session.insert")
+                : Effect.void
           )
         ))
       },

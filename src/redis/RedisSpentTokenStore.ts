@@ -1,4 +1,4 @@
-import { Effect, Layer } from "effect"
+import { Clock, Effect, Layer } from "effect"
 import { SpentTokenStore } from "../telephony/SpentTokenStore.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 
@@ -10,9 +10,12 @@ export const makeRedisSpentTokenStore = Effect.gen(function* () {
   const { client, keys } = yield* RedisConnection
   return SpentTokenStore.of({
     spend: (tokenId, expiresAtMs) =>
-      redisCall("spendToken", () =>
-        client.set(keys.spentToken(tokenId), "1", "PXAT", Math.max(Math.ceil(expiresAtMs), Date.now() + 1000), "NX")
-      ).pipe(Effect.map((answer) => answer === "OK"))
+      Clock.currentTimeMillis.pipe(
+        Effect.flatMap((now) =>
+          redisCall("spendToken", () => client.set(keys.spentToken(tokenId), "1", "PXAT", Math.max(Math.ceil(expiresAtMs), now + 1000), "NX"))
+        ),
+        Effect.map((answer) => answer === "OK")
+      )
   })
 })
 

@@ -53,6 +53,11 @@ export const makeKeys = (KEY_PREFIX: string) => ({
    */
   fleetAgents: (agentId: string, environmentId: string, part: "idle" | "seen" | "held") =>
     `${KEY_PREFIX}fleet:${envTag(agentId, environmentId)}:${part}`,
+  /**
+   * The environment's fleet-wide call leases (docs/scaling.md): sorted sets, member session id,
+   * score the lease's expiry (Redis time, ms); `calls` holds every call, `outbound` the outbound ones.
+   */
+  callLeases: (agentId: string, environmentId: string, part: "calls" | "outbound") => `${KEY_PREFIX}leases:${envTag(agentId, environmentId)}:${part}`,
   /** A session token presented by a media stream (single use), kept until the token expires. */
   spentToken: (tokenId: string) => `${KEY_PREFIX}token:${tokenId}`
 })

@@ -27,7 +27,7 @@ export const SessionClaims = Schema.Struct({
   accountSid: Schema.optional(Schema.String),
   /** The entry URL's extra query parameters, for the agent's `start.customParameters` (EntryWire.entryCustomParameters). */
   customParameters: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
-  /** An outbound call callgate placed: the session it opens (see SessionRegistry.expectOutbound). */
+  /** An outbound call callgate placed: the session it opens (see LiveCalls.expectOutbound). */
   sessionId: Schema.optional(Schema.String),
   /** The instance placement chose for the stream (docs/scaling.md, "Placement"). */
   placedOn: Schema.optional(Schema.String),

@@ -1,5 +1,6 @@
 import { Context, Exit, Option, type Tracer } from "effect"
 import type { AnsweredTurn, EndedTurn } from "./TurnTracker.js"
+import { frameTimeToEpochMs, isoAt } from "../kernel/Time.js"
 
 /** The relay's monotonic milliseconds (performance.now()) as a span time: wall-clock nanoseconds. */
 const spanTime = (atMs: number) => BigInt(Math.round((performance.timeOrigin + atMs) * 1000)) * 1000n
@@ -24,7 +25,7 @@ export class TurnSpans {
     const span = this.tracer.span("callgate.turn", this.parent, Context.empty(), [], spanTime(turn.endedAtMs), "internal")
     span.attribute("callgate.turn.index", turn.index)
     span.attribute("callgate.turn.input", turn.input)
-    span.attribute("callgate.turn.caller_ended_at", new Date(performance.timeOrigin + turn.endedAtMs).toISOString())
+    span.attribute("callgate.turn.caller_ended_at", isoAt(frameTimeToEpochMs(turn.endedAtMs)))
     this.open.set(turn.index, span)
   }
 
@@ -34,7 +35,7 @@ export class TurnSpans {
     if (span === undefined) return
     span.attribute("callgate.turn.latency_ms", Math.round(turn.latencyMs))
     span.attribute("callgate.turn.timeout_occurrences", timeoutOccurrences)
-    span.attribute("callgate.turn.agent_responded_at", new Date(performance.timeOrigin + turn.respondedAtMs).toISOString())
+    span.attribute("callgate.turn.agent_responded_at", isoAt(frameTimeToEpochMs(turn.respondedAtMs)))
     if (!awaitPlayout) this.finish(turn.index, "answered", turn.respondedAtMs)
   }
 
@@ -43,7 +44,7 @@ export class TurnSpans {
     const span = this.open.get(index)
     if (span === undefined) return
     span.attribute("callgate.turn.played_latency_ms", Math.round(playedLatencyMs))
-    span.attribute("callgate.turn.played_at", new Date(performance.timeOrigin + playedAtMs).toISOString())
+    span.attribute("callgate.turn.played_at", isoAt(frameTimeToEpochMs(playedAtMs)))
     this.finish(index, "played", playedAtMs)
   }
 

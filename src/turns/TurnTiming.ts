@@ -1,6 +1,7 @@
 import { Effect, Runtime, type Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
+import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
@@ -9,13 +10,12 @@ import { PlayoutMarks } from "./PlayoutMarks.js"
 import { TurnSpans } from "./TurnSpans.js"
 import { TurnTracker } from "./TurnTracker.js"
 import { VoiceActivity } from "./VoiceActivity.js"
+import { frameTimeToEpochMs, isoAt } from "../kernel/Time.js"
 
 export interface WatchCallOptions {
   readonly agentId: string
   readonly environmentId: string
   readonly sessionId: string
-  /** Runs once, synchronously, when the no-response breaker trips for this call (see ResponseWatchdog.onTrip). */
-  readonly onTrip: (trip: NoResponseTrip) => void
   /** The environment's breaker settings; defaults to reading the environment afresh each evaluation. */
   readonly settings?: Effect.Effect<BreakerSettings, unknown>
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
@@ -30,12 +30,16 @@ export interface WatchedCall {
   readonly observer: TurnObserver
   /** The call's turns so far, oldest first (at most the last 500). */
   readonly turns: () => ReadonlyArray<TurnRecord>
+  /** Whether a breaker trip rescues this call (ResponseWatchdog.rescuedBy); asked by the call's owner. */
+  readonly rescuedBy: (trip: BreakerTrip) => NoResponseTrip | undefined
+  /** The response watchdog has nothing to do until the next event or deadline (ResponseWatchdog.idle). */
+  readonly idle: Effect.Effect<void>
 }
 
 const MAX_TURNS = 500
 
 /** The relay stamps frames with performance.now(); records carry wall-clock ISO times. */
-const isoAt = (atMs: number) => new Date(performance.timeOrigin + atMs).toISOString()
+const frameIso = (atMs: number) => isoAt(frameTimeToEpochMs(atMs))
 
 /**
  * Turn timing for one call: two voice detectors, the turn tracker on the media path, and the
@@ -61,7 +65,6 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           session: { agentId, environmentId, sessionId },
           settings: options.settings ?? breaker.settingsFor(agentId, environmentId),
           runtime,
-          onTrip: options.onTrip,
           agentStarting: () => tracker?.agentStarting === true,
           ...(options.onOccurrence ? { onOccurrence: options.onOccurrence } : {})
         })
@@ -97,7 +100,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             records.push({
               index: turn.index,
               input: turn.input,
-              callerEndedAt: isoAt(turn.endedAtMs),
+              callerEndedAt: frameIso(turn.endedAtMs),
               agentRespondedAt: null,
               latencyMs: null,
               playedLatencyMs: null,
@@ -118,7 +121,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             const occurrences = watchdog.occurrences
             update(turn.index, (record) => ({
               ...record,
-              agentRespondedAt: isoAt(turn.respondedAtMs),
+              agentRespondedAt: frameIso(turn.respondedAtMs),
               latencyMs: Math.round(turn.latencyMs),
               timeoutOccurrences: occurrences
             }))
@@ -158,7 +161,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           agentClear: (atMs) => playout.cleared(atMs),
           close
         }
-        return { observer, turns: () => records } satisfies WatchedCall
+        return { observer, turns: () => records, rescuedBy: watchdog.rescuedBy, idle: watchdog.idle } satisfies WatchedCall
       })
 
     return { watchCall, settings: vad.settings } as const

@@ -1,4 +1,5 @@
 import { Schema } from "effect"
+import { isoAt } from "../kernel/Time.js"
 
 /**
  * A webhook delivery: one event on its way to one environment's webhook URL, with every attempt
@@ -59,7 +60,6 @@ export const hostOf = (url: string): string => {
   }
 }
 
-const iso = (millis: number) => new Date(millis).toISOString()
 
 export const AttemptView = Schema.Struct({
   attempt: Schema.Number,
@@ -106,14 +106,14 @@ export const toDeliveryView = (d: StoredDelivery): DeliveryView => ({
   agentId: d.agentId,
   environmentId: d.environmentId,
   state: d.state,
-  createdAt: iso(d.createdAt),
-  updatedAt: iso(d.updatedAt),
-  nextAttemptAt: d.nextAttemptAt === null ? null : iso(d.nextAttemptAt),
+  createdAt: isoAt(d.createdAt),
+  updatedAt: isoAt(d.updatedAt),
+  nextAttemptAt: d.nextAttemptAt === null ? null : isoAt(d.nextAttemptAt),
   reason: d.reason,
   payload: parsePayload(d.body),
   attempts: d.attempts.map((a) => ({
     attempt: a.attempt,
-    attemptedAt: iso(a.startedAt),
+    attemptedAt: isoAt(a.startedAt),
     durationMs: a.durationMs,
     statusCode: a.statusCode,
     error: a.error,

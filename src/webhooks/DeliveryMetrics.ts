@@ -16,6 +16,7 @@ export type AttemptResult = "success" | "client_error" | "server_error" | "timeo
  */
 export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("callgate/DeliveryMetrics", {
   effect: Effect.gen(function* () {
+    const clock = yield* Effect.clock
     const { registry } = yield* Metrics
     const store = yield* OutboxStore
     const runStats = Runtime.runPromise(yield* Effect.runtime<never>())
@@ -36,7 +37,7 @@ export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("callgate
 
     let scrape: { at: number; stats: Promise<OutboxStats | undefined> } | undefined
     const stats = () => {
-      const now = Date.now()
+      const now = clock.unsafeCurrentTimeMillis()
       if (scrape === undefined || now - scrape.at > 250) {
         scrape = { at: now, stats: runStats(store.stats).catch(() => undefined) }
       }
@@ -58,7 +59,7 @@ export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("callgate
       async collect() {
         const current = await stats()
         if (current === undefined) return
-        this.set(Option.match(current.oldestPendingSince, { onNone: () => 0, onSome: (since) => Math.max(0, Date.now() - since) / 1000 }))
+        this.set(Option.match(current.oldestPendingSince, { onNone: () => 0, onSome: (since) => Math.max(0, clock.unsafeCurrentTimeMillis() - since) / 1000 }))
       }
     })
 

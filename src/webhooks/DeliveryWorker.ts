@@ -1,5 +1,5 @@
 import { traceparentHeader, withCallSpan } from "../observability/Tracing.js"
-import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random } from "effect"
+import { Clock, Duration, Effect, Either, FiberSet, Layer, Option, Queue, Random, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { DEFAULT_WEBHOOK_SIGNATURE_SCHEME } from "../environments/EnvironmentSchema.js"
 import { isStoreUnreachable } from "../kernel/StoreError.js"
@@ -112,9 +112,22 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
     }
     const heldByHost = () => new Map([...hosts].map(([host, s]) => [host, s.inFlight + s.waiting.length] as const))
 
-    const settle = (claim: Claim, next: StoredDelivery) =>
+    /**
+     * Records the attempt's outcome. `leaseEnds`: a store that does not answer (a Redis failover)
+     * is retried until the lease ends, so a delivery that went out is not sent again for want of its
+     * record (docs/scaling.md, "What a failover costs a live call").
+     */
+    const settle = (claim: Claim, next: StoredDelivery, leaseEnds?: number) =>
       Effect.gen(function* () {
-        const written = yield* store.finish(claim.delivery.id, claim.lease, next)
+        const finish = store.finish(claim.delivery.id, claim.lease, next)
+        const written = yield* leaseEnds === undefined
+          ? finish
+          : finish.pipe(
+              Effect.retry({
+                schedule: Schedule.spaced(Duration.millis(250)),
+                while: () => Effect.map(Clock.currentTimeMillis, (now) => now + 250 < leaseEnds)
+              })
+            )
         if (written._tag === "LeaseLost") {
           return yield* Effect.logWarning("webhook attempt finished after its lease was taken over", { deliveryId: next.id })
         }
@@ -130,12 +143,16 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
         settle(claim, { ...claim.delivery, state: "cancelled", updatedAt: now, nextAttemptAt: null, reason })
       )
 
-    const attempt = ({ claim, leaseEnds }: Held) =>
+    const attempt = ({ claim, leaseEnds: claimedUntil }: Held) =>
       Effect.gen(function* () {
         const d = claim.delivery
         // A claim that waited long for its host may not have a whole attempt's time left: extend it first.
         const now = yield* Clock.currentTimeMillis
-        if (leaseEnds - now < timeoutMs + marginMs / 2 && !(yield* store.renew(d.id, claim.lease, now + leaseMs))) return
+        let leaseEnds = claimedUntil
+        if (leaseEnds - now < timeoutMs + marginMs / 2) {
+          if (!(yield* store.renew(d.id, claim.lease, now + leaseMs))) return
+          leaseEnds = now + leaseMs
+        }
         const env = yield* Effect.either(envs.resolve(d.agentId, d.environmentId))
         if (Either.isLeft(env)) {
           if (env.left._tag === "EnvironmentNotFound") return yield* cancel(claim, CANCEL_REASONS.environmentDeleted)
@@ -203,7 +220,7 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
           ...next,
           updatedAt: endedAt,
           attempts: [...d.attempts, record].slice(-MAX_RECORDED_ATTEMPTS)
-        })
+        }, leaseEnds)
         if (next.state !== "delivered" && next.state !== "pending") {
           yield* Effect.logInfo("webhook delivery settled", { deliveryId: d.id, host: hostOf(url), state: next.state, reason: next.reason })
         }

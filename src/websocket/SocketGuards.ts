@@ -7,7 +7,7 @@ import { Metrics } from "../observability/Metrics.js"
 /** How often buckets are refilled and deadlines checked. */
 export const GUARD_TICK = Duration.millis(100)
 
-/** Bytes queued towards a carrier that stops reading before its stream is cut (the agent side's cap, CallSession). */
+/** Bytes queued towards a carrier that stops reading before its stream is cut (the agent side's cap, LiveCall). */
 export const MAX_CARRIER_BACKLOG_BYTES = 4 * 1024 * 1024
 
 export type GuardedSide = "carrier" | "agent"

@@ -1,6 +1,6 @@
 import type { Socket } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Gateway, startGateway } from "../session/callHarness.js"
+import { type Gateway, startGateway } from "../livecall/callHarness.js"
 import { CA_FILE } from "../webhooks/httpsReceiver.js"
 import {
   AGENT_NUMBER,

@@ -11,7 +11,7 @@ import {
   startGateway,
   twilioCall,
   until
-} from "../session/callHarness.js"
+} from "../livecall/callHarness.js"
 import { uniqueId } from "../support/testApp.js"
 
 const caller = audioFrames("caller-appointment.ulaw", 25)

@@ -11,7 +11,7 @@ import {
   telnyxCall,
   twilioCall,
   until
-} from "../session/callHarness.js"
+} from "../livecall/callHarness.js"
 import { freePort } from "../support/redisServer.js"
 import { uniqueId } from "../support/testApp.js"
 

@@ -24,10 +24,10 @@ describe("check:layers", () => {
 
   it("fails on a folder loop, naming the upward import", () => {
     const src = tree({
-      "session/A.ts": `import { B } from "../agent/B.js"\nexport const A = B`,
-      "agent/B.ts": `import type { A } from "../session/A.js"\nexport const B = 1`
+      "livecall/A.ts": `import { B } from "../agent/B.js"\nexport const A = B`,
+      "agent/B.ts": `import type { A } from "../livecall/A.js"\nexport const B = 1`
     })
-    expect(checkLayers(src).map((p) => p.message)).toEqual([expect.stringContaining("agent/ imports session/")])
+    expect(checkLayers(src).map((p) => p.message)).toEqual([expect.stringContaining("agent/ imports livecall/")])
   })
 
   it("fails on an import between two folders of one layer, and on an unknown folder", () => {
@@ -39,11 +39,11 @@ describe("check:layers", () => {
 
   it("fails on fastify outside src/http/, ws outside websocket/Ws*.ts and ioredis outside redis/Redis*.ts", () => {
     const src = tree({
-      "session/S.ts": `import Fastify from "fastify"\nimport websocket from "@fastify/websocket"`,
+      "livecall/S.ts": `import Fastify from "fastify"\nimport websocket from "@fastify/websocket"`,
       "agent/Dial.ts": `import { WebSocket } from "ws"`,
       "redis/Keys.ts": `import { Redis } from "ioredis"`,
       "agent/WsElsewhere.ts": `import { WebSocket } from "ws"`,
-      "session/RedisElsewhere.ts": `import { Redis } from "ioredis"`,
+      "livecall/RedisElsewhere.ts": `import { Redis } from "ioredis"`,
       "websocket/WsOk.ts": `import { WebSocket } from "ws"`,
       "redis/RedisOk.ts": `import { Redis } from "ioredis"`,
       "http/Ok.ts": `import Fastify from "fastify"`
@@ -51,10 +51,10 @@ describe("check:layers", () => {
     expect(checkLayers(src).map((p) => `${p.file}: ${p.message}`).sort()).toEqual([
       "src/agent/Dial.ts: imports ws outside a websocket/Ws*.ts adapter",
       "src/agent/WsElsewhere.ts: imports ws outside a websocket/Ws*.ts adapter",
-      "src/redis/Keys.ts: imports ioredis outside a redis/Redis*.ts adapter",
-      "src/session/RedisElsewhere.ts: imports ioredis outside a redis/Redis*.ts adapter",
-      "src/session/S.ts: imports @fastify/websocket outside src/http/",
-      "src/session/S.ts: imports fastify outside src/http/"
+      "src/livecall/RedisElsewhere.ts: imports ioredis outside a redis/Redis*.ts adapter",
+      "src/livecall/S.ts: imports @fastify/websocket outside src/http/",
+      "src/livecall/S.ts: imports fastify outside src/http/",
+      "src/redis/Keys.ts: imports ioredis outside a redis/Redis*.ts adapter"
     ])
   })
 })
@@ -71,7 +71,7 @@ describe("one wiring", () => {
 
   it("the end-to-end harnesses start from the production graph of src/layers.ts", () => {
     // Each harness builds callgate from layers.ts and provides only configuration.
-    for (const harness of ["test/support/testApp.ts", "test/session/callHarness.ts", "test/webhooks/webhookRuntime.ts", "test/webhooks/fixtures/deliveryProcess.ts"]) {
+    for (const harness of ["test/support/testApp.ts", "test/livecall/callHarness.ts", "test/webhooks/webhookRuntime.ts", "test/webhooks/fixtures/deliveryProcess.ts"]) {
       const text = read(harness)
       expect(text, harness).toMatch(/from "(\.\.\/)+src\/layers\.js"/)
       // No harness assembles services of its own: no `.Default` layers, no `*Live` layer outside layers.ts's.

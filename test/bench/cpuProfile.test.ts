@@ -10,12 +10,12 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 const frame = (functionName: string, url = "", lineNumber = 0) => ({ functionName, scriptId: "0", url, lineNumber, columnNumber: 0 })
 
-// (root) -> relay (src/session/CallSession.ts) -> anonymous (same file); (idle); (garbage collector); writev; ws sender
+// (root) -> relay (src/livecall/LiveCall.ts) -> anonymous (same file); (idle); (garbage collector); writev; ws sender
 const profile = {
   nodes: [
     { id: 1, callFrame: frame("(root)"), children: [2, 4, 5, 6, 7] },
-    { id: 2, callFrame: frame("callerMedia", `file://${repoRoot}src/session/CallSession.ts`), children: [3] },
-    { id: 3, callFrame: frame("", `file://${repoRoot}src/session/CallSession.ts`), children: [] },
+    { id: 2, callFrame: frame("callerMedia", `file://${repoRoot}src/livecall/LiveCall.ts`), children: [3] },
+    { id: 3, callFrame: frame("", `file://${repoRoot}src/livecall/LiveCall.ts`), children: [] },
     { id: 4, callFrame: frame("(idle)"), children: [] },
     { id: 5, callFrame: frame("(garbage collector)"), children: [] },
     { id: 6, callFrame: frame("writev"), children: [] },
@@ -38,11 +38,11 @@ describe("summarizeCpuProfile", () => {
     expect(summary.sampledMs).toBe(100)
     expect(summary.busyMs).toBe(80)
     expect(summary.topFunctions[0]).toEqual({ name: "writev", selfMs: 30, percent: 37.5 })
-    expect(summary.topFunctions.map((f) => f.name)).toContain("(anonymous, called by callerMedia) src/session/CallSession.ts")
+    expect(summary.topFunctions.map((f) => f.name)).toContain("(anonymous, called by callerMedia) src/livecall/LiveCall.ts")
     expect(summary.topFunctions.map((f) => f.name)).toContain("send ws/lib/sender.js:354")
     expect(Object.fromEntries(summary.byArea.map((a) => [a.name, a.selfMs]))).toEqual({
       "(native)": 30,
-      "src/session": 30,
+      "src/livecall": 30,
       "(garbage collector)": 10,
       "npm ws": 10
     })

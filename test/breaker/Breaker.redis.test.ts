@@ -187,9 +187,9 @@ describe("Breaker on Redis", () => {
       const shared: BreakerSettings = { timeoutSeconds: 1, threshold: 3, windowSeconds: 60 }
       const rescues: Array<NoResponseTrip & { sessionId: string; at: number }> = []
       const on = (context: typeof instanceA, sessionId: string) =>
-        watch(sessionOf(env, sessionId), Effect.succeed(shared), [], {
-          onTrip: (trip) => void rescues.push({ ...trip, sessionId, at: performance.now() })
-        }).pipe(Effect.provide(context))
+        watch(sessionOf(env, sessionId), Effect.succeed(shared), [], {}, (trip) => void rescues.push({ ...trip, sessionId, at: performance.now() })).pipe(
+          Effect.provide(context)
+        )
 
       const a1 = yield* on(instanceA, "a1")
       const a2 = yield* on(instanceA, "a2")

@@ -5,7 +5,7 @@ import { BreakerStore } from "../../src/breaker/BreakerStore.js"
 import { describeNoResponseTrip, type ResponseWatchdog } from "../../src/breaker/ResponseWatchdog.js"
 import { Environments } from "../../src/environments/Environments.js"
 import { Metrics } from "../../src/observability/Metrics.js"
-import { breakerLayer, newEnvironment, type RescueSeen, sessionOf, settingsBox, settle, watch, withTestFibers } from "./breakerTestLayer.js"
+import { breakerLayer, newEnvironment, type RescueSeen, sessionOf, settingsBox, settle, watch } from "./breakerTestLayer.js"
 
 /**
  * One named test per breaker rule and per limit of docs/turns-and-breaker.md, on TestClock: the watchdogs
@@ -19,7 +19,7 @@ type Env = { agentId: string; environmentId: string }
 type Test<A> = Effect.Effect<A, unknown, Breaker | BreakerStore | Environments | Metrics | Scope.Scope>
 
 const scenario = <A>(name: string, body: () => Test<A>) =>
-  it.scoped(name, () => Effect.provide(withTestFibers(Effect.asVoid(body())), breakerLayer()))
+  it.scoped(name, () => Effect.provide(Effect.asVoid(body()), breakerLayer()))
 
 /** Advances the test clock by `ms` and lets every fiber react. */
 const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)

@@ -1,14 +1,9 @@
-import { Chunk, Effect, Either, Equal, Fiber, FiberStatus, HashMap, Layer, Logger, MutableRef, SortedSet, Supervisor, TestAnnotation, TestServices } from "effect"
+import { Effect, Layer, Logger } from "effect"
 import { Breaker, type BreakerSettings, type SessionRef } from "../../src/breaker/Breaker.js"
-import { BreakerMetrics } from "../../src/breaker/BreakerMetrics.js"
 import type { BreakerStore } from "../../src/breaker/BreakerStore.js"
 import { MemoryBreakerStoreLive } from "../../src/breaker/MemoryBreakerStore.js"
 import { type NoResponseTrip, startResponseWatchdog, type WatchdogOptions } from "../../src/breaker/ResponseWatchdog.js"
-import { AppConfig } from "../../src/config/AppConfig.js"
-import { Environments } from "../../src/environments/Environments.js"
-import { Metrics } from "../../src/observability/Metrics.js"
-import { SecretBox } from "../../src/secrets/SecretBox.js"
-import { MemoryEnvironmentStoreLive } from "../../src/environments/MemoryEnvironmentStore.js"
+import { DomainLive, FoundationLive, turnsOver } from "../../src/layers.js"
 import { testConfigLayer, uniqueId } from "../support/testApp.js"
 
 /** Collects log lines (level and message) instead of printing them. */
@@ -21,21 +16,21 @@ export const captureLogs = (lines: Array<{ level: string; message: string }>) =>
     })
   )
 
-/** Breaker over the given store layer (memory by default), with environments in memory and logs off. */
+/**
+ * The production graph's turn timing and breaker (src/layers.ts `turnsOver`) over the given breaker
+ * store (memory by default), the domain and foundation in memory, and the given logger (off by default).
+ */
 export const breakerLayer = (
   store: Layer.Layer<BreakerStore, unknown, never> = MemoryBreakerStoreLive,
   env: Record<string, string> = {},
   logger: Layer.Layer<never> = Logger.remove(Logger.defaultLogger)
-) => {
-  const config = AppConfig.Default.pipe(Layer.provide(testConfigLayer(env)))
-  const infra = Layer.mergeAll(MemoryEnvironmentStoreLive, Metrics.Default, config, store).pipe(
-    Layer.provideMerge(SecretBox.Default.pipe(Layer.provide(config)))
-  )
-  return Breaker.Default.pipe(
-    Layer.provideMerge(Layer.mergeAll(Environments.Default, BreakerMetrics.Default).pipe(Layer.provideMerge(infra))),
+) =>
+  turnsOver(store).pipe(
+    Layer.provideMerge(DomainLive),
+    Layer.provideMerge(FoundationLive),
+    Layer.provide(testConfigLayer(env)),
     Layer.provideMerge(logger)
   )
-}
 
 export const newEnvironment = () => ({ agentId: uniqueId("agent"), environmentId: uniqueId("env") })
 
@@ -59,57 +54,42 @@ export interface RescueSeen extends NoResponseTrip {
   readonly sessionId: string
 }
 
-/** A watchdog whose rescues land in `rescues`. */
+/**
+ * A watchdog whose rescues land in `rescues` (or go to `onRescue`): it holds the trip subscription
+ * the way a live call does (livecall/LiveCall.ts): every trip of the environment is put to
+ * `rescuedBy`. The watchdog is registered for `settle` while the scope lives.
+ */
 export const watch = (
   session: SessionRef,
   settings: Effect.Effect<BreakerSettings, unknown>,
   rescues: Array<RescueSeen>,
-  extra: Partial<WatchdogOptions> = {}
+  extra: Partial<WatchdogOptions> = {},
+  onRescue: (trip: NoResponseTrip) => void = (trip) => void rescues.push({ ...trip, sessionId: session.sessionId })
 ) =>
-  startResponseWatchdog({
-    session,
-    settings,
-    onTrip: (trip) => void rescues.push({ ...trip, sessionId: session.sessionId }),
-    ...extra
-  })
-
-/**
- * Runs a test body with every fiber it forks (watchdogs, their timers, rescue actions) registered
- * as the test's fibers, so `settle` can tell when they have all run up to their next wait (and
- * TestClock.adjust, which looks at the same registry, waits for that before moving time).
- */
-export const withTestFibers = <A, E, R>(body: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.gen(function* () {
-    const fibers = MutableRef.make(SortedSet.empty<Fiber.RuntimeFiber<unknown, unknown>>(Fiber.Order))
-    const supervisor = yield* Supervisor.fibersIn(fibers)
-    yield* TestServices.annotate(TestAnnotation.fibers, Either.right(Chunk.of(fibers)))
-    return yield* Effect.supervised(body, supervisor)
+    const breaker = yield* Breaker
+    const watchdog = yield* startResponseWatchdog({ session, settings, ...extra })
+    yield* breaker.subscribeTrips(session.agentId, session.environmentId, (trip) => {
+      const rescue = watchdog.rescuedBy(trip)
+      if (rescue !== undefined) onRescue(rescue)
+    })
+    yield* watching(watchdog)
+    return watchdog
   })
 
-/** A macrotask: I/O callbacks and timers of the host get their turn (not the Effect clock). */
-const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+/** What `settle` waits for: the watchdogs of the running test. */
+const live = new Set<{ readonly idle: Effect.Effect<void> }>()
 
-/** The status of every live fiber of the test, or undefined while one of them is running. */
-const snapshot = Effect.gen(function* () {
-  const registered = yield* TestServices.get(TestAnnotation.fibers)
-  if (Either.isLeft(registered)) return yield* Effect.dieMessage("settle needs the test's fibers: run the test body with withTestFibers")
-  const fibers = registered.right.pipe(Chunk.flatMap((ref) => Chunk.fromIterable(MutableRef.get(ref))))
-  const statuses = yield* Effect.forEach(fibers, (fiber) => Effect.map(fiber.status, (status) => [fiber.id(), status] as const))
-  return statuses.some(([, status]) => FiberStatus.isRunning(status)) ? undefined : HashMap.fromIterable(statuses)
-})
+/** Registers a watchdog (or a watched call) for `settle` while the current scope lives. */
+export const watching = (watched: { readonly idle: Effect.Effect<void> }) =>
+  Effect.acquireRelease(
+    Effect.sync(() => void live.add(watched)),
+    () => Effect.sync(() => void live.delete(watched))
+  )
 
 /**
- * Waits until the test's fibers (watchdogs, rescue actions) have all run up to their next wait:
- * every one done or suspended, with nothing changed across a macrotask. Then nothing more
- * happens until the test acts (an event, the TestClock moving).
+ * Waits until every registered watchdog has nothing to do until the next event or deadline
+ * (ResponseWatchdog.idle: no evaluation runs, no alarm is due). Then nothing more happens until
+ * the test acts (an event, the TestClock moving).
  */
-export const settle = Effect.gen(function* () {
-  for (let round = 0; round < 10_000; round++) {
-    const before = yield* snapshot
-    yield* macrotask
-    if (before === undefined) continue
-    const after = yield* snapshot
-    if (after !== undefined && Equal.equals(before, after)) return
-  }
-  return yield* Effect.dieMessage("the test's fibers never settled")
-})
+export const settle: Effect.Effect<void> = Effect.suspend(() => Effect.forEach([...live], (watched) => watched.idle, { discard: true }))

@@ -7,7 +7,7 @@ import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { parseStreamMarkup } from "../../sim/StreamMarkup.js"
 import { connectTwilioStream, placeTwilioCall } from "../../sim/TwilioCall.js"
-import { type Gateway, startGateway } from "../session/callHarness.js"
+import { type Gateway, startGateway } from "../livecall/callHarness.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 
 /**

@@ -3,7 +3,7 @@ import twilio from "twilio"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ApiKeys } from "../../src/apikeys/ApiKeys.js"
 import { accountSidOf } from "../../src/kernel/TwilioIds.js"
-import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
 import {
   AGENT_NUMBER,

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Gateway, startGateway, telnyxCall, twilioCall, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, telnyxCall, twilioCall, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY } from "../support/testApp.js"
 import { CA_FILE, eventually } from "../webhooks/httpsReceiver.js"
 import { createEnvironment, dialInAgentFor, fallbackGatewayEnv, type TestEnvironment } from "./outboundHelpers.js"

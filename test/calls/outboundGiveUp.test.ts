@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY } from "../support/testApp.js"
 import { createEnvironment } from "./outboundHelpers.js"
 

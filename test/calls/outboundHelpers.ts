@@ -1,4 +1,4 @@
-import { type Gateway, dialInAgent, until } from "../session/callHarness.js"
+import { type Gateway, dialInAgent, until } from "../livecall/callHarness.js"
 import { uniqueId } from "../support/testApp.js"
 import { FALLBACK_NUMBER } from "../fallback/liveCalls.js"
 

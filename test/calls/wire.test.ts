@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest"
 import { telnyxUnanswered, twilioUnanswered } from "../../src/calls/OutboundCallWire.js"
 import { callResource, twilioStatusOf } from "../../src/calls/TwilioCallWire.js"
 import { accountSidOf } from "../../src/kernel/TwilioIds.js"
-import type { Session } from "../../src/session/SessionSchema.js"
+import type { Session } from "../../src/sessions/SessionSchema.js"
 
 const session = (change: Partial<Session> = {}): Session => ({
   id: "ses_abc",

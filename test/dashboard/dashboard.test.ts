@@ -320,6 +320,24 @@ describe("the dashboard, in chromium", () => {
     expect(await failover.evaluate((element) => element === document.activeElement)).toBe(true)
   })
 
+  it("Call Limits: maxConcurrentCalls is set through the API's validation and cleared back to no limit", async () => {
+    await page.getByRole("button", { name: "Call Limits" }).click()
+    const panel = page.locator("#call-limits")
+    expect(await panel.getByLabel("Max Concurrent Calls").inputValue()).toBe("")
+    await panel.getByLabel("Max Concurrent Calls").fill("0")
+    await panel.getByRole("button", { name: "Save" }).click()
+    await panel.locator(".field.invalid").getByText("must be an integer from 1 to 100000").waitFor()
+    await panel.getByLabel("Max Concurrent Calls").fill("5")
+    await panel.getByRole("button", { name: "Save" }).click()
+    await page.getByTestId("limits-summary").getByText("5 calls; 10 outbound").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.maxConcurrentCalls).toBe(5)
+    await panel.getByLabel("Max Concurrent Calls").fill("")
+    await panel.getByRole("button", { name: "Save" }).click()
+    await page.getByTestId("limits-summary").getByText("no limit; 10 outbound").waitFor()
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.maxConcurrentCalls).toBeNull()
+    await page.getByRole("button", { name: "Call Limits" }).click()
+  })
+
   it("a simulated call appears, with its turns and latencies, without a reload; its failed delivery is redelivered", async () => {
     await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true))
     agent = await startAnsweringAgent({ gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey: ADMIN_KEY, reply, responseLatencyMs: 150 })
@@ -397,6 +415,93 @@ describe("the dashboard, in chromium", () => {
     )
     expect(Math.round(duration * 1000)).toBe(recorded!.recording!.durationMs)
     await page.getByTestId("recording").getByText("caller left, agent right").waitFor()
+  })
+
+  it("tables break no word at desktop or phone width; breadcrumb, counts, trip line and an unknown environment read right", async () => {
+    /** Words of table cells (and headers) that the layout split over two lines: none may be. */
+    const brokenWords = () =>
+      page.evaluate(() => {
+        const broken: Array<string> = []
+        for (const cell of document.querySelectorAll("table.list th, table.list td")) {
+          const walker = document.createTreeWalker(cell, 4 /* NodeFilter.SHOW_TEXT */)
+          for (let node = walker.nextNode(); node !== null; node = walker.nextNode()) {
+            for (const match of (node.textContent as string).matchAll(/\S+/g)) {
+              const range = document.createRange()
+              range.setStart(node, match.index)
+              range.setEnd(node, match.index + match[0].length)
+              const lines = new Set([...range.getClientRects()].map((rect: any) => Math.round(rect.top)))
+              if (lines.size > 1) broken.push(match[0])
+            }
+          }
+        }
+        return broken
+      })
+    const environmentUrl = `${gateway.baseUrl}/dashboard#/agents/${agentId}/environments/${environmentId}`
+    for (const [width, height, name] of [
+      [1280, 900, "desktop"],
+      [390, 844, "phone"]
+    ] as const) {
+      await page.setViewportSize({ width, height })
+      await page.goto(environmentUrl)
+      await page.locator("tr[data-session]").first().waitFor()
+      await page.locator("tr[data-delivery]").first().waitFor()
+      expect(await brokenWords(), `environment page, ${name}`).toEqual([])
+      await shot(page, `environment-${name}`)
+      await page.goto(`${gateway.baseUrl}/dashboard#/agents/${agentId}`)
+      await page.getByTestId("environments").waitFor()
+      await page.locator("tr[data-session]").first().waitFor()
+      expect(await brokenWords(), `agent page, ${name}`).toEqual([])
+      await shot(page, `agent-${name}`)
+    }
+    await page.setViewportSize({ width: 1280, height: 900 })
+
+    // The Environments breadcrumb leads to the agent's list of environments, not just its page.
+    await page.goto(environmentUrl)
+    const crumb = page.getByRole("navigation", { name: "Breadcrumb" }).getByRole("link", { name: "Environments" })
+    expect(await crumb.getAttribute("href")).toBe(`#/agents/${agentId}/environments`)
+    await crumb.click()
+    await page.getByTestId("environments").waitFor()
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("environments")
+
+    // Rescued counts only fallbacks that took the caller over; this environment's calls had none.
+    await page.goto(environmentUrl)
+    await page.locator("tr[data-session]").first().waitFor()
+    expect(await page.getByTestId("count-rescued").textContent()).toBe("0")
+    expect(await page.getByTestId("count-rescue-failed").textContent()).toBe("0")
+
+    // The breaker's last trip names its session with a space between ("session ses_..."): served a trip to read.
+    await page.route("**/breaker", (route) =>
+      route.fulfill({
+        contentType: "application/json",
+        body: JSON.stringify({
+          data: {
+            noResponseTrigger: "on",
+            timeoutSeconds: 8,
+            threshold: 3,
+            windowSeconds: 120,
+            occurrences: 3,
+            newestOccurrenceAt: new Date().toISOString(),
+            lastTrip: { at: new Date().toISOString(), sessionId: "ses_trippedcall01", count: 3, threshold: 3 }
+          }
+        })
+      })
+    )
+    await page.goto(environmentUrl)
+    await page.getByTestId("breaker-last-trip").getByText("ses_trippedcall01").waitFor()
+    const tripLine = (await page.getByTestId("breaker-last-trip").textContent()) ?? ""
+    expect(tripLine).toMatch(/, session ses_trippedcall01\)/)
+    expect(tripLine).not.toContain("sessionses_")
+    await page.unroute("**/breaker")
+
+    // An environment id that does not exist says so, instead of "Loading…" for ever.
+    const before = problems.length
+    await page.goto(`${gateway.baseUrl}/dashboard#/agents/${agentId}/environments/env_doesnotexist00`)
+    await page.getByTestId("environment-not-found").waitFor()
+    expect(await page.getByRole("heading", { level: 1 }).textContent()).toBe("Environment not found")
+    expect(await page.getByText("Loading…").count()).toBe(0)
+    // chromium logs the API's 404s as failed resource loads: expected here, and nothing else.
+    const logged = problems.splice(before)
+    expect(logged.filter((line) => !/Failed to load resource: the server responded with a status of 404/.test(line))).toEqual([])
   })
 
   it("renders an environment named like markup as text and runs no script", async () => {

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CallKind } from "../../src/kernel/Carrier.js"
 import { TelnyxTwimlRunner } from "../../src/carriers/TelnyxTwimlRunner.js"
 import { verifySignature } from "../../src/webhooks/Signing.js"
-import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { CA_FILE, type Receiver, type ReceivedRequest, startReceiver } from "../webhooks/httpsReceiver.js"
 import {
   AGENT_NUMBER,

@@ -13,7 +13,7 @@ import {
   telnyxCall,
   twilioCall,
   until
-} from "../session/callHarness.js"
+} from "../livecall/callHarness.js"
 
 /**
  * Live calls for the error fallback's end-to-end tests: one call of any carrier kind through the

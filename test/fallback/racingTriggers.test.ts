@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { Session } from "../../src/session/SessionSchema.js"
-import { type Gateway, sessionIdOf, startGateway, storedSession } from "../session/callHarness.js"
+import type { Session } from "../../src/sessions/SessionSchema.js"
+import { type Gateway, sessionIdOf, startGateway, storedSession } from "../livecall/callHarness.js"
 import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
 import {
   AGENT_NUMBER,

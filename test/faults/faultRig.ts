@@ -85,14 +85,19 @@ export const framesLost = (received: ReadonlyArray<number> | undefined, sent: nu
   return lost
 }
 
-export const startRig = async (redisUrl: string, env: Record<string, string> = {}): Promise<Rig> => {
+export const startRig = async (
+  redisUrl: string,
+  env: Record<string, string> = {},
+  options: { readonly reply?: Parameters<typeof startReceiver>[0] } = {}
+): Promise<Rig> => {
   const twilio = await startFakeTwilio()
-  const receiver = await startReceiver()
+  const receiver = await startReceiver(options.reply)
   const port = await freePort()
   const baseUrl = `http://127.0.0.1:${port}`
   const gatewayEnv: Record<string, string> = {
     ADMIN_API_KEY: ADMIN_KEY,
-    REDIS_URL: redisUrl,
+    // "": the store is named by `env` (REDIS_SENTINELS or REDIS_CLUSTER_NODES).
+    ...(redisUrl === "" ? {} : { REDIS_URL: redisUrl }),
     SECRETS_KEY: TEST_SECRETS_KEY,
     REDIS_KEY_PREFIX: `${uniqueId("f")}:`,
     INSTANCE_ID: uniqueId("faults"),

@@ -2,9 +2,9 @@ import { Effect, Option } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
 import { type SilentAgent, startSilentAgent } from "../../examples/agents/silent-agent.js"
 import { entryUrl, postEntryWebhook, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
-import { SessionDrain } from "../../src/session/SessionDrain.js"
+import { LiveCallDrain } from "../../src/livecall/LiveCallDrain.js"
 import { SessionTokens } from "../../src/telephony/SessionTokens.js"
-import { type Gateway, startGateway } from "../session/callHarness.js"
+import { type Gateway, startGateway } from "../livecall/callHarness.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 
 /**
@@ -118,7 +118,7 @@ describe("placement across two instances on one Redis", () => {
     await registryShows(a, agentId, { "inst-b": 1 })
     expect((await place(a, agentId, dialOut.id)).host).toBe("a.callgate.test")
 
-    await a.run(Effect.flatMap(SessionDrain, (sessions) => sessions.drain))
+    await a.run(Effect.flatMap(LiveCallDrain, (sessions) => sessions.drain))
     expect((await place(a, agentId, dialOut.id)).host).toBe("b.callgate.test")
     expect(await place(a, agentId, dialInEnv)).toMatchObject({ host: "b.callgate.test", placedOn: "inst-b" })
   })

@@ -6,7 +6,7 @@ import { ApiKeys } from "../../src/apikeys/ApiKeys.js"
 import { accountSidOf } from "../../src/kernel/TwilioIds.js"
 import { xmlRootName } from "../../src/twiml/TwimlDocument.js"
 import { HttpApp } from "../../src/http/HttpApp.js"
-import { audioFrames, dialInAgent, type Gateway, type Peer, startGateway, twilioCall, until } from "../session/callHarness.js"
+import { audioFrames, dialInAgent, type Gateway, type Peer, startGateway, twilioCall, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 import { caseCounter, RUNS } from "./fuzzSupport.js"
 

@@ -5,7 +5,7 @@ import type { CallerEvents, StreamOpening } from "../../src/kernel/CallLegs.js"
 import type { StreamHost } from "../../src/telephony/streams/StreamHost.js"
 import { TelnyxStream } from "../../src/telephony/streams/TelnyxStream.js"
 import { TwilioStream } from "../../src/telephony/streams/TwilioStream.js"
-import { audioFrames, dialInAgent, type Gateway, openSocket, startGateway, twilioCall, until } from "../session/callHarness.js"
+import { audioFrames, dialInAgent, type Gateway, openSocket, startGateway, twilioCall, until } from "../livecall/callHarness.js"
 import { uniqueId } from "../support/testApp.js"
 import { caseCounter, DOCUMENTED_CLOSE_CODES, framesFrom, recordingSocket, RUNS } from "./fuzzSupport.js"
 

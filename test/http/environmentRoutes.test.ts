@@ -52,6 +52,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackShedNewCalls: true,
         agentUrl: null,
         maxConcurrentOutboundCalls: 10,
+        maxConcurrentCalls: null,
         recording: "off"
       })
       expect(Date.parse(env.createdAt)).toBeGreaterThanOrEqual(before - 1000)
@@ -147,6 +148,21 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
       expect(answer.json.data).toEqual({ ...created, name: "renamed", errorFallbackTimeout: 4, updatedAt: answer.json.data.updatedAt })
       expect(Date.parse(answer.json.data.updatedAt)).toBeGreaterThan(Date.parse(created.updatedAt))
       expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json).toEqual(answer.json)
+    })
+
+    it("maxConcurrentCalls: a whole number from 1 to 100000, or null for no limit", async () => {
+      const agentId = uniqueId("agent")
+      const created = await createEnvironment(t.app, agentId)
+      const limited = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { maxConcurrentCalls: 5 } })
+      expect(limited.status).toBe(200)
+      expect(limited.json.data.maxConcurrentCalls).toBe(5)
+      expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json.data.maxConcurrentCalls).toBe(5)
+      for (const bad of [0, 2.5, 100_001, "5"]) {
+        const problem = expectError(await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { maxConcurrentCalls: bad } }), 400, "VALIDATION_FAILED")
+        expect(problem.details.map((d) => d.field)).toContain("maxConcurrentCalls")
+      }
+      const unlimited = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { maxConcurrentCalls: null } })
+      expect(unlimited.json.data.maxConcurrentCalls).toBeNull()
     })
 
     it("webhookSignatureScheme is service, standard or both; stored and returned; anything else is 400", async () => {

@@ -90,6 +90,7 @@ describe.each<StoreKind>(["memory", "redis"])("GET /v1/openapi.json (%s store)",
     const cancel = document.paths[`${calls}/{sessionId}`]?.delete
     expect(cancel.parameters.map((p: { name: string }) => p.name).sort()).toEqual(["agentId", "environmentId", "sessionId"])
     expect(document.components.schemas.Environment.properties.maxConcurrentOutboundCalls).toMatchObject({ type: "number" })
+    expect(document.components.schemas.Environment.properties.maxConcurrentCalls.description).toMatch(/across the fleet/)
   })
 
   it("carries the schemas, with the same rules the validation enforces", () => {

@@ -10,7 +10,7 @@ import { type DomainError, toApiError } from "../../src/http/DomainErrors.js"
 import { HardError } from "../../src/kernel/HardError.js"
 import { StoreError } from "../../src/kernel/StoreError.js"
 import { RecordingInProgress, RecordingNotFound, RecordingUnavailable } from "../../src/recording/Recordings.js"
-import { InvalidSessionCursor, SessionNotFound } from "../../src/session/Sessions.js"
+import { InvalidSessionCursor, SessionNotFound } from "../../src/sessions/Sessions.js"
 import { DeliveryNotFound, DeliveryNotRetryable } from "../../src/webhooks/Deliveries.js"
 
 /** One of every domain error: adding a member to DomainError without adding it here fails to compile. */

@@ -9,7 +9,7 @@ import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/ga
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
 import { freePort } from "../support/redisServer.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
-import { openSocket, type Peer, until } from "../session/callHarness.js"
+import { openSocket, type Peer, until } from "../livecall/callHarness.js"
 
 /**
  * SIGKILL in the middle of a recorded call, on the real process (`node src/main.ts`): the WAV keeps

@@ -16,7 +16,7 @@ import {
   telnyxCall,
   twilioCall,
   until
-} from "../session/callHarness.js"
+} from "../livecall/callHarness.js"
 
 /**
  * Recorded calls on the production wiring (docs/recording.md): the WAV's left channel is what the

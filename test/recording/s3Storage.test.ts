@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { parseS3Url, S3Bucket } from "../../src/recording/S3Bucket.js"
 import { parseWav } from "../../src/recording/Wav.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
-import { audioFrames, dialInAgent, type Gateway, sessionIdOf, startGateway, twilioCall, until } from "../session/callHarness.js"
+import { audioFrames, dialInAgent, type Gateway, sessionIdOf, startGateway, twilioCall, until } from "../livecall/callHarness.js"
 
 /**
  * Recordings in an S3-compatible bucket: a real S3-protocol server on loopback (s3rver), reached

@@ -5,7 +5,7 @@ import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Recordings } from "../../src/recording/Recordings.js"
 import { HEADER_BYTES, PROVISIONAL_SIZE, parseWav, wavHeader } from "../../src/recording/Wav.js"
-import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { uniqueId } from "../support/testApp.js"
 
 /**

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { audioFrames, type CarrierCall, dialInAgent, type Gateway, type Peer, startGateway, storedSession, twilioCall, until } from "../session/callHarness.js"
+import { audioFrames, type CarrierCall, dialInAgent, type Gateway, type Peer, startGateway, storedSession, twilioCall, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 
 const FRAMES = 100

@@ -2,7 +2,7 @@ import { connect, type Socket } from "node:net"
 import { Either, Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { isTelnyxMediaFrame, TelnyxMedia } from "../../src/frames/TelnyxFrames.js"
-import { audioFrames, dialInAgent, type Gateway, startGateway, twilioCall, until } from "../session/callHarness.js"
+import { audioFrames, dialInAgent, type Gateway, startGateway, twilioCall, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY, makeTestApp, type TestApp, uniqueId } from "../support/testApp.js"
 import { call, environmentsUrl, expectError } from "../http/client.js"
 

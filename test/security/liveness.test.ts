@@ -11,7 +11,7 @@ import {
   telnyxCall,
   twilioCall,
   until
-} from "../session/callHarness.js"
+} from "../livecall/callHarness.js"
 import { uniqueId } from "../support/testApp.js"
 
 const frames = audioFrames("caller-appointment-noisy.ulaw", 20)

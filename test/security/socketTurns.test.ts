@@ -4,7 +4,7 @@ import { WebSocket, WebSocketServer } from "ws"
 import { MESSAGES_PER_TURN, SocketGate, TurnClock } from "../../src/websocket/SocketGate.js"
 import type { WireListener } from "../../src/frames/WireSocket.js"
 import { wsWireSocket } from "../../src/websocket/WsWireSocket.js"
-import { until } from "../session/callHarness.js"
+import { until } from "../livecall/callHarness.js"
 
 /**
  * Per-socket fairness (docs/security.md, "Per-socket limits"): a socket gets at most

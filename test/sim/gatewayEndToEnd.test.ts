@@ -5,7 +5,7 @@ import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
 import { placeTwilioCall } from "../../sim/TwilioCall.js"
-import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 
 // The caller's first sentence (2.2 s) of the appointment recording.

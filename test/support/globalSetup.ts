@@ -5,7 +5,7 @@ import { type RedisServer, startRedisServer } from "./redisServer.js"
 declare module "vitest" {
   export interface ProvidedContext {
     redisUrl: string
-    /** A three-master Redis Cluster (`redis-cluster://...`): REDIS_CLUSTER_URL when given, else started here. */
+    /** A Redis Cluster of three primaries with a replica each (`redis-cluster://...`): REDIS_CLUSTER_URL when given, else started here. */
     redisClusterUrl: string
   }
 }
@@ -18,7 +18,7 @@ export async function setup(project: TestProject) {
   const givenCluster = process.env.REDIS_CLUSTER_URL
   if (givenCluster) project.provide("redisClusterUrl", givenCluster)
   else {
-    cluster = await startRedisCluster(3)
+    cluster = await startRedisCluster(3, 1)
     project.provide("redisClusterUrl", cluster.url)
   }
   const given = process.env.REDIS_URL

@@ -7,7 +7,9 @@ import type { NoResponseTrip } from "../../src/breaker/ResponseWatchdog.js"
 import { Metrics } from "../../src/observability/Metrics.js"
 import { TurnTiming } from "../../src/turns/TurnTiming.js"
 import { VoiceActivity } from "../../src/turns/VoiceActivity.js"
-import { breakerLayer, newEnvironment, settle, withTestFibers } from "../breaker/breakerTestLayer.js"
+import { Breaker } from "../../src/breaker/Breaker.js"
+import { type WatchCallOptions } from "../../src/turns/TurnTiming.js"
+import { breakerLayer, newEnvironment, settle, watching } from "../breaker/breakerTestLayer.js"
 
 /**
  * One call's turn timing end to end: real VAD on real audio, the watchdog on the TestClock (frames
@@ -22,10 +24,21 @@ const quiet = new Uint8Array(FRAME).fill(0xff)
 
 const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
 
-const layer = () => {
-  const breaker = breakerLayer()
-  return TurnTiming.Default.pipe(Layer.provideMerge(VoiceActivity.Default), Layer.provideMerge(breaker))
-}
+/** The call's watch, with the trip subscription a live call holds (livecall/LiveCall.ts): rescues go to `onRescue`. */
+const watchCall = (options: WatchCallOptions, onRescue: (trip: NoResponseTrip) => void) =>
+  Effect.gen(function* () {
+    const timing = yield* TurnTiming
+    const breaker = yield* Breaker
+    const call = yield* timing.watchCall(options)
+    yield* breaker.subscribeTrips(options.agentId, options.environmentId, (trip) => {
+      const rescue = call.rescuedBy(trip)
+      if (rescue !== undefined) onRescue(rescue)
+    })
+    yield* watching(call)
+    return call
+  })
+
+const layer = () => breakerLayer()
 
 /**
  * Plays the caller clip followed by `silenceMs` of silence (agent silent throughout, unless an
@@ -53,34 +66,30 @@ const play = (observer: { callerAudio: (f: Uint8Array, at: number) => void; agen
 describe("TurnTiming", () => {
   it.scoped("a silent agent after a caller turn trips the breaker and rescues the call", () =>
     Effect.gen(function* () {
-      const timing = yield* TurnTiming
       const env = newEnvironment()
       const rescues: Array<NoResponseTrip> = []
       const settings: BreakerSettings = { timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }
-      const call = yield* timing.watchCall({
+      const call = yield* watchCall({
         ...env,
         sessionId: "call-1",
-        settings: Effect.succeed(settings),
-        onTrip: (trip) => void rescues.push(trip)
-      })
+        settings: Effect.succeed(settings)
+      }, (trip) => void rescues.push(trip))
       play(call.observer, { caller: audio("caller-appointment"), silenceMs: 800 })
       expect(call.turns()).toHaveLength(1)
       yield* advance(1200)
       expect(rescues).toEqual([{ reason: "threshold", count: 1, threshold: 1, trippedBy: "call-1", timeoutSeconds: 1 }])
-    }).pipe(withTestFibers, Effect.provide(layer())))
+    }).pipe(Effect.provide(layer())))
 
   it.scoped("an agent's voiced answer is recorded on the call's turns and in the latency histogram", () =>
     Effect.gen(function* () {
-      const timing = yield* TurnTiming
       const { registry } = yield* Metrics
       const env = newEnvironment()
       const rescues: Array<NoResponseTrip> = []
-      const call = yield* timing.watchCall({
+      const call = yield* watchCall({
         ...env,
         sessionId: "call-2",
-        settings: Effect.succeed({ timeoutSeconds: 5, threshold: 1, windowSeconds: 60 }),
-        onTrip: (trip) => void rescues.push(trip)
-      })
+        settings: Effect.succeed({ timeoutSeconds: 5, threshold: 1, windowSeconds: 60 })
+      }, (trip) => void rescues.push(trip))
       const before = Date.now()
       play(call.observer, { caller: audio("caller-account"), silenceMs: 4000, agent: { clip: audio("agent-greeting"), afterMs: 1500 } })
       const turns = call.turns()
@@ -100,36 +109,32 @@ describe("TurnTiming", () => {
       // Past the 5 s timeout: the answer stopped the timer.
       yield* advance(6000)
       expect(rescues).toEqual([])
-    }).pipe(withTestFibers, Effect.provide(layer())))
+    }).pipe(Effect.provide(layer())))
 
   it.scoped("DTMF is caller input: a digit followed by agent silence counts", () =>
     Effect.gen(function* () {
-      const timing = yield* TurnTiming
       const rescues: Array<NoResponseTrip> = []
-      const call = yield* timing.watchCall({
+      const call = yield* watchCall({
         ...newEnvironment(),
         sessionId: "call-3",
-        settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
-        onTrip: (trip) => void rescues.push(trip)
-      })
+        settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 })
+      }, (trip) => void rescues.push(trip))
       call.observer.callerDtmf("4", performance.now())
       expect(call.turns().map((turn) => turn.input)).toEqual(["dtmf"])
       yield* advance(1200)
       expect(rescues).toHaveLength(1)
-    }).pipe(withTestFibers, Effect.provide(layer())))
+    }).pipe(Effect.provide(layer())))
 
   it.scoped("closing the call's scope stops timing and frees the detectors", () =>
     Effect.gen(function* () {
-      const timing = yield* TurnTiming
       const rescues: Array<NoResponseTrip> = []
       const call = yield* Effect.scoped(
         Effect.tap(
-          timing.watchCall({
+          watchCall({
             ...newEnvironment(),
             sessionId: "call-4",
-            settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
-            onTrip: (trip) => void rescues.push(trip)
-          }),
+            settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 })
+          }, (trip) => void rescues.push(trip)),
           (call) => Effect.sync(() => call.observer.callerDtmf("1", performance.now()))
         )
       )
@@ -139,20 +144,19 @@ describe("TurnTiming", () => {
       call.observer.callerAudio(audio("caller-appointment").subarray(8000, 8160), performance.now())
       call.observer.close()
       expect(call.turns()).toHaveLength(1)
-    }).pipe(withTestFibers, Effect.provide(layer())))
+    }).pipe(Effect.provide(layer())))
 
   it.scoped("observer.close() stops the call's timing at once, before its scope closes", () =>
     Effect.gen(function* () {
-      const timing = yield* TurnTiming
       const rescues: Array<NoResponseTrip> = []
       const options = (sessionId: string) => ({
         ...newEnvironment(),
         sessionId,
-        settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 }),
-        onTrip: (trip: NoResponseTrip) => void rescues.push({ ...trip, trippedBy: sessionId })
+        settings: Effect.succeed({ timeoutSeconds: 1, threshold: 1, windowSeconds: 60 })
       })
-      const closed = yield* timing.watchCall(options("closed"))
-      const open = yield* timing.watchCall(options("open"))
+      const rescued = (sessionId: string) => (trip: NoResponseTrip) => void rescues.push({ ...trip, trippedBy: sessionId })
+      const closed = yield* watchCall(options("closed"), rescued("closed"))
+      const open = yield* watchCall(options("open"), rescued("open"))
       closed.observer.callerDtmf("1", performance.now())
       open.observer.callerDtmf("1", performance.now())
       closed.observer.close()
@@ -160,5 +164,5 @@ describe("TurnTiming", () => {
       yield* advance(1200)
       expect(rescues.map((r) => r.trippedBy)).toEqual(["open"])
       open.observer.close()
-    }).pipe(withTestFibers, Effect.provide(layer())))
+    }).pipe(Effect.provide(layer())))
 })

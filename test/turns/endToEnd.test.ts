@@ -10,7 +10,7 @@ import { nowUs } from "../../sim/FrameStamp.js"
 import { FRAME_BYTES, FRAME_MS } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { placeTwilioCall } from "../../sim/TwilioCall.js"
-import { type Gateway, startGateway } from "../session/callHarness.js"
+import { type Gateway, startGateway } from "../livecall/callHarness.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 
 /**

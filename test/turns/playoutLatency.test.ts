@@ -6,7 +6,7 @@ import { twilioSid } from "../../sim/CallEntry.js"
 import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { placeTwilioCall } from "../../sim/TwilioCall.js"
-import { type Gateway, startGateway, until } from "../session/callHarness.js"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 
 /**

@@ -3,8 +3,8 @@ import { BreakerStore } from "../../breaker/BreakerStore.js"
 import { EnvironmentParams } from "../../environments/EnvironmentSchema.js"
 import { Environments } from "../../environments/Environments.js"
 import { apiRoute } from "../ApiRoute.js"
+import { isoAt } from "../../kernel/Time.js"
 
-const iso = (millis: number) => new Date(millis).toISOString()
 
 export const BreakerStateView = Schema.Struct({
   agentId: Schema.String,
@@ -56,8 +56,8 @@ export const breakerRoutes = [
           threshold: env.errorFallbackOccurrenceThreshold,
           windowSeconds: env.errorFallbackTimeWindow,
           occurrences: state.occurrences,
-          newestOccurrenceAt: state.newestAt === null ? null : iso(state.newestAt),
-          lastTrip: state.lastTrip === null ? null : { ...state.lastTrip, at: iso(state.lastTrip.at) }
+          newestOccurrenceAt: state.newestAt === null ? null : isoAt(state.newestAt),
+          lastTrip: state.lastTrip === null ? null : { ...state.lastTrip, at: isoAt(state.lastTrip.at) }
         }
       })
   })

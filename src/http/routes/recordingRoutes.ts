@@ -1,6 +1,6 @@
 import { Effect } from "effect"
 import { Recordings } from "../../recording/Recordings.js"
-import { SessionParams } from "../../session/SessionSchema.js"
+import { SessionParams } from "../../sessions/SessionSchema.js"
 import { apiRoute, type RawResponse } from "../ApiRoute.js"
 
 const path = "/v1/agents/:agentId/sessions/:sessionId/recording"

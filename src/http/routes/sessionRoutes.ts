@@ -1,7 +1,7 @@
 import { Effect } from "effect"
 import { AgentParams } from "../../environments/EnvironmentSchema.js"
-import { Session, SessionListQuery, SessionPageView, SessionParams } from "../../session/SessionSchema.js"
-import { Sessions } from "../../session/Sessions.js"
+import { Session, SessionListQuery, SessionPageView, SessionParams } from "../../sessions/SessionSchema.js"
+import { Sessions } from "../../sessions/Sessions.js"
 import { apiRoute } from "../ApiRoute.js"
 
 const base = "/v1/agents/:agentId/sessions"

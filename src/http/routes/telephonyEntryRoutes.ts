@@ -1,16 +1,18 @@
 import type { Breaker } from "../../breaker/Breaker.js"
 import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.js"
-import type { AfterStream } from "../../session/AfterStream.js"
-import type { SessionEndJournal } from "../../session/SessionEndJournal.js"
+import type { AfterStream } from "../../recovery/AfterStream.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import type { Placement } from "../../fleet/Placement.js"
-import type { SessionRegistry } from "../../session/SessionRegistry.js"
+import type { CallLeases } from "../../sessions/CallLeases.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
+import type { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Cause, Effect, Option, Runtime } from "effect"
 import type { FastifyInstance, FastifyRequest } from "fastify"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import type { PublicUrl } from "../../config/PublicUrl.js"
 import type { Environments } from "../../environments/Environments.js"
-import type { CarrierCallEvents } from "../../session/CarrierCallEvents.js"
+import type { CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { makeTelnyxVerifier } from "../../telephony/CarrierSignatures.js"
 import type { SessionTokens } from "../../telephony/SessionTokens.js"
 import type { TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
@@ -23,7 +25,6 @@ import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlE
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
 import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
-import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 
 /** What the call entry endpoints need from the app's runtime. */
 export type TelephonyEntryServices =
@@ -35,12 +36,13 @@ export type TelephonyEntryServices =
   | TelnyxCarrier
   | TelnyxCallCommands
   | TelnyxTwimlRunner
-  | SessionRegistry
+  | LiveCalls
   | SessionEndJournal
   | AfterStream
   | ErrorFallback
   | EntryBackgroundWork
   | Placement
+  | CallLeases
   | AuthThrottle
   | Breaker
 

@@ -2,11 +2,11 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import type { CallKind } from "../../kernel/Carrier.js"
-import { AfterStream } from "../../session/AfterStream.js"
+import { AfterStream } from "../../recovery/AfterStream.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { answerCarrier } from "./AnswerCarrier.js"
 import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
+import { answerCarrier } from "./EntryFallback.js"
 import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
 /**

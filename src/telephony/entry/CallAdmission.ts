@@ -3,9 +3,10 @@ import { Breaker, breakerSettingsOf } from "../../breaker/Breaker.js"
 import { Environments } from "../../environments/Environments.js"
 import { withCallSpan } from "../../observability/Tracing.js"
 import { newSessionId } from "../../kernel/SessionInfo.js"
-import { SessionEndJournal } from "../../session/SessionEndJournal.js"
-import { SessionRegistry } from "../../session/SessionRegistry.js"
+import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
+import { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Placement } from "../../fleet/Placement.js"
+import { CallLeases } from "../../sessions/CallLeases.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { connectStreamTwiml, hangupTwiml, sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
@@ -21,7 +22,9 @@ export type Admission =
   | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string; readonly streamBase: string; readonly instanceId: string }
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
-  /** The environment's breaker is open and this call is not the probe: the error fallback answers it (ShedCall). */
+  /** The environment's maxConcurrentCalls is reached across the fleet: the entry runs the error fallback (EntryFallback). */
+  | { readonly _tag: "OverLimit"; readonly sessionId: string; readonly limit: number }
+  /** The environment's breaker is open and this call is not the probe: the error fallback answers it (EntryFallback.rescueAtEntry). */
   | { readonly _tag: "Shed"; readonly sessionId: string }
 
 export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) => {
@@ -57,6 +60,13 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       yield* Effect.logError("call refused: the environment could not be read", { kind: claims.kind, callId: claims.callId }, lookup.cause)
       return { _tag: "Unavailable" } as Admission
     }
+    // While this instance drains, placement sends the call to another one; with none, the call is
+    // refused with 503 so the carrier tries the number's fallback URL.
+    // An outbound call callgate placed (claims.sessionId) is expected by the instance that placed
+    // it, whose PUBLIC_URL its webhook names: its stream stays here.
+    // An outbound call's session exists already; an inbound call's is minted here, so the entry
+    // answer's <Redirect> can name it (docs/reliability.md).
+    const sessionId = claims.sessionId ?? newSessionId()
     // An open breaker sheds new calls at the entry (docs/fallback.md, "Shedding"): no agent, no
     // silent wait. An outbound call callgate placed already has its session and is not shed.
     if (claims.sessionId === undefined && lookup.value.errorFallbackShedNewCalls) {
@@ -68,10 +78,29 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       yield* Effect.annotateCurrentSpan("callgate.admission.breaker", decided)
       if (decided === "shed") return { _tag: "Shed", sessionId } as Admission
     }
-    // While this instance drains, placement sends the call to another one; with none, the call is
-    // refused with 503 so the carrier tries the number's fallback URL.
-    // An outbound call callgate placed (claims.sessionId) is expected by the instance that placed
-    // it, whose PUBLIC_URL its webhook names: its stream stays here.
+    // The fleet-wide limit (docs/scaling.md, "Fleet-wide call limits"): an inbound call takes its
+    // lease here; an outbound call took its own when it was placed.
+    const leases = yield* CallLeases
+    if (claims.sessionId === undefined) {
+      const limit = lookup.value.maxConcurrentCalls
+      const verdict = yield* Effect.either(
+        leases.acquire({ agentId: claims.agentId, environmentId: claims.environmentId, sessionId, kind: "inbound" }, { total: limit, outbound: null }, { hold: false })
+      )
+      if (verdict._tag === "Left") {
+        yield* Effect.logError("call refused: the fleet's call count could not be read", { kind: claims.kind, callId: claims.callId, error: verdict.left.message })
+        return { _tag: "Unavailable" } as Admission
+      }
+      if (verdict.right._tag === "Refused") {
+        yield* Effect.logWarning("call over the environment's limit: the error fallback answers it", {
+          kind: claims.kind,
+          callId: claims.callId,
+          agentId: claims.agentId,
+          environmentId: claims.environmentId,
+          limit: verdict.right.max
+        })
+        return { _tag: "OverLimit", sessionId, limit: verdict.right.max } as Admission
+      }
+    }
     const placed =
       claims.sessionId !== undefined
         ? placement.here
@@ -88,6 +117,7 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
             )
     if (placed._tag === "NoInstance") {
       yield* Effect.logWarning("call refused: callgate is shutting down and no other instance is live", { kind: claims.kind, callId: claims.callId })
+      if (claims.sessionId === undefined) yield* leases.release(claims.agentId, claims.environmentId, sessionId)
       return { _tag: "Unavailable" } as Admission
     }
     const agent = placed.agent
@@ -153,7 +183,7 @@ export const sayAndHangup = (status: number, sentence: string): EntryResponse =>
 export const hangupOnly = (status: number): EntryResponse => xml(status, hangupTwiml())
 
 /** The XML answer for an admission that did not go through (200 so the carrier plays it). */
-export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "Shed" }>): EntryResponse =>
+export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "OverLimit" | "Shed" }>): EntryResponse =>
   admission._tag === "UnknownEnvironment"
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")

@@ -1,15 +1,15 @@
 import { Effect, Either, Schema } from "effect"
-import { AfterStream } from "../../session/AfterStream.js"
-import { CarrierCallEvent, CarrierCallEvents } from "../../session/CarrierCallEvents.js"
+import { AfterStream } from "../../recovery/AfterStream.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { sessionIdOfClientState, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
-import { shedWith } from "./ShedCall.js"
-import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { SessionEndJournal } from "../../session/SessionEndJournal.js"
+import { rescueAtEntry } from "./EntryFallback.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import {
   CallControlCallPayload,
@@ -155,19 +155,22 @@ export const telnyxCallControlEntry = (
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
-    if (admission._tag === "Shed") {
-      // The breaker is open: the error fallback's commands (transfer, the webhook's markup, or a
-      // hang-up) go to the call at once, instead of an answer with a stream.
-      const shed = shedWith(yield* ErrorFallback, yield* SessionEndJournal, {
-        agentId: query.right.agentId,
-        environmentId: query.right.environmentId,
-        sessionId: admission.sessionId,
-        call: { kind: "telnyx-call-control", callId, accountSid: payload.connection_id ?? undefined },
-        from: payload.from ?? null,
-        to: payload.to ?? null,
-        direction
-      })
-      yield* (yield* EntryBackgroundWork).start(shed)
+    if (admission._tag === "OverLimit" || admission._tag === "Shed") {
+      // Over the environment's limit (docs/scaling.md) or shed by its open breaker (docs/fallback.md): the error fallback acts on the call through Call Control.
+      const over = rescueAtEntry(
+        {
+          agentId: query.right.agentId,
+          environmentId: query.right.environmentId,
+          sessionId: admission.sessionId,
+          call: { kind: "telnyx-call-control", callId },
+          from: payload.from ?? null,
+          to: payload.to ?? null,
+          direction
+        },
+        admission
+      )
+      const context = yield* Effect.context<ErrorFallback | SessionEndJournal>()
+      yield* (yield* EntryBackgroundWork).start(Effect.provide(over, context))
       return received
     }
     // Read only when admitted (an unknown environment gets no stream).

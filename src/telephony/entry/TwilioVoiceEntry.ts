@@ -3,10 +3,9 @@ import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
-import { answerCarrier } from "./AnswerCarrier.js"
-import { shedCall } from "./ShedCall.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
+import { answerCarrier, rescueAtEntry } from "./EntryFallback.js"
 
 /**
  * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
@@ -53,9 +52,10 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       ...withCustomParameters(custom.parameters),
       ...(sessionId !== undefined ? { sessionId } : {})
     })
-    if (admission._tag === "Shed") {
+    if (admission._tag === "OverLimit" || admission._tag === "Shed") {
+      // Over the environment's limit (docs/scaling.md, "Fleet-wide call limits") or shed by its open breaker (docs/fallback.md, "Shedding"): the error fallback is the answer.
       const answer = answerCarrier()
-      yield* shedCall(
+      yield* rescueAtEntry(
         {
           agentId,
           environmentId,
@@ -63,8 +63,9 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
           call: { kind: "twilio", callId: call.CallSid, accountSid: call.AccountSid },
           from: call.From ?? null,
           to: call.To ?? null,
-          direction: direction
+          direction
         },
+        admission,
         answer.carrier
       )
       return markupAnswer(answer.markup())

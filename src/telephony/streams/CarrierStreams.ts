@@ -1,11 +1,12 @@
 import type { IncomingHttpHeaders } from "node:http"
-import { Duration, Effect, Option, Runtime } from "effect"
+import { Duration, Effect, FiberSet, Option } from "effect"
 import { Counter } from "prom-client"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { Metrics } from "../../observability/Metrics.js"
-import { SessionRegistry } from "../../session/SessionRegistry.js"
+import { LiveCalls } from "../../livecall/LiveCalls.js"
+import { CallLeases } from "../../sessions/CallLeases.js"
 import { CloseCode, type WireSocket } from "../../frames/WireSocket.js"
 import { verifyTwilioStreamUpgrade } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
@@ -54,14 +55,16 @@ const queryToken = (url: string): string | undefined => {
  * a store outage must not refuse every caller.
  */
 export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/CarrierStreams", {
-  effect: Effect.gen(function* () {
+  scoped: Effect.gen(function* () {
     const config = yield* AppConfig
     const publicUrl = yield* PublicUrl
     const tokens = yield* SessionTokens
-    const registry = yield* SessionRegistry
+    const registry = yield* LiveCalls
+    const leases = yield* CallLeases
     const metrics = yield* Metrics
     const spent = yield* SpentTokenStore
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    // Token spends run in this service's scope: one still waiting on the store at shutdown is interrupted.
+    const runFork = yield* FiberSet.makeRuntime<never>()
     const throttle = yield* AuthThrottle
     const refused = new Counter({
       name: "callgate_stream_auth_failures_total",
@@ -103,7 +106,21 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
       )
     }
 
-    const host: StreamHost = { verifyToken: tokens.verify, spend, open: registry.open }
+    /**
+     * Opens the session; an inbound call's lease in the fleet-wide count (taken at the entry, maybe
+     * by another instance) is held here from now on and released when the session is over.
+     */
+    const open: StreamHost["open"] = (opening) => {
+      const opened = registry.open(opening)
+      const sessionId = opening.entrySessionId
+      if (opened._tag === "Right" && sessionId !== undefined && opening.sessionId === undefined) {
+        leases.hold(opening.agentId, opening.environmentId, sessionId, "inbound")
+        const live = registry.live(sessionId)
+        if (live._tag === "Some") runFork(live.value.settled.pipe(Effect.ensuring(leases.release(opening.agentId, opening.environmentId, sessionId))))
+      }
+      return opened
+    }
+    const host: StreamHost = { verifyToken: tokens.verify, spend, open }
     const hostFor = (address: string): StreamHost => ({ ...host, authFailed: () => throttle.failed(address) })
 
     const refuse = (socket: WireSocket, provider: "twilio" | "telnyx", reason: string, label: string, address: string): undefined => {

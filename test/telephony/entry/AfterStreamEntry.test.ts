@@ -1,11 +1,11 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../../src/environments/Environments.js"
-import { Sessions } from "../../../src/session/Sessions.js"
+import { Sessions } from "../../../src/sessions/Sessions.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../../support/fakeTelnyx.js"
 import { twilioSignature } from "../../support/fakeTwilio.js"
 import { uniqueId } from "../../support/testApp.js"
-import { sampleSession } from "../../session/SessionStore.contract.js"
+import { sampleSession } from "../../sessions/SessionStore.contract.js"
 import { type EntryTestApp, formBody, makeEntryTestApp, PUBLIC_URL, XML } from "./entryTestApp.js"
 
 /**

@@ -1,6 +1,6 @@
 import { Effect, Queue } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
-import { CarrierCallEvent, CarrierCallEvents } from "../../../src/session/CarrierCallEvents.js"
+import { CarrierCallEvent, CarrierCallEvents } from "../../../src/livecall/CarrierCallEvents.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../../support/fakeTelnyx.js"
 import { type EntryTestApp, formBody, makeEntryTestApp, tokenIn, XML } from "./entryTestApp.js"
 

@@ -10,7 +10,7 @@ import {
   storedSession,
   twilioCall,
   until
-} from "../../session/callHarness.js"
+} from "../../livecall/callHarness.js"
 import { uniqueId } from "../../support/testApp.js"
 
 const caller = audioFrames("caller-appointment.ulaw")

@@ -1,0 +1,53 @@
+/**
+ * What each stream audio format (docs/calls.md, "Audio formats") adds to a call's per-frame work,
+ * in isolation (one process, no sockets): the conversion the turn observer reads (8 kHz mu-law for
+ * the VAD) per 20 ms frame, and with agentAudioFormat mu-law the transcoding of one frame each way
+ * (base64 in, base64 out). mu-law is the baseline (nothing to do). Per call that is 50 frames a
+ * second each way: the figure below in ns/frame x 100 is ns of CPU per second of call.
+ *
+ *   npx tsx bench/formatCosts.ts
+ */
+import { type AudioFormat, bytesPerMs, linearToAlaw, mulawToLinear, payloadTranscoders, toObservedMulaw } from "../src/kernel/AudioFormat.js"
+
+const formats: ReadonlyArray<[string, AudioFormat]> = [
+  ["mu-law 8 kHz", { encoding: "audio/x-mulaw", sampleRate: 8000 }],
+  ["PCMA 8 kHz", { encoding: "audio/x-alaw", sampleRate: 8000 }],
+  ["L16 8 kHz", { encoding: "audio/L16", sampleRate: 8000 }],
+  ["L16 16 kHz", { encoding: "audio/L16", sampleRate: 16000 }]
+]
+
+const measure = (runs: number, once: (i: number) => unknown): number => {
+  let best = Infinity
+  for (let round = 0; round < 5; round++) {
+    const started = process.hrtime.bigint()
+    for (let i = 0; i < runs; i++) once(i)
+    best = Math.min(best, Number(process.hrtime.bigint() - started) / runs)
+  }
+  return best
+}
+
+const mulaw = Uint8Array.from({ length: 160 }, (_, i) => (i * 37) & 0xff)
+const frameIn = (format: AudioFormat): Uint8Array => {
+  if (format.encoding === "audio/x-mulaw") return mulaw
+  if (format.encoding === "audio/x-alaw") return Uint8Array.from(mulaw, (b) => linearToAlaw(mulawToLinear(b)))
+  const out = Buffer.alloc(bytesPerMs(format) * 20)
+  const repeat = format.sampleRate / 8000
+  mulaw.forEach((b, i) => {
+    for (let r = 0; r < repeat; r++) out.writeInt16BE(mulawToLinear(b), (i * repeat + r) * 2)
+  })
+  return new Uint8Array(out)
+}
+
+for (const [name, format] of formats) {
+  const frame = frameIn(format)
+  const observe = toObservedMulaw(format)
+  const observed = measure(500_000, () => observe(frame))
+  const transcoders = payloadTranscoders(format, { encoding: "audio/x-mulaw", sampleRate: 8000 })
+  const carrierPayload = Buffer.from(frame).toString("base64")
+  const agentPayload = Buffer.from(mulaw).toString("base64")
+  const both = transcoders === undefined ? 0 : measure(200_000, () => (transcoders.toAgent(carrierPayload), transcoders.toCarrier(agentPayload)))
+  process.stdout.write(
+    `${name.padEnd(13)} observer conversion ${observed.toFixed(0).padStart(5)} ns/frame; ` +
+      `mu-law agent transcoding (both ways) ${both.toFixed(0).padStart(5)} ns/frame pair = ${((observed * 2 + both) * 50 / 1000).toFixed(1)} us CPU per second of call\n`
+  )
+}

@@ -1,0 +1,185 @@
+import { Cause, Duration, Effect, Option } from "effect"
+import { Counter } from "prom-client"
+import type { AgentTarget } from "../agent/AgentConnector.js"
+import { Environments } from "../environments/Environments.js"
+import { ErrorFallback } from "../fallback/ErrorFallback.js"
+import { Metrics } from "../observability/Metrics.js"
+import { Carriers, type CarrierError } from "../kernel/Carrier.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
+import { Recordings } from "../recording/Recordings.js"
+import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
+import type { LiveCall } from "./LiveCall.js"
+import type { SessionEnding } from "./SessionEnding.js"
+import { HardError } from "../kernel/HardError.js"
+import type { SessionInfo } from "../kernel/SessionInfo.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/Sessions.js"
+import { CloseCode } from "../frames/WireSocket.js"
+import { storeRetry } from "../kernel/StoreError.js"
+import { nowDate } from "../kernel/Time.js"
+
+/** An outer bound on one carrier REST action (the adapters time their own requests out first). */
+const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
+
+/**
+ * The slow, effectful steps of a live call around its synchronous relay: record it, find its
+ * agent's address, and, once it ends, act on the ending (`settle`: carrier REST, or the rescue),
+ * close the record and queue session.ended. Failures of the store or the outbox are logged, never
+ * thrown into the call. `settle` is where an ownership (fencing) check belongs: it is the one
+ * place a live call's end is acted on and written.
+ */
+export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/CallSettlement", {
+  effect: Effect.gen(function* () {
+    const sessions = yield* Sessions
+    const environments = yield* Environments
+    const carriers = yield* Carriers
+    const fallback = yield* ErrorFallback
+    const metrics = yield* Metrics
+    const journal = yield* SessionEndJournal
+    const { instanceId } = yield* InstanceIdentity
+    const recordings = yield* Recordings
+
+    const ended = new Counter({
+      name: "callgate_sessions_ended_total",
+      help: "Call sessions ended, by status and reason",
+      labelNames: ["provider", "status", "reason"] as const,
+      registers: [metrics.registry]
+    })
+
+    const carrierAction = (operation: string, action: Effect.Effect<void, CarrierError>) =>
+      action.pipe(
+        Effect.timeoutFail({
+          duration: CARRIER_ACTION_TIMEOUT,
+          onTimeout: () => new HardError({ kind: "internal", message: `The carrier did not answer the ${operation} request in time.` })
+        }),
+        Effect.either
+      )
+
+    const begin = (info: SessionInfo) =>
+      sessions.record(recordOf(info, instanceId)).pipe(
+        Effect.retry(storeRetry),
+        Effect.tapError((error) => Effect.logError("could not record the session start", { error: error.message })),
+        Effect.ignore,
+        Effect.zipRight(Effect.logInfo("session started", { provider: info.provider, callId: info.call.callId }))
+      )
+
+    const agentTarget = (info: SessionInfo): Effect.Effect<AgentTarget, HardError> =>
+      environments.stored(info.agentId, info.environmentId).pipe(
+        Effect.map((env) => ({
+          agentId: info.agentId,
+          environmentId: info.environmentId,
+          agentUrl: env.agentUrl,
+          reservedAgent: info.reservedAgent,
+          agentSpeaksMulaw: env.agentAudioFormat === "audio/x-mulaw;rate=8000"
+        })),
+        Effect.catchTags({
+          EnvironmentNotFound: () =>
+            Effect.fail(
+              new HardError({ kind: "environment_not_found", message: `Environment ${info.environmentId} no longer exists.` })
+            ),
+          StoreError: () => Effect.fail(new HardError({ kind: "internal", message: "The environment's configuration could not be read." }))
+        })
+      )
+
+    const runRescue = (info: SessionInfo, error: HardError) =>
+      fallback.rescue(info, error).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.as(Effect.logError("the rescue failed", cause), { endReason: undefined, fallback: undefined })
+        ),
+        Effect.map((outcome): Omit<SessionEnd, "endedAt"> => ({
+          status: "failed",
+          endReason: outcome.endReason ?? error.kind,
+          fallback: outcome.fallback
+        })),
+        Effect.tap(() => Effect.logWarning("session hit a hard error", { kind: error.kind, error: error.message }))
+      )
+
+    /** Acts on how the call ended; returns what the record says. */
+    const actOn = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Omit<SessionEnd, "endedAt">> => {
+      const { info } = relay
+      switch (ending._tag) {
+        case "Completed":
+          if (ending.reason === "caller_hangup") return Effect.succeed({ status: "completed", endReason: "caller_hangup" })
+          return carrierAction("hangup", carriers.hangup(info.call)).pipe(
+            Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
+            Effect.as({ status: "completed" as const, endReason: ending.reason })
+          )
+        case "Timeout":
+          return carrierAction("hangup", carriers.hangup(info.call)).pipe(
+            Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
+            Effect.as({ status: "timeout" as const, endReason: "max_duration" })
+          )
+        case "Transfer":
+          return carrierAction("transfer", carriers.transfer(info.call, ending.to, info.direction === "inbound" ? (info.to ?? undefined) : (info.from ?? undefined))).pipe(
+            Effect.flatMap((result) =>
+              result._tag === "Right"
+                ? Effect.succeed({ status: "completed" as const, endReason: "agent_transfer" })
+                : runRescue(info, new HardError({ kind: "transfer_failed", message: `The agent's transfer failed: ${result.left.message}` }))
+            )
+          )
+        case "Twiml":
+          return carrierAction("applyTwiml", carriers.applyTwiml(info.call, ending.twiml)).pipe(
+            Effect.flatMap((result) =>
+              result._tag === "Right"
+                ? Effect.succeed({ status: "completed" as const, endReason: ending.reason })
+                : runRescue(info, new HardError({ kind: "twiml_failed", message: `The agent's TwiML could not be applied: ${result.left.message}` }))
+            )
+          )
+        case "Failed":
+          return runRescue(info, ending.error)
+        case "TakenOver":
+          return Effect.succeed({ status: "failed" as const, endReason: "instance_lost" })
+      }
+    }
+
+    /**
+     * Acts on the ending (the rescue, for a hard error), closes the record and queues
+     * session.ended; returns the closed record. Run once per call, by LiveCall.run.
+     */
+    const settle = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Session> =>
+      Effect.gen(function* () {
+        const { info } = relay
+        if (ending._tag === "TakenOver") {
+          // Fenced: the instance that claimed the session rescues and ends it; this one only lets go.
+          relay.release(CloseCode.normal, "the call moved to another instance")
+          relay.carrier.close(CloseCode.normal, "the call moved to another instance")
+          return { ...recordOf(info, instanceId), status: "failed" as const, endReason: "instance_lost" }
+        }
+        // The agent hears `stop` first; the carrier stream stays open while the rescue may still
+        // hand the call to TwiML, and is closed once the ending has been acted on.
+        relay.release(CloseCode.normal, "the call ended")
+        const recording = yield* recordings.finish(info.sessionId)
+        const outcome = yield* actOn(relay, ending)
+        relay.carrier.close(CloseCode.normal, "the call ended")
+        const end: SessionEnd = { ...outcome, endedAt: yield* nowDate, turns: relay.turns() }
+        ended.inc({ provider: info.provider, status: end.status, reason: end.endReason })
+        yield* Effect.annotateCurrentSpan({ "callgate.session.status": end.status, "callgate.session.end_reason": end.endReason })
+        if (relay.observerFailure !== undefined) {
+          yield* Effect.logError("the turn observer failed during the call and was switched off", Cause.die(relay.observerFailure))
+        }
+        // Written and queued through the journal: kept and retried while the store is away
+        // (docs/reliability.md, "Store outages"); this waits only for the first try.
+        const record = yield* journal.submit({
+          session: {
+            ...recordOf(info, instanceId),
+            status: end.status,
+            endReason: end.endReason,
+            endedAt: end.endedAt.toISOString(),
+            fallback: end.fallback ?? null,
+            ...verdictFields(relay.answeredBy),
+            ...(Option.isSome(recording) ? { recording: recording.value } : {})
+          },
+          ...(end.turns !== undefined ? { turns: end.turns } : {})
+        })
+        yield* Effect.logInfo("session ended", {
+          status: end.status,
+          endReason: end.endReason,
+          durationMs: end.endedAt.getTime() - info.createdAt.getTime(),
+          ...(relay.droppedFrames > 0 ? { droppedFrames: relay.droppedFrames } : {})
+        })
+        return record
+      })
+
+    return { begin, agentTarget, settle } as const
+  })
+}) {}

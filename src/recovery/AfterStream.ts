@@ -1,0 +1,115 @@
+import { withCallSpan } from "../observability/Tracing.js"
+import { Clock, Duration, Effect, Option } from "effect"
+import type { CallRef, CarrierShape } from "../kernel/Carrier.js"
+import { HardError } from "../kernel/HardError.js"
+import { ErrorFallback } from "../fallback/ErrorFallback.js"
+import { INSTANCE_LOST_MESSAGE, OrphanReconciler, sessionInfoOf } from "./OrphanReconciler.js"
+import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
+import type { Session } from "../sessions/SessionSchema.js"
+import { Sessions } from "../sessions/Sessions.js"
+import { nowDate } from "../kernel/Time.js"
+
+/** How long a session whose stream ended may stay active before the call counts as abandoned: its own instance ends it at once. */
+const OWNER_GRACE = Duration.seconds(2)
+const POLL = Duration.millis(100)
+
+/** The call that came back, as its carrier's `<Redirect>` request describes it. */
+export interface ReturningCall {
+  readonly agentId: string
+  readonly environmentId: string
+  readonly sessionId: string
+  readonly call: CallRef
+  readonly from: string | null
+  readonly to: string | null
+  readonly direction: "inbound" | "outbound"
+}
+
+/** `ended`: the session ended properly, the call only needs hanging up. `rescued`: the fallback acted through the given carrier (or REST). */
+export type AfterStreamOutcome = "ended" | "rescued"
+
+/**
+ * A call whose `<Connect><Stream>` ended comes back to callgate through the entry answer's
+ * `<Redirect>` (docs/reliability.md, "Instance loss"), on any instance; a Telnyx Call Control
+ * call's `streaming.stopped` (or `streaming.failed`) event comes here the same way. A session
+ * that ended properly needs nothing more than a hang-up. One still active after a short grace (its own
+ * instance ends a session as soon as its stream closes) was abandoned: it is claimed exactly once,
+ * like an orphan, and the environment's error fallback answers the call through `carrier` (the
+ * answer to the carrier's request); its session ends failed / instance_lost.
+ */
+export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterStream", {
+  effect: Effect.gen(function* () {
+    const sessions = yield* Sessions
+    const journal = yield* SessionEndJournal
+    const reconciler = yield* OrphanReconciler
+    const fallback = yield* ErrorFallback
+
+    const read = (call: ReturningCall) =>
+      sessions.get(call.agentId, call.sessionId).pipe(
+        Effect.map(Option.some),
+        Effect.catchTag("SessionNotFound", () => Effect.succeed(Option.none<Session>()))
+      )
+
+    /** The record once it is terminal, or as it stands when the grace runs out. */
+    const settled = (call: ReturningCall) =>
+      Effect.gen(function* () {
+        const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(OWNER_GRACE)
+        for (;;) {
+          const found = yield* read(call)
+          if (Option.isSome(found) && found.value.status !== "active") return found
+          if (journal.isPending(call.sessionId) || (yield* Clock.currentTimeMillis) >= deadline) return found
+          yield* Effect.sleep(POLL)
+        }
+      })
+
+    /**
+     * `carrier`: what the fallback acts through; the carriers' REST APIs when not given (a Telnyx
+     * Call Control call, which has no document to answer: its `streaming.stopped` event comes here).
+     */
+    const answer = (call: ReturningCall, carrier?: CarrierShape): Effect.Effect<AfterStreamOutcome> =>
+      Effect.gen(function* () {
+        // Ended here and on its way to the store.
+        if (journal.isPending(call.sessionId)) return "ended" as const
+        const found = yield* settled(call)
+        if (journal.isPending(call.sessionId)) return "ended" as const
+        if (Option.isSome(found)) {
+          if (found.value.status !== "active") return "ended" as const
+          const claimed = yield* reconciler.claim({ agentId: call.agentId, sessionId: call.sessionId })
+          if (Option.isNone(claimed)) return "ended" as const
+          yield* reconciler.rescueClaimed(claimed.value, carrier)
+          return "rescued" as const
+        }
+        // No record at all: the instance stopped before the session's start was written.
+        const now = yield* nowDate
+        const record: Session = {
+          id: call.sessionId,
+          agentId: call.agentId,
+          environmentId: call.environmentId,
+          provider: call.call.kind === "twilio" ? "twilio" : "telnyx",
+          callId: call.call.callId,
+          from: call.from,
+          to: call.to,
+          direction: call.direction,
+          createdAt: now.toISOString(),
+          endedAt: now.toISOString(),
+          status: "failed",
+          endReason: "instance_lost",
+          turns: [],
+          fallback: null,
+          callKind: call.call.kind,
+          ...(call.call.accountSid !== undefined ? { accountSid: call.call.accountSid } : {})
+        }
+        yield* Effect.logWarning("a call came back for a session with no record: rescuing it", { callId: call.call.callId })
+        const error = new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE })
+        const outcome = yield* carrier === undefined ? fallback.rescue(sessionInfoOf(record), error) : fallback.rescueWith(sessionInfoOf(record), error, carrier)
+        yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null }, fillFallback: true })
+        return "rescued" as const
+      }).pipe(
+        // The store cannot say: a hang-up is all that is safe.
+        Effect.catchAll((error) => Effect.as(Effect.logError("a returning call could not be looked up; hanging up", { error: error.message }), "ended" as const)),
+        Effect.annotateLogs({ sessionId: call.sessionId, agentId: call.agentId, environmentId: call.environmentId }),
+        withCallSpan(call.sessionId, "callgate.after_stream", { attributes: { "callgate.session.id": call.sessionId } })
+      )
+
+    return { answer } as const
+  })
+}) {}
