@@ -21,7 +21,7 @@ export interface RedisConnectionShape {
   /**
    * After a write whose loss loses data (an outbox enqueue, a session's end, an API key or
    * environment change): waits until the replicas REDIS_WAIT_REPLICAS asks for have it (Redis
-   * WAIT on `key`'s primary), else fails (docs/scaling.md, "Nothing acknowledged is lost").
+   * WAIT on `key`'s primary), else fails (docs/scaling.md, "Redis that fails over: Sentinel and Cluster replicas").
    */
   readonly replicated: (key: string, operation: string) => Effect.Effect<void, StoreError>
 }

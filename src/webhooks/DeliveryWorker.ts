@@ -115,7 +115,7 @@ export const makeDeliveryWorker = (options: DeliveryWorkerOptions = {}) =>
     /**
      * Records the attempt's outcome. `leaseEnds`: a store that does not answer (a Redis failover)
      * is retried until the lease ends, so a delivery that went out is not sent again for want of its
-     * record (docs/scaling.md, "What a failover costs a live call").
+     * record (docs/scaling.md, "Redis that fails over: Sentinel and Cluster replicas").
      */
     const settle = (claim: Claim, next: StoredDelivery, leaseEnds?: number) =>
       Effect.gen(function* () {

@@ -1,12 +1,12 @@
 import { Effect } from "effect"
 import type { CallRef, CarrierShape } from "../../kernel/Carrier.js"
 import { HardError } from "../../kernel/HardError.js"
+import { nowIso } from "../../kernel/Time.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import { sessionInfoOf } from "../../recovery/OrphanReconciler.js"
 import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import type { Session } from "../../sessions/SessionSchema.js"
 import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
-import { nowIso } from "../../kernel/Time.js"
 
 /**
  * A carrier adapter that answers the call's request instead of calling REST: what the error
