@@ -87,6 +87,8 @@ export const defaults = {
   TURN_END_SILENCE_MS: 700,
   /** Longest the breaker waits for Redis before it counts on this instance's local window instead. */
   BREAKER_STORE_TIMEOUT: "250ms",
+  /** While a breaker is open, one new call per this interval goes to an agent as the probe; the others are shed. */
+  BREAKER_PROBE_INTERVAL: "30s",
   /**
    * Where this instance keeps what must outlive it on local disk: its generated instance id and the spool of
    * session ends the store could not take before a stop (docs/reliability.md).

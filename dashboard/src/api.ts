@@ -105,6 +105,7 @@ export interface Environment {
   readonly errorFallbackTimeout: number
   readonly errorFallbackOccurrenceThreshold: number
   readonly errorFallbackTimeWindow: number
+  readonly errorFallbackShedNewCalls: boolean
   readonly errorFallbackWebhookSecret: string | null
   readonly agentUrl: string | null
   readonly maxConcurrentOutboundCalls: number
@@ -196,6 +197,8 @@ export interface DeliveryPage {
 }
 
 export interface BreakerState {
+  readonly state: "closed" | "open" | "probing"
+  readonly shedNewCalls: boolean
   readonly noResponseTrigger: "on" | "off"
   readonly timeoutSeconds: number
   readonly threshold: number

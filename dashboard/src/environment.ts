@@ -218,6 +218,7 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
   const [timeout, setTimeoutValue] = useState(String(env.errorFallbackTimeout))
   const [threshold, setThreshold] = useState(String(env.errorFallbackOccurrenceThreshold))
   const [windowSeconds, setWindowSeconds] = useState(String(env.errorFallbackTimeWindow))
+  const [shed, setShed] = useState(env.errorFallbackShedNewCalls)
   const [error, setError] = useState<unknown>(null)
   const [status, setStatus] = useState<string | null>(null)
   const [confirmRegenerate, setConfirmRegenerate] = useState(false)
@@ -232,7 +233,8 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
         errorFallbackValue: type === "disabled" ? null : value.trim(),
         errorFallbackTimeout: numberOrText(timeout),
         errorFallbackOccurrenceThreshold: numberOrText(threshold),
-        errorFallbackTimeWindow: numberOrText(windowSeconds)
+        errorFallbackTimeWindow: numberOrText(windowSeconds),
+        errorFallbackShedNewCalls: shed
       })
       setStatus("Saved.")
       props.onSaved(next)
@@ -252,7 +254,14 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
     }
   }
   const errors = fieldErrors(error)
-  const fields = ["errorFallbackType", "errorFallbackValue", "errorFallbackTimeout", "errorFallbackOccurrenceThreshold", "errorFallbackTimeWindow"]
+  const fields = [
+    "errorFallbackType",
+    "errorFallbackValue",
+    "errorFallbackTimeout",
+    "errorFallbackOccurrenceThreshold",
+    "errorFallbackTimeWindow",
+    "errorFallbackShedNewCalls"
+  ]
   const input = (id: string, current: string, set: (text: string) => void, min: number, max: number) =>
     (describedBy: string | undefined, invalid: boolean) =>
       html`<input id=${id} type="number" inputmode="numeric" min=${min} max=${max} step="1" value=${current}
@@ -288,6 +297,12 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
       hint="Seconds (60 to 3600) over which occurrences are counted.">
       ${input("fallback-window", windowSeconds, setWindowSeconds, 60, 3600)}
     <//>
+    <${Field} id="fallback-shed" label="Shed new calls while the breaker is open" field="errorFallbackShedNewCalls" errors=${errors}
+      hint="While tripped, new callers get the error fallback at once (one probe call per interval still goes to an agent).">
+      ${(describedBy: string | undefined, invalid: boolean) =>
+        html`<input id="fallback-shed" type="checkbox" checked=${shed} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+          onChange=${(e: Event) => setShed((e.target as HTMLInputElement).checked)} />`}
+    <//>
     <${ErrorLine} error=${error} fields=${fields} />
     ${env.errorFallbackType === "webhook" && env.errorFallbackWebhookSecret !== null
       ? html`<div class="secret" data-testid="fallback-webhook-secret">
@@ -317,6 +332,11 @@ const BreakerCard = (props: { breaker: BreakerState | null; agentId: string }) =
   if (b === null) return html`<div class="card"><h3>No-response breaker</h3><p>Loading…</p></div>`
   return html`<div class="card" data-testid="breaker">
     <h3>No-response breaker</h3>
+    <p>State: <strong data-testid="breaker-state" class=${`breaker-${b.state}`}>${b.state}</strong>${b.state !== "closed"
+      ? b.shedNewCalls
+        ? " (new calls get the error fallback at the entry; one probe call per interval goes to an agent)"
+        : " (shedding is off: new calls still go to an agent)"
+      : ""}</p>
     ${b.noResponseTrigger === "off"
       ? html`<p>Off: Error Fallback Timeout is 0.</p>`
       : html`<p class="big"><span data-testid="breaker-occurrences">${b.occurrences}</span> / ${b.threshold}</p>

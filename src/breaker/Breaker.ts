@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto"
-import { Effect, Fiber, Schedule } from "effect"
+import { Duration, Effect, Fiber, Schedule } from "effect"
 import { addScopeFinalizer } from "../kernel/SessionFibers.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
@@ -26,6 +26,17 @@ export const breakerSettingsOf = (env: {
   threshold: env.errorFallbackOccurrenceThreshold,
   windowSeconds: env.errorFallbackTimeWindow
 })
+
+/** The breaker's states (docs/turns-and-breaker.md, "States"). */
+export type BreakerState = "closed" | "open" | "probing"
+const STATE_VALUE: Record<BreakerState, number> = { closed: 0, open: 1, probing: 2 }
+
+/**
+ * What the entry does with a new call (docs/fallback.md, "Shedding"): `admit` to an agent (the
+ * breaker is closed), `probe` (the breaker is open and this call took the probe slot: it goes to an
+ * agent), or `shed` (the breaker is open: the error fallback answers the entry request).
+ */
+export type EntryDecision = "admit" | "probe" | "shed"
 
 export interface SessionRef {
   readonly agentId: string
@@ -157,18 +168,91 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
         metrics.trips.inc({ agent: agentId, environment: environmentId })
         const trip: BreakerTrip = { agentId, environmentId, sessionId, count, threshold: settings.threshold, origin }
         yield* Effect.logWarning("no-response breaker tripped", { agentId, environmentId, sessionId, count, threshold: settings.threshold })
+        seenOpen.add(environmentKey(agentId, environmentId))
+        setState(agentId, environmentId, "open")
         dispatch(trip)
         yield* guarded(store.publishTrip(trip), Effect.void, "breaker.publishTrip").pipe(Effect.orDie)
       }
       return { count, tripped } satisfies TimeoutOutcome
     })
 
-    /** A voiced agent response: the environment's occurrences are forgotten (docs/turns-and-breaker.md, "Breaker rules"). */
+    /** Environments this instance saw open (decided an entry on, or tripped): their close is logged here. */
+    const seenOpen = new Set<string>()
+    /** Environments whose first shed call this instance has logged since it saw them open. */
+    const shedLogged = new Set<string>()
+    const setState = (agentId: string, environmentId: string, state: BreakerState) =>
+      metrics.state.set({ agent: agentId, environment: environmentId }, STATE_VALUE[state])
+    const closed = (agentId: string, environmentId: string, why: string) =>
+      Effect.suspend(() => {
+        const key = environmentKey(agentId, environmentId)
+        setState(agentId, environmentId, "closed")
+        shedLogged.delete(key)
+        return seenOpen.delete(key) ? Effect.logInfo("no-response breaker closed", { agentId, environmentId, why }) : Effect.void
+      })
+
+    /**
+     * A voiced agent response: the environment's occurrences are forgotten (docs/turns-and-breaker.md,
+     * "Breaker rules"), and with them its probe slot: an open breaker closes.
+     */
     const recordResponse = (agentId: string, environmentId: string) =>
       Effect.zipRight(
         local.clear(agentId, environmentId),
-        guarded(store.clear(agentId, environmentId), Effect.void, "breaker.clear").pipe(Effect.orDie)
+        guarded(store.clear(agentId, environmentId), Effect.succeed(false), "breaker.clear").pipe(Effect.orDie)
+      ).pipe(
+        Effect.flatMap((probing) =>
+          Effect.suspend(() => {
+            const key = environmentKey(agentId, environmentId)
+            if (probing) seenOpen.add(key)
+            return seenOpen.has(key) ? closed(agentId, environmentId, probing ? "the probe call's agent answered" : "an agent answered") : Effect.void
+          })
+        )
       )
+
+    /** Occurrences at or over the threshold in the window (no voiced answer since: an answer clears them). */
+    const countNow = (agentId: string, environmentId: string, windowSeconds: number) =>
+      guarded(store.count(agentId, environmentId, windowSeconds), local.count(agentId, environmentId, windowSeconds), "breaker.count").pipe(Effect.orDie)
+
+    /** The environment's state now (docs/turns-and-breaker.md, "States"). */
+    const stateOf = (agentId: string, environmentId: string, settings: BreakerSettings) =>
+      Effect.gen(function* () {
+        const count = yield* countNow(agentId, environmentId, settings.windowSeconds)
+        if (count < settings.threshold) return "closed" as BreakerState
+        const probe = yield* guarded(store.probe(agentId, environmentId), local.probe(agentId, environmentId), "breaker.probe").pipe(Effect.orDie)
+        return (probe === null ? "open" : "probing") as BreakerState
+      })
+
+    /**
+     * The entry's decision for a new call of the environment (docs/fallback.md, "Shedding"): while
+     * the breaker is open, the first call of each BREAKER_PROBE_INTERVAL (fleet-wide, through the
+     * store's probe slot) is the probe and goes to an agent; every other one is shed.
+     */
+    const decideEntry = Effect.fn("Breaker.decideEntry")(function* (session: SessionRef, settings: BreakerSettings) {
+      const { agentId, environmentId, sessionId } = session
+      const key = environmentKey(agentId, environmentId)
+      const count = yield* countNow(agentId, environmentId, settings.windowSeconds)
+      if (count < settings.threshold) {
+        if (seenOpen.has(key)) yield* closed(agentId, environmentId, "the window has no occurrences over the threshold")
+        return "admit" as EntryDecision
+      }
+      seenOpen.add(key)
+      const intervalSeconds = Duration.toMillis(config.breakerProbeInterval) / 1000
+      const probe = yield* guarded(
+        store.claimProbe(agentId, environmentId, sessionId, intervalSeconds),
+        local.claimProbe(agentId, environmentId, sessionId, intervalSeconds),
+        "breaker.claimProbe"
+      ).pipe(Effect.orDie)
+      setState(agentId, environmentId, "probing")
+      if (probe) {
+        yield* Effect.logInfo("no-response breaker open: this call is the probe and goes to an agent", { agentId, environmentId, sessionId, count })
+        return "probe" as EntryDecision
+      }
+      metrics.shedCalls.inc({ agent: agentId, environment: environmentId })
+      if (!shedLogged.has(key)) {
+        shedLogged.add(key)
+        yield* Effect.logWarning("no-response breaker open: shedding new calls at the entry", { agentId, environmentId, sessionId, count, threshold: settings.threshold })
+      }
+      return "shed" as EntryDecision
+    })
 
     /**
      * The environment's settings as configured now (so /v1 changes apply to the next evaluation);
@@ -215,6 +299,8 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     return {
       recordTimeout,
       recordResponse,
+      stateOf,
+      decideEntry,
       settingsFor,
       subscribeTrips,
       count: (agentId: string, environmentId: string, windowSeconds: number) =>

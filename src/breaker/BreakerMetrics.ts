@@ -40,6 +40,18 @@ export class BreakerMetrics extends Effect.Service<BreakerMetrics>()("callgate/B
       registers: [registry]
     })
     storeDegraded.set(0)
+    const state = new Gauge({
+      name: "callgate_breaker_state",
+      help: "The environment's breaker as this instance last saw it: 0 closed, 1 open, 2 probing (a probe call is with an agent)",
+      labelNames: ["agent", "environment"] as const,
+      registers: [registry]
+    })
+    const shedCalls = new Counter({
+      name: "callgate_breaker_shed_calls_total",
+      help: "New calls that got the error fallback in the entry answer because the environment's breaker was open",
+      labelNames: ["agent", "environment"] as const,
+      registers: [registry]
+    })
     return {
       /** Called once per answered turn (not per frame). */
       observeResponseLatency: (agentId: string, environmentId: string, latencyMs: number) =>
@@ -49,7 +61,9 @@ export class BreakerMetrics extends Effect.Service<BreakerMetrics>()("callgate/B
         playedLatency.observe({ agent: agentId, environment: environmentId }, latencyMs / 1000),
       occurrences,
       trips,
-      storeDegraded
+      storeDegraded,
+      state,
+      shedCalls
     } as const
   })
 }) {}

@@ -64,8 +64,18 @@ export interface BreakerStoreShape {
    * /v1; the breaker decides on `recordOccurrence`'s count.
    */
   readonly state: (agentId: string, environmentId: string, windowSeconds: number) => Effect.Effect<BreakerWindowState, StoreError>
-  /** Forgets every occurrence of the environment (a successful agent response). */
-  readonly clear: (agentId: string, environmentId: string) => Effect.Effect<void, StoreError>
+  /**
+   * Takes the environment's probe slot for `sessionId` when no other call holds it: true when
+   * taken. The slot frees itself after `intervalSeconds` (one probe call per interval, fleet-wide).
+   */
+  readonly claimProbe: (agentId: string, environmentId: string, sessionId: string, intervalSeconds: number) => Effect.Effect<boolean, StoreError>
+  /** The session holding the probe slot now, if any. */
+  readonly probe: (agentId: string, environmentId: string) => Effect.Effect<string | null, StoreError>
+  /**
+   * Forgets every occurrence of the environment (a successful agent response), and its probe slot;
+   * true when a probe slot was held (the breaker was open and probing: this answer closes it).
+   */
+  readonly clear: (agentId: string, environmentId: string) => Effect.Effect<boolean, StoreError>
   /** Remembers the trip as the environment's last one, and tells every subscribed instance, this one included. */
   readonly publishTrip: (trip: BreakerTrip) => Effect.Effect<void, StoreError>
   /**

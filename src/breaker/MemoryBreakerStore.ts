@@ -14,6 +14,13 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
   const subscribers = new Set<(trip: BreakerTrip) => void>()
   /** Per environment: its last trip. */
   const lastTrips = new Map<string, LastTrip>()
+  /** Per environment: the probe slot's holder and when it frees itself (ms). */
+  const probes = new Map<string, { readonly sessionId: string; readonly until: number }>()
+  const heldProbe = (key: string, now: number) => {
+    const held = probes.get(key)
+    if (held !== undefined && held.until <= now) probes.delete(key)
+    return probes.get(key)
+  }
 
   /** Drops entries older than the window; forgets the environment when nothing is left. */
   const trim = (key: string, now: number, windowSeconds: number) => {
@@ -49,7 +56,23 @@ export const makeMemoryBreakerStore = Effect.sync(() => {
         if (last !== undefined && now - last.at > LAST_TRIP_RETENTION_SECONDS * 1000) lastTrips.delete(key)
         return { occurrences, newestAt, lastTrip: lastTrips.get(key) ?? null }
       }),
-    clear: (agentId, environmentId) => Effect.sync(() => void windows.delete(environmentKey(agentId, environmentId))),
+    claimProbe: (agentId, environmentId, sessionId, intervalSeconds) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const key = environmentKey(agentId, environmentId)
+        if (heldProbe(key, now) !== undefined) return false
+        probes.set(key, { sessionId, until: now + Math.max(1, Math.round(intervalSeconds * 1000)) })
+        return true
+      }),
+    probe: (agentId, environmentId) =>
+      Effect.map(Clock.currentTimeMillis, (now) => heldProbe(environmentKey(agentId, environmentId), now)?.sessionId ?? null),
+    clear: (agentId, environmentId) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const key = environmentKey(agentId, environmentId)
+        const probing = heldProbe(key, now) !== undefined
+        windows.delete(key)
+        probes.delete(key)
+        return probing
+      }),
     publishTrip: (trip) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
         lastTrips.set(environmentKey(trip.agentId, trip.environmentId), {

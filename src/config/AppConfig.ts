@@ -236,6 +236,8 @@ const settings = Config.all({
   vadAgentMinSpeechMs: integerIn("VAD_AGENT_MIN_SPEECH_MS", 20, 1000),
   turnEndSilenceMs: integerIn("TURN_END_SILENCE_MS", 100, 5000),
   breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT"),
+  /** While an environment's breaker is open, one new call per this interval goes to an agent as the probe (docs/fallback.md, "Shedding"). */
+  breakerProbeInterval: duration("BREAKER_PROBE_INTERVAL"),
   dataDir: Config.string("DATA_DIR").pipe(
     Config.withDefault(defaults.DATA_DIR),
     check("DATA_DIR", "must not be empty", (text: string) => text.trim().length > 0)

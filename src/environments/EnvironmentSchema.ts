@@ -123,7 +123,9 @@ export const StoredEnvironment = Schema.Struct({
   /** Absent on environments stored before the field existed: `carrier`. */
   agentAudioFormat: Schema.optional(AgentAudioFormat),
   /** Absent on environments stored before recording existed: off. */
-  recording: Schema.optional(RecordingMode)
+  recording: Schema.optional(RecordingMode),
+  /** Absent on environments stored before shedding existed: true. */
+  errorFallbackShedNewCalls: Schema.optional(Schema.Boolean)
 })
 export type StoredEnvironment = typeof StoredEnvironment.Type
 
@@ -151,6 +153,10 @@ export const EnvironmentView = Schema.Struct({
   errorFallbackOccurrenceThreshold: Schema.Number,
   errorFallbackTimeWindow: Schema.Number,
   errorFallbackWebhookSecret: Schema.NullOr(Schema.String),
+  errorFallbackShedNewCalls: Schema.Boolean.annotations({
+    description:
+      "While the environment's breaker is open, new calls get the error fallback in the entry answer itself, except one probe call per BREAKER_PROBE_INTERVAL (docs/fallback.md, \"Shedding\"); default true, false sends every call to an agent"
+  }),
   agentUrl: Schema.NullOr(Schema.String),
   maxConcurrentOutboundCalls: Schema.Number.annotations({
     description: "Outbound calls placed or live at once across the fleet (1 to 1000, default 10); beyond it, placing a call answers 429"
@@ -181,6 +187,7 @@ const patchFields = {
   errorFallbackTimeout: Schema.optional(FallbackTimeout),
   errorFallbackOccurrenceThreshold: Schema.optional(FallbackThreshold),
   errorFallbackTimeWindow: Schema.optional(FallbackWindow),
+  errorFallbackShedNewCalls: Schema.optional(Schema.Boolean),
   errorFallbackWebhookSecret: Schema.optional(
     Schema.Null.annotations({
       description: "Only null is accepted: clears the secret, so fallback requests go unsigned.",

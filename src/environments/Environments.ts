@@ -72,6 +72,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackOccurrenceThreshold: env.errorFallbackOccurrenceThreshold,
       errorFallbackTimeWindow: env.errorFallbackTimeWindow,
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
+      errorFallbackShedNewCalls: env.errorFallbackShedNewCalls ?? true,
       agentUrl: env.agentUrl,
       maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
       maxConcurrentCalls: env.maxConcurrentCalls ?? null,

@@ -35,6 +35,8 @@ export type HardErrorKind =
   | "instance_lost"
   /** The environment's maxConcurrentCalls was reached across the fleet when the call arrived. */
   | "concurrency_limit"
+  /** The environment's breaker was open when the call arrived: the call was shed at the entry (docs/fallback.md, "Shedding"). */
+  | "breaker_open"
   /** A bug in callgate. */
   | "internal"
 

@@ -57,6 +57,9 @@ const recordScript = redisScript(RECORD_SCRIPT)
 const countScript = redisScript(COUNT_SCRIPT)
 const stateScript = redisScript(STATE_SCRIPT)
 const tripScript = redisScript(TRIP_SCRIPT)
+/** Drops the window and the probe slot (one slot: both keys carry the environment's hash tag); 1 when a probe slot was held. */
+const clearScript = redisScript(`redis.call('DEL', KEYS[1])
+return redis.call('DEL', KEYS[2])`)
 
 const decodeTrip = Schema.decodeUnknownOption(Schema.parseJson(BreakerTrip))
 
@@ -115,8 +118,15 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
           }
         })
       ),
+    claimProbe: (agentId, environmentId, sessionId, intervalSeconds) =>
+      redisCall("breaker.claimProbe", () =>
+        client.set(keys.breakerProbe(agentId, environmentId), sessionId, "PX", Math.max(1, Math.round(intervalSeconds * 1000)), "NX")
+      ).pipe(Effect.map((reply) => reply === "OK")),
+    probe: (agentId, environmentId) => redisCall("breaker.probe", () => client.get(keys.breakerProbe(agentId, environmentId))),
     clear: (agentId, environmentId) =>
-      redisCall("breaker.clear", () => client.del(keys.breakerOccurrences(agentId, environmentId))).pipe(Effect.asVoid),
+      redisCall("breaker.clear", () =>
+        clearScript(client, [keys.breakerOccurrences(agentId, environmentId), keys.breakerProbe(agentId, environmentId)], [])
+      ).pipe(Effect.map((probeDeleted) => probeDeleted === 1)),
     publishTrip: (trip) =>
       redisCall("breaker.publishTrip", () =>
         tripScript(

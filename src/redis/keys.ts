@@ -25,6 +25,8 @@ export const makeKeys = (KEY_PREFIX: string) => ({
   breakerOccurrences: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:occurrences`,
   /** The environment's last breaker trip: JSON {at, sessionId, count, threshold}, `at` in Redis time (ms). */
   breakerLastTrip: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:last-trip`,
+  /** The environment's probe slot while its breaker is open: the probe call's session id, expiring after BREAKER_PROBE_INTERVAL. */
+  breakerProbe: (agentId: string, environmentId: string) => `${KEY_PREFIX}breaker:${envTag(agentId, environmentId)}:probe`,
   /** Pub/sub channel (not a key) on which every instance hears every breaker trip. */
   breakerTripsChannel: `${KEY_PREFIX}breaker:trips`,
   /**

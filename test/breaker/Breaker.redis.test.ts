@@ -217,4 +217,30 @@ describe("Breaker on Redis", () => {
       expect(rescues.map((r) => r.sessionId).indexOf("b2")).toBe(3)
       expect(b2.rescued).toBe(true)
     }))
+
+  it.scopedLive("two instances on one Redis share the breaker's state: a trip on A sheds on B, one probe per interval across both, an answer on A closes it for B", () =>
+    Effect.gen(function* () {
+      const url = inject("redisUrl")
+      const instanceA = yield* Layer.build(breakerLayer(redisStore(url), { BREAKER_PROBE_INTERVAL: "1h" }))
+      const instanceB = yield* Layer.build(breakerLayer(redisStore(url), { BREAKER_PROBE_INTERVAL: "1h" }))
+      const env = newEnvironment()
+      const settings: BreakerSettings = { timeoutSeconds: 1, threshold: 3, windowSeconds: 60 }
+      const on = <A, E>(context: typeof instanceA, use: (breaker: Breaker) => Effect.Effect<A, E>) => Effect.flatMap(Breaker, use).pipe(Effect.provide(context))
+
+      expect(yield* on(instanceB, (b) => b.decideEntry(sessionOf(env, "n0"), settings))).toBe("admit")
+      for (const id of ["s1", "s2", "s3"]) yield* on(instanceA, (b) => b.recordTimeout(sessionOf(env, id), settings))
+      expect(yield* on(instanceB, (b) => b.stateOf(env.agentId, env.environmentId, settings))).toBe("open")
+      // One probe across both instances, whichever takes the entry; every other call is shed.
+      const decisions = [
+        yield* on(instanceB, (b) => b.decideEntry(sessionOf(env, "n1"), settings)),
+        yield* on(instanceA, (b) => b.decideEntry(sessionOf(env, "n2"), settings)),
+        yield* on(instanceB, (b) => b.decideEntry(sessionOf(env, "n3"), settings))
+      ]
+      expect(decisions).toEqual(["probe", "shed", "shed"])
+      expect(yield* on(instanceA, (b) => b.stateOf(env.agentId, env.environmentId, settings))).toBe("probing")
+      // The probe's agent answers (on A): closed for both.
+      yield* on(instanceA, (b) => b.recordResponse(env.agentId, env.environmentId))
+      expect(yield* on(instanceB, (b) => b.stateOf(env.agentId, env.environmentId, settings))).toBe("closed")
+      expect(yield* on(instanceB, (b) => b.decideEntry(sessionOf(env, "n4"), settings))).toBe("admit")
+    }))
 })

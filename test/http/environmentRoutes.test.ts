@@ -49,6 +49,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackOccurrenceThreshold: 5,
         errorFallbackTimeWindow: 300,
         errorFallbackWebhookSecret: null,
+        errorFallbackShedNewCalls: true,
         agentUrl: null,
         maxConcurrentOutboundCalls: 10,
         maxConcurrentCalls: null,

@@ -1,3 +1,4 @@
+import type { Breaker } from "../../breaker/Breaker.js"
 import { EntryBackgroundWork } from "../../telephony/entry/EntryBackgroundWork.js"
 import type { AfterStream } from "../../recovery/AfterStream.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
@@ -43,6 +44,7 @@ export type TelephonyEntryServices =
   | Placement
   | CallLeases
   | AuthThrottle
+  | Breaker
 
 const internalError: EntryResponse = {
   status: 500,

@@ -1,4 +1,5 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
+import { Breaker, breakerSettingsOf } from "../../breaker/Breaker.js"
 import { Environments } from "../../environments/Environments.js"
 import { withCallSpan } from "../../observability/Tracing.js"
 import { newSessionId } from "../../kernel/SessionInfo.js"
@@ -23,6 +24,8 @@ export type Admission =
   | { readonly _tag: "Unavailable" }
   /** The environment's maxConcurrentCalls is reached across the fleet: the entry runs the error fallback (EntryFallback). */
   | { readonly _tag: "OverLimit"; readonly sessionId: string; readonly limit: number }
+  /** The environment's breaker is open and this call is not the probe: the error fallback answers it (EntryFallback.rescueAtEntry). */
+  | { readonly _tag: "Shed"; readonly sessionId: string }
 
 export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" | "jti" | "placedOn" | "agentSocket">) => {
   // An outbound call's session exists already; an inbound call's is minted here, so the entry
@@ -61,6 +64,17 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
     // refused with 503 so the carrier tries the number's fallback URL.
     // An outbound call callgate placed (claims.sessionId) is expected by the instance that placed
     // it, whose PUBLIC_URL its webhook names: its stream stays here.
+    // An open breaker sheds new calls at the entry (docs/fallback.md, "Shedding"): no agent, no
+    // silent wait. An outbound call callgate placed already has its session and is not shed.
+    if (claims.sessionId === undefined && lookup.value.errorFallbackShedNewCalls) {
+      const breaker = yield* Breaker
+      const decided = yield* breaker.decideEntry(
+        { agentId: claims.agentId, environmentId: claims.environmentId, sessionId },
+        breakerSettingsOf(lookup.value)
+      )
+      yield* Effect.annotateCurrentSpan("callgate.admission.breaker", decided)
+      if (decided === "shed") return { _tag: "Shed", sessionId } as Admission
+    }
     // The fleet-wide limit (docs/scaling.md, "Fleet-wide call limits"): an inbound call takes its
     // lease here; an outbound call took its own when it was placed.
     const leases = yield* CallLeases
@@ -166,7 +180,7 @@ export const sayAndHangup = (status: number, sentence: string): EntryResponse =>
 export const hangupOnly = (status: number): EntryResponse => xml(status, hangupTwiml())
 
 /** The XML answer for an admission that did not go through (200 so the carrier plays it). */
-export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "OverLimit" }>): EntryResponse =>
+export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "OverLimit" | "Shed" }>): EntryResponse =>
   admission._tag === "UnknownEnvironment"
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")

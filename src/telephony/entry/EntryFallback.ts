@@ -42,18 +42,32 @@ export interface EnteringCall {
   readonly direction: "inbound" | "outbound"
 }
 
+/** Why the entry refused the call to an agent and answered it with the error fallback instead. */
+export type EntryRefusal =
+  /** The environment's `maxConcurrentCalls` is reached across the fleet (docs/scaling.md, "Fleet-wide call limits"). */
+  | { readonly _tag: "OverLimit"; readonly limit: number }
+  /** The environment's breaker is open and the call is not the probe (docs/fallback.md, "Shedding"). */
+  | { readonly _tag: "Shed" }
+
+/** The message the fallback webhook gets (`error=`, `ErrorMessage`) for a shed call. */
+export const BREAKER_OPEN_MESSAGE = "The environment's no-response breaker is open: the call was shed at the entry."
+
 /**
- * A call refused at the entry because its environment's `maxConcurrentCalls` is reached across
- * the fleet (docs/scaling.md, "Fleet-wide call limits"): the environment's error fallback runs at
- * once through `carrier` (the answer to the carrier's request; the carriers' REST APIs when not
- * given), and the session is recorded `failed` with endReason `concurrency_limit`, its
- * session.ended queued like any other's.
+ * A call refused at the entry (over the environment's fleet-wide limit, or shed by its open
+ * breaker): the environment's error fallback runs at once through `carrier` (the answer to the
+ * carrier's request; the carriers' REST APIs when not given), and the session is recorded
+ * `failed` with endReason `concurrency_limit` or `breaker_open`, its session.ended queued like any
+ * other's. No agent is involved.
  */
-export const rescueOverLimit = (entering: EnteringCall, limit: number, carrier?: CarrierShape) =>
+export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, carrier?: CarrierShape) =>
   Effect.gen(function* () {
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
     const now = yield* nowIso
+    const error =
+      refusal._tag === "OverLimit"
+        ? new HardError({ kind: "concurrency_limit", message: `The environment already has ${refusal.limit} calls live (maxConcurrentCalls).` })
+        : new HardError({ kind: "breaker_open", message: BREAKER_OPEN_MESSAGE })
     const record: Session = {
       id: entering.sessionId,
       agentId: entering.agentId,
@@ -66,16 +80,12 @@ export const rescueOverLimit = (entering: EnteringCall, limit: number, carrier?:
       createdAt: now,
       endedAt: now,
       status: "failed",
-      endReason: "concurrency_limit",
+      endReason: error.kind,
       turns: [],
       fallback: null,
       callKind: entering.call.kind,
       ...(entering.call.accountSid !== undefined ? { accountSid: entering.call.accountSid } : {})
     }
-    const error = new HardError({
-      kind: "concurrency_limit",
-      message: `The environment already has ${limit} calls live (maxConcurrentCalls).`
-    })
     const info = sessionInfoOf(record)
     const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier)
     yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null } })

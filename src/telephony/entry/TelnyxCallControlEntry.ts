@@ -7,7 +7,7 @@ import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
 import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
-import { rescueOverLimit } from "./EntryFallback.js"
+import { rescueAtEntry } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
@@ -155,9 +155,9 @@ export const telnyxCallControlEntry = (
       ...(query.right.sessionId !== undefined ? { sessionId: query.right.sessionId } : {})
     })
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
-    if (admission._tag === "OverLimit") {
-      // Over the environment's limit: the error fallback acts on the call through Call Control (docs/scaling.md).
-      const over = rescueOverLimit(
+    if (admission._tag === "OverLimit" || admission._tag === "Shed") {
+      // Over the environment's limit (docs/scaling.md) or shed by its open breaker (docs/fallback.md): the error fallback acts on the call through Call Control.
+      const over = rescueAtEntry(
         {
           agentId: query.right.agentId,
           environmentId: query.right.environmentId,
@@ -167,7 +167,7 @@ export const telnyxCallControlEntry = (
           to: payload.to ?? null,
           direction
         },
-        admission.limit
+        admission
       )
       const context = yield* Effect.context<ErrorFallback | SessionEndJournal>()
       yield* (yield* EntryBackgroundWork).start(Effect.provide(over, context))

@@ -5,7 +5,7 @@ import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
 import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
-import { answerCarrier, rescueOverLimit } from "./EntryFallback.js"
+import { answerCarrier, rescueAtEntry } from "./EntryFallback.js"
 
 /**
  * `POST /telephony/telnyx/texml?agentId=..&environmentId=..`, a TeXML application's voice URL.
@@ -51,10 +51,10 @@ export const telnyxTexmlEntry = (
       accountSid: call.AccountSid,
       ...withCustomParameters(custom.parameters)
     })
-    if (admission._tag === "OverLimit") {
-      // Over the environment's limit: the error fallback is the answer (docs/scaling.md, "Fleet-wide call limits").
+    if (admission._tag === "OverLimit" || admission._tag === "Shed") {
+      // Over the environment's limit (docs/scaling.md, "Fleet-wide call limits") or shed by its open breaker (docs/fallback.md, "Shedding"): the error fallback is the answer.
       const answer = answerCarrier()
-      yield* rescueOverLimit(
+      yield* rescueAtEntry(
         {
           agentId,
           environmentId,
@@ -64,7 +64,7 @@ export const telnyxTexmlEntry = (
           to: call.To ?? null,
           direction: directionOf(call.Direction)
         },
-        admission.limit,
+        admission,
         answer.carrier
       )
       return markupAnswer(answer.markup())

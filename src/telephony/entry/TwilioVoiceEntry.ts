@@ -5,7 +5,7 @@ import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
-import { answerCarrier, rescueOverLimit } from "./EntryFallback.js"
+import { answerCarrier, rescueAtEntry } from "./EntryFallback.js"
 
 /**
  * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
@@ -52,10 +52,10 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       ...withCustomParameters(custom.parameters),
       ...(sessionId !== undefined ? { sessionId } : {})
     })
-    if (admission._tag === "OverLimit") {
-      // Over the environment's limit: the error fallback is the answer (docs/scaling.md, "Fleet-wide call limits").
+    if (admission._tag === "OverLimit" || admission._tag === "Shed") {
+      // Over the environment's limit (docs/scaling.md, "Fleet-wide call limits") or shed by its open breaker (docs/fallback.md, "Shedding"): the error fallback is the answer.
       const answer = answerCarrier()
-      yield* rescueOverLimit(
+      yield* rescueAtEntry(
         {
           agentId,
           environmentId,
@@ -65,7 +65,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
           to: call.To ?? null,
           direction
         },
-        admission.limit,
+        admission,
         answer.carrier
       )
       return markupAnswer(answer.markup())
