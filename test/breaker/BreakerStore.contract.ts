@@ -56,6 +56,33 @@ export const breakerStoreContract = (name: string, layer: () => Layer.Layer<Brea
         })
       ))
 
+    it("the probe slot: one holder per interval, kept apart per environment, freed by clear (which reports it held) and by its interval", () =>
+      run(
+        Effect.gen(function* () {
+          const store = yield* BreakerStore
+          const { agentId, environmentId } = env()
+          const other = env()
+          expect(yield* store.probe(agentId, environmentId)).toBeNull()
+          expect(yield* store.claimProbe(agentId, environmentId, "p1", 3600)).toBe(true)
+          expect(yield* store.claimProbe(agentId, environmentId, "p2", 3600)).toBe(false)
+          expect(yield* store.probe(agentId, environmentId)).toBe("p1")
+          expect(yield* store.claimProbe(other.agentId, other.environmentId, "q1", 3600)).toBe(true)
+          expect(yield* store.clear(agentId, environmentId)).toBe(true)
+          expect(yield* store.clear(agentId, environmentId)).toBe(false)
+          expect(yield* store.probe(agentId, environmentId)).toBeNull()
+          expect(yield* store.probe(other.agentId, other.environmentId)).toBe("q1")
+          // A short interval frees the slot by itself (real clock: wait for it, never assert on timing).
+          expect(yield* store.claimProbe(agentId, environmentId, "p3", 0.05)).toBe(true)
+          let freed = false
+          for (let i = 0; i < 200 && !freed; i++) {
+            yield* Effect.sleep("20 millis")
+            freed = (yield* store.probe(agentId, environmentId)) === null
+          }
+          expect(freed).toBe(true)
+          expect(yield* store.claimProbe(agentId, environmentId, "p4", 3600)).toBe(true)
+        })
+      ))
+
     it("drops occurrences older than the window", () =>
       run(
         Effect.gen(function* () {
