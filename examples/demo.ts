@@ -51,8 +51,11 @@ const answeredTurns = async ({ say }: Stage, api: CallgateApi, call: SimCall, se
   const heard: Array<number> = []
   // The agent sends a mark after each reply, and the caller's side echoes it once that audio has
   // played: the reply is over by order, not after a quiet gap (which a busy machine can open mid-reply).
+  // callgate's own playout marks (`callgate:played:<turn>`, after the first voiced frame) are not the agent's.
   let echoed = 0
-  call.on("markEchoed", () => void echoed++)
+  call.on("markEchoed", ({ name }) => {
+    if (!name.startsWith("callgate:")) echoed++
+  })
   const replyPlayed = (count: number) =>
     new Promise<void>((resolve, reject) => {
       const check = () => {
