@@ -106,6 +106,8 @@ export interface Environment {
   readonly errorFallbackOccurrenceThreshold: number
   readonly errorFallbackTimeWindow: number
   readonly errorFallbackShedNewCalls: boolean
+  /** Spoken when a phone-fallback transfer fails, before the hang-up; null: none. */
+  readonly transferFailedMessage: string | null
   readonly errorFallbackWebhookSecret: string | null
   readonly agentUrl: string | null
   readonly maxConcurrentOutboundCalls: number
@@ -143,6 +145,18 @@ export interface FallbackRecord {
   readonly detail: string | null
 }
 
+export interface TransferRecord {
+  readonly to: string
+  readonly initiatedBy: "agent" | "fallback"
+  readonly status: "answered" | "busy" | "no-answer" | "failed" | "canceled"
+  readonly ringMs: number
+  readonly talkMs: number
+  readonly startedAt: string
+  readonly endedAt: string
+  readonly carrierStatus: string | null
+  readonly transferFailedMessage: boolean
+}
+
 /** queued and ringing: an outbound call placed and not answered yet (docs/calls.md, "Placing outbound calls"). */
 export type SessionStatus = "queued" | "ringing" | "active" | "completed" | "failed" | "timeout"
 
@@ -161,6 +175,10 @@ export interface Session {
   readonly endReason: string | null
   readonly turns: ReadonlyArray<Turn>
   readonly fallback: FallbackRecord | null
+  /** The call's transfers with their outcomes (docs/fallback.md, "Transfer outcomes"). */
+  readonly transfers?: ReadonlyArray<TransferRecord>
+  /** A transfer ringing or talking whose outcome has not come yet. */
+  readonly pendingTransfer?: { readonly to: string; readonly initiatedBy: "agent" | "fallback"; readonly startedAt: string; readonly answeredAt: string | null }
   /** Present once the call's recording is complete. */
   readonly recording?: { readonly url: string; readonly durationMs: number; readonly pauses: ReadonlyArray<{ readonly startMs: number; readonly endMs: number }> }
 }

@@ -73,6 +73,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackTimeWindow: env.errorFallbackTimeWindow,
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
       errorFallbackShedNewCalls: env.errorFallbackShedNewCalls ?? true,
+      transferFailedMessage: env.transferFailedMessage ?? null,
       agentUrl: env.agentUrl,
       maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
       maxConcurrentCalls: env.maxConcurrentCalls ?? null,

@@ -50,6 +50,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackTimeWindow: 300,
         errorFallbackWebhookSecret: null,
         errorFallbackShedNewCalls: true,
+        transferFailedMessage: null,
         agentUrl: null,
         maxConcurrentOutboundCalls: 10,
         maxConcurrentCalls: null,
