@@ -10,8 +10,9 @@ const PRUNE_EVERY_MS = 60_000
  * on the event loop, so a read-modify-write cannot interleave with another. Sessions older than
  * the retention are pruned at most once a minute, on insert.
  */
-export const makeMemorySessionStore = (retention: Duration.Duration, now: () => number = Date.now) =>
-  Effect.sync(() => {
+export const makeMemorySessionStore = (retention: Duration.Duration) =>
+  Effect.map(Effect.clock, (clock) => {
+    const now = () => clock.unsafeCurrentTimeMillis()
     const byAgent = new Map<string, Map<string, Session>>()
     /** instanceId -> "agentId sessionId" */
     const owned = new Map<string, Set<string>>()
