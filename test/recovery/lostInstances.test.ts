@@ -38,7 +38,7 @@ describe("lost instances, on the TestClock", () => {
     const session = await g.run(
       Effect.gen(function* () {
         const store = yield* InstanceStore
-        yield* store.report({ id: lost, publicUrl: "https://lost.callgate.test", draining: false, liveCalls: 1, startedAt: yield* nowIso, idleAgents: [] })
+        yield* store.report({ id: lost, publicUrl: "https://lost.callgate.test", draining: false, liveCalls: 1, startedAt: yield* nowIso, idleAgents: [] }, 10_000)
         const session = sampleSession(agentId, { environmentId, instanceId: lost, callKind: "twilio", createdAt: yield* nowIso })
         yield* Effect.flatMap(Sessions, (sessions) => sessions.record(session))
         return session
