@@ -15,6 +15,8 @@ import type { Session } from "../sessions/SessionSchema.js"
 import { CallSettlement } from "./CallSettlement.js"
 import { CallTurns } from "./CallTurns.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
+import { FailoverMetrics } from "./FailoverMetrics.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
@@ -66,7 +68,10 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
       turns: yield* CallTurns,
       breaker: yield* Breaker,
       connector: yield* AgentConnector,
-      newStreamSid
+      newStreamSid,
+      failovers: yield* FailoverMetrics,
+      maxFailovers: config.agentFailoverMaxPerSession,
+      instanceId: (yield* InstanceIdentity).instanceId
     }
     const fibers = yield* FiberMap.make<string, void, never>()
     const fork = yield* FiberMap.runtime(fibers)<never>()
