@@ -51,6 +51,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackWebhookSecret: null,
         errorFallbackShedNewCalls: true,
         agentUrl: null,
+        agentFailoverTimeout: 5,
         maxConcurrentOutboundCalls: 10,
         maxConcurrentCalls: null,
         recording: "off"
