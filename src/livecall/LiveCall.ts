@@ -10,12 +10,13 @@ import { bytesPerMs, comfortNoiseFrames, MULAW_8K, payloadTranscoders, toObserve
 import { isoAt, frameTimeToEpochMs } from "../kernel/Time.js"
 
 const samePayload = (payload: string) => payload
-import type { AgentEvents, AgentLink, AgentResume, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentResume, AgentStart, CallerEvents, CarrierLeg, Checkpoint, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
 import type { AgentLeg, Session } from "../sessions/SessionSchema.js"
+import { type CallCheckpoints, type CheckpointKeeper, noCheckpoints } from "./CallCheckpoints.js"
 import type { CallSettlement } from "./CallSettlement.js"
 import { type CallTurns, type TurnWatch, unwatched } from "./CallTurns.js"
 import type { FailoverMetrics } from "./FailoverMetrics.js"
@@ -53,6 +54,7 @@ const sharedAudio = Buffer.allocUnsafeSlow(MAX_MEDIA_BYTES)
 export interface LiveCallParts {
   readonly settlement: CallSettlement
   readonly turns: CallTurns
+  readonly checkpoints: CallCheckpoints
   readonly breaker: Breaker
   readonly connector: AgentConnector
   /** A new stream id for the agent's `start`. */
@@ -99,6 +101,8 @@ export const shutdownError = () => new HardError({ kind: "shutdown", message: "c
 export class LiveCall implements CallerEvents, AgentEvents {
   private observer: TurnObserver = nullTurnObserver
   private watch: TurnWatch = unwatched
+  /** The agents' checkpoints (docs/calls.md, "Checkpoints"): `latest` is what a `resume` hands the next agent. */
+  checkpoints: CheckpointKeeper = noCheckpoints
   private readonly endSignal = Deferred.unsafeMake<SessionEnding>(FiberId.none)
   private agent: AgentLink | undefined
   private held: Array<Held> | undefined = []
@@ -174,6 +178,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
       const scope: Scope.Scope = yield* Effect.scope
       call.forkInCall = (effect) => runFork(effect, { scope })
       const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId } })
+      call.checkpoints = yield* parts.checkpoints.keeper(info)
       const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
       const recording = yield* Effect.fork(parts.settlement.begin(info))
       call.observeWith(yield* parts.turns.watch(info, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow) }))
@@ -426,6 +431,10 @@ export class LiveCall implements CallerEvents, AgentEvents {
     if (this.ending === undefined) this.carrier.pauseRecording?.(paused)
   }
 
+  agentCheckpoint(checkpoint: Checkpoint): void {
+    if (this.ending === undefined) this.checkpoints.keep(checkpoint)
+  }
+
   agentFailed(fault: LegFault): void {
     this.agentLost(faultError(fault))
   }
@@ -505,7 +514,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
       const agent = found.right
       if (call.ending !== undefined) return agent.finish(CloseCode.normal, "the call ended before the agent was connected")
       const resume: AgentResume = {
-        checkpoint: null,
+        checkpoint: yield* call.checkpoints.latest,
         turns: call.turns().map((turn) => ({ ...turn })),
         previousEndReason: error.kind,
         heldAudioMs: Math.round(call.heldBytes / bytesPerMs(info.mediaFormat ?? MULAW_8K))

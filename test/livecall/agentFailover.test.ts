@@ -1,5 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { createServer } from "node:http"
+import { Effect, Option } from "effect"
+import { SessionStore } from "../../src/sessions/SessionStore.js"
 import { WebSocketServer } from "ws"
 import { freePort } from "../support/redisServer.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -40,9 +42,10 @@ interface WorkerProcess {
   readonly waitFor: (check: (received: Array<any>) => boolean, what: string) => Promise<void>
 }
 
-const spawnWorker = async (gateway: Gateway, agentId: string, environmentId: string): Promise<WorkerProcess> => {
+const spawnWorker = async (gateway: Gateway, agentId: string, environmentId: string, checkpoint?: object): Promise<WorkerProcess> => {
   const url = `${gateway.wsBase}/v1/agents/${agentId}/environments/${environmentId}/connect`
-  const child = spawn(process.execPath, ["--import", "tsx", "test/support/agentWorker.ts", url, ADMIN_KEY], {
+  const args = ["--import", "tsx", "test/support/agentWorker.ts", url, ADMIN_KEY, ...(checkpoint !== undefined ? [JSON.stringify(checkpoint)] : [])]
+  const child = spawn(process.execPath, args, {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "inherit"]
   })
@@ -71,6 +74,15 @@ const placeCall = async (gateway: Gateway, kind: CallKind, agentId: string, envi
   return { call, callId }
 }
 
+/** Waits until the session's checkpoint is in the store. */
+const checkpointStored = async (gateway: Gateway, agentId: string, sessionId: string) => {
+  const deadline = Date.now() + 30_000
+  while (Option.isNone(await gateway.run(Effect.flatMap(SessionStore, (store) => store.checkpointOf(agentId, sessionId))))) {
+    if (Date.now() > deadline) throw new Error("timed out waiting for the checkpoint in the store")
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
 /** The caller audio an agent received, in order, with the timestamps it was given. */
 const mediaOf = (received: Array<any>) => received.filter((m) => m.event === "media").map((m) => m.media.payload as string)
 const timestampsOf = (received: Array<any>) => received.filter((m) => m.event === "media").map((m) => Number(m.media.timestamp))
@@ -93,7 +105,8 @@ describe("agent failover", () => {
   it("Twilio: the worker process holding the call is SIGKILLed; the other worker gets start (resumed), resume, every gap frame in order; the call ends completed with agentFailovers 1 and no fallback", async () => {
     const agentId = uniqueId("agent")
     const env = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: "+14155550199" })
-    const first = await spawnWorker(gateway, agentId, env.id)
+    const context = { step: "collect_date", slots: { party: 4 } }
+    const first = await spawnWorker(gateway, agentId, env.id, context)
     workers.push(first)
     await until(() => gateway.idleAgents(agentId, env.id) === 1, "the first worker to be idle")
     const second = await spawnWorker(gateway, agentId, env.id)
@@ -106,6 +119,8 @@ describe("agent failover", () => {
     for (const frame of before) call.media(frame)
     await first.waitFor((r) => mediaOf(r).length === before.length, "the first frames at the first worker")
     const sessionId = first.events("start")[0].start.customParameters.sessionId
+    // Its checkpoint is in the store before it dies.
+    await checkpointStored(gateway, agentId, sessionId)
 
     first.child.kill("SIGKILL")
     // callgate saw the leg end: it clears the old agent's audio at the carrier.
@@ -124,7 +139,7 @@ describe("agent failover", () => {
     const events = second.received.map((m) => m.event).filter((e) => e !== "open")
     expect(events.slice(0, 3)).toEqual(["connected", "start", "resume"])
     const resume = second.events("resume")[0].resume
-    expect(resume).toMatchObject({ checkpoint: null, previousEndReason: "agent_disconnected" })
+    expect(resume).toMatchObject({ checkpoint: context, previousEndReason: "agent_disconnected" })
     expect(Array.isArray(resume.turns)).toBe(true)
     expect(resume.heldAudioMs).toBeGreaterThanOrEqual(0)
     // Every caller frame and digit after the leg ended, in order, then live audio.
