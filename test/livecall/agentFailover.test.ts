@@ -89,7 +89,7 @@ const timestampsOf = (received: Array<any>) => received.filter((m) => m.event ==
 
 /** The carrier requests a rescue would have made for the call (none must be made). */
 const rescueRequests = (gateway: Gateway, kind: CallKind, callId: string) =>
-  kind === "twilio" ? gateway.twilio.callUpdates(callId) : kind === "telnyx-texml" ? gateway.telnyx.texmlUpdates(callId) : gateway.telnyx.commands(callId).filter((r) => !r.url.includes("streaming"))
+  kind === "twilio" ? gateway.twilio.callUpdates(callId) : kind === "telnyx-texml" ? gateway.telnyx.texmlUpdates(callId) : gateway.telnyx.commands(callId).filter((r) => !r.path.includes("streaming"))
 
 describe("agent failover", () => {
   let gateway: Gateway
