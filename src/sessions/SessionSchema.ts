@@ -32,6 +32,19 @@ export const PendingTransfer = Schema.Struct({
 }).annotations({ identifier: "PendingTransfer" })
 export type PendingTransfer = typeof PendingTransfer.Type
 
+/** One agent leg of a session: the agent that held the call from `startedAt` to `endedAt` (docs/reliability.md, "Agent failover"). */
+export const AgentLeg = Schema.Struct({
+  startedAt: Schema.String.annotations({ description: "ISO 8601: when the agent was sent `start`" }),
+  endedAt: Schema.NullOr(Schema.String.annotations({ description: "ISO 8601: when the leg ended; null while it holds the call" })),
+  endReason: Schema.NullOr(
+    Schema.String.annotations({
+      description: "Why the leg ended: a hard error kind (agent_disconnected, agent_error, agent_unresponsive, ...) for a leg a failover replaced, else the session's endReason; null while it holds the call"
+    })
+  ),
+  instanceId: Schema.String.annotations({ description: "The callgate instance the agent was connected to" })
+}).annotations({ identifier: "AgentLeg" })
+export type AgentLeg = typeof AgentLeg.Type
+
 export const Session = Schema.Struct({
   id: Schema.String,
   agentId: Schema.String,
@@ -72,7 +85,15 @@ export const Session = Schema.Struct({
   pendingTransfer: Schema.optional(
     PendingTransfer.annotations({ description: "A transfer ringing or talking whose outcome has not come yet; session.ended waits for it" })
   ),
-  answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" }))
+  answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" })),
+  agentLegs: Schema.optional(
+    Schema.Array(AgentLeg).annotations({
+      description: "The agents that held the call, in order: more than one when the call failed over (docs/reliability.md, \"Agent failover\"); absent before an agent was connected"
+    })
+  ),
+  agentFailovers: Schema.optional(
+    Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally" })
+  )
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

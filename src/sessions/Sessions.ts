@@ -62,7 +62,8 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     ...(session.endReason !== null ? { endReason: session.endReason } : {}),
     ...(session.recording !== undefined ? { recording: session.recording } : {}),
     ...(session.answeredBy !== undefined ? { answeredBy: session.answeredBy } : {}),
-    ...(session.transfers !== undefined && session.transfers.length > 0 ? { transfers: session.transfers } : {})
+    ...(session.transfers !== undefined && session.transfers.length > 0 ? { transfers: session.transfers } : {}),
+    ...(session.agentFailovers !== undefined ? { agentFailovers: session.agentFailovers } : {})
   }
 }
 

@@ -62,6 +62,9 @@ export const SessionEndedEvent = Schema.Struct({
     Schema.Array(TransferRecord).annotations({
       description: "The call's transfers with their outcomes; present when the call was transferred. session.ended is sent once the last one's outcome is known"
     })
+  ),
+  agentFailovers: Schema.optional(
+    Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally (docs/reliability.md, \"Agent failover\")" })
   )
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type

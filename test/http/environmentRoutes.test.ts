@@ -55,6 +55,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackShedNewCalls: true,
         transferFailedMessage: null,
         agentUrl: null,
+        agentFailoverTimeout: 5,
         maxConcurrentOutboundCalls: 10,
         maxConcurrentCalls: null,
         recording: "off"
