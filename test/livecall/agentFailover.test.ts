@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CallKind } from "../../src/kernel/Carrier.js"
 import { repoRoot } from "../support/gatewayProcess.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
+import { completeTransfer } from "../fallback/liveCalls.js"
 import {
   audioFrames,
   type CarrierCall,
@@ -206,6 +207,8 @@ describe("agent failover", () => {
     const sessionId = sessionIdOf(agent)
     agent.ws.terminate()
     await call.peer.waitForEvent("clear")
+    // The phone fallback's session.ended waits for the transfer's outcome (docs/fallback.md, "Transfer outcomes").
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
@@ -223,6 +226,7 @@ describe("agent failover", () => {
     await agent.waitForEvent("start")
     const sessionId = sessionIdOf(agent)
     agent.ws.terminate()
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 0 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
