@@ -25,10 +25,10 @@ const AGENT = 1
 
 /**
  * How a format's bytes reach the window. Mu-law (Twilio, and most Telnyx calls) stays as its codes
- * (one byte a sample, 0xFF is silence) and is expanded to PCM through a table at flush time, once
- * a second for the whole batch. A-law has no code for zero (a window of A-law codes could not tell
- * silence from its quietest sample), and L16 is PCM already: both are decoded as they arrive into a
- * window of 16-bit samples, where silence is 0, and copied out at flush time.
+ * (one byte a sample, 0xFF is silence: a frame is one copy) and is expanded to PCM through a table
+ * at flush time, once a second for the whole batch. A-law has no code for zero (a window of A-law
+ * codes could not tell silence from its quietest sample), and L16 is PCM already: both are decoded
+ * as they arrive into a window of 16-bit samples, where silence is 0.
  */
 const MULAW = 0
 const ALAW = 1
@@ -37,6 +37,12 @@ type Codec = typeof MULAW | typeof ALAW | typeof L16
 
 /** Each A-law code's 16-bit sample (ITU-T G.711). */
 const ALAW_TO_PCM = Int16Array.from({ length: 256 }, (_, byte) => alawToLinear(byte))
+/**
+ * Each mu-law code's sample in the low and in the high half of a 32-bit lane: one sample frame of
+ * the file (caller low, agent high, on a little-endian machine) is `LOW[caller] | HIGH[agent]`.
+ */
+const MULAW_LOW = Int32Array.from(MULAW_TO_PCM, (sample) => sample & 0xffff)
+const MULAW_HIGH = Int32Array.from(MULAW_TO_PCM, (sample) => sample << 16)
 
 const codecOf = (format: AudioFormat): Codec => (format.encoding === "audio/x-alaw" ? ALAW : format.encoding === "audio/L16" ? L16 : MULAW)
 
@@ -82,10 +88,10 @@ export class CallRecording {
   private readonly maxFrameSamples: number
   private readonly maxJumpSamples: number
   private readonly samplesPerMs: number
-  /** Mu-law calls: codes, interleaved caller/agent, for positions [base, base + windowSamples) (ring). */
-  private readonly codes: Uint8Array
-  /** Other formats: 16-bit samples, laid out as `codes`. */
-  private readonly pcm: Int16Array
+  /** Mu-law calls: each channel's codes (caller, agent) for positions [base, base + windowSamples) (a ring). */
+  private readonly codes: ReadonlyArray<Uint8Array>
+  /** Other formats: each channel's 16-bit samples, as `codes`. */
+  private readonly pcm: ReadonlyArray<Int16Array>
   /** First sample position not yet handed to storage. */
   private base = 0
   /** The carrier's clock: the end of the latest caller frame, in samples. */
@@ -117,8 +123,8 @@ export class CallRecording {
     this.maxFrameSamples = this.windowSamples / 2
     this.maxJumpSamples = this.samplesPerMs * MAX_JUMP_MS
     const mulaw = this.codec === MULAW
-    this.codes = mulaw ? new Uint8Array(this.windowSamples * 2).fill(MULAW_SILENCE) : new Uint8Array(0)
-    this.pcm = mulaw ? new Int16Array(0) : new Int16Array(this.windowSamples * 2)
+    this.codes = [new Uint8Array(mulaw ? this.windowSamples : 0).fill(MULAW_SILENCE), new Uint8Array(mulaw ? this.windowSamples : 0).fill(MULAW_SILENCE)]
+    this.pcm = [new Int16Array(mulaw ? 0 : this.windowSamples), new Int16Array(mulaw ? 0 : this.windowSamples)]
   }
 
   // Per frame
@@ -175,11 +181,9 @@ export class CallRecording {
     this.agentQueue.length = 0
     this.agentQueueHead = 0
     const end = Math.min(this.agentCursor, this.base + this.windowSamples)
-    const window = this.codec === MULAW ? this.codes : this.pcm
+    const window = this.codec === MULAW ? this.codes[AGENT]! : this.pcm[AGENT]!
     const silence = this.codec === MULAW ? MULAW_SILENCE : 0
-    for (let position = Math.max(this.clock, this.base); position < end; position++) {
-      window[(position % this.windowSamples) * 2 + AGENT] = silence
-    }
+    for (let position = Math.max(this.clock, this.base); position < end; position++) window[position % this.windowSamples] = silence
     this.agentCursor = this.clock
   }
 
@@ -246,18 +250,20 @@ export class CallRecording {
     // Up to the ring's end, then from its start: no wrap test per sample.
     const split = from + Math.min(length - from, this.windowSamples - start)
     if (this.codec === MULAW) {
-      const codes = this.codes
-      for (let i = from, index = start * 2 + channel; i < split; i++, index += 2) codes[index] = bytes[i]!
-      for (let i = split, index = channel; i < length; i++, index += 2) codes[index] = bytes[i]!
+      const codes = this.codes[channel]!
+      // The usual frame (whole, not across the ring's end): one copy.
+      if (from === 0 && split === bytes.length) return codes.set(bytes, start)
+      for (let i = from, index = start; i < split; i++, index++) codes[index] = bytes[i]!
+      for (let i = split, index = 0; i < length; i++, index++) codes[index] = bytes[i]!
     } else if (this.codec === ALAW) {
-      const pcm = this.pcm
-      for (let i = from, index = start * 2 + channel; i < split; i++, index += 2) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
-      for (let i = split, index = channel; i < length; i++, index += 2) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
+      const pcm = this.pcm[channel]!
+      for (let i = from, index = start; i < split; i++, index++) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
+      for (let i = split, index = 0; i < length; i++, index++) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
     } else {
       // L16 is big-endian (as RTP carries it); an Int16Array lane wraps the 16 bits to a signed sample.
-      const pcm = this.pcm
-      for (let i = from, index = start * 2 + channel; i < split; i++, index += 2) pcm[index] = (bytes[2 * i]! << 8) | bytes[2 * i + 1]!
-      for (let i = split, index = channel; i < length; i++, index += 2) pcm[index] = (bytes[2 * i]! << 8) | bytes[2 * i + 1]!
+      const pcm = this.pcm[channel]!
+      for (let i = from, index = start; i < split; i++, index++) pcm[index] = (bytes[2 * i]! << 8) | bytes[2 * i + 1]!
+      for (let i = split, index = 0; i < length; i++, index++) pcm[index] = (bytes[2 * i]! << 8) | bytes[2 * i + 1]!
     }
   }
 
@@ -267,30 +273,43 @@ export class CallRecording {
     if (end <= from) return undefined
     const samples = end - from
     const bytes = take(samples * FRAME_BYTES)
-    const start = (from % this.windowSamples) * 2
-    const first = Math.min(samples, this.windowSamples - (from % this.windowSamples))
-    const lanes = LITTLE_ENDIAN && bytes.byteOffset % 2 === 0 ? new Int16Array(bytes.buffer, bytes.byteOffset, samples * 2) : undefined
+    const start = from % this.windowSamples
+    const first = Math.min(samples, this.windowSamples - start)
     if (this.codec === MULAW) {
-      const codes = this.codes
-      if (lanes !== undefined) {
-        // Straight into 16-bit lanes: one table look-up per sample.
-        for (let i = 0, index = start; i < first * 2; i++, index++) lanes[i] = MULAW_TO_PCM[codes[index]!]!
-        for (let i = first * 2, index = 0; i < samples * 2; i++, index++) lanes[i] = MULAW_TO_PCM[codes[index]!]!
+      const [caller, agent] = this.codes as [Uint8Array, Uint8Array]
+      if (LITTLE_ENDIAN && bytes.byteOffset % 4 === 0) {
+        // One 32-bit lane per sample frame: two table look-ups and one store.
+        const lanes = new Int32Array(bytes.buffer, bytes.byteOffset, samples)
+        for (let i = 0, j = start; i < first; i++, j++) lanes[i] = MULAW_LOW[caller[j]!]! | MULAW_HIGH[agent[j]!]!
+        for (let i = first, j = 0; i < samples; i++, j++) lanes[i] = MULAW_LOW[caller[j]!]! | MULAW_HIGH[agent[j]!]!
       } else {
-        for (let i = 0; i < samples * 2; i++) bytes.writeInt16LE(MULAW_TO_PCM[codes[i < first * 2 ? start + i : i - first * 2]!]!, i * 2)
+        for (let i = 0; i < samples; i++) {
+          const j = i < first ? start + i : i - first
+          bytes.writeInt16LE(MULAW_TO_PCM[caller[j]!]!, i * FRAME_BYTES)
+          bytes.writeInt16LE(MULAW_TO_PCM[agent[j]!]!, i * FRAME_BYTES + 2)
+        }
       }
-      codes.fill(MULAW_SILENCE, start, start + first * 2)
-      if (samples > first) codes.fill(MULAW_SILENCE, 0, (samples - first) * 2)
+      for (const codes of this.codes) {
+        codes.fill(MULAW_SILENCE, start, start + first)
+        if (samples > first) codes.fill(MULAW_SILENCE, 0, samples - first)
+      }
     } else {
-      const pcm = this.pcm
-      if (lanes !== undefined) {
-        lanes.set(pcm.subarray(start, start + first * 2))
-        if (samples > first) lanes.set(pcm.subarray(0, (samples - first) * 2), first * 2)
+      const [caller, agent] = this.pcm as [Int16Array, Int16Array]
+      if (LITTLE_ENDIAN && bytes.byteOffset % 4 === 0) {
+        const lanes = new Int32Array(bytes.buffer, bytes.byteOffset, samples)
+        for (let i = 0, j = start; i < first; i++, j++) lanes[i] = (caller[j]! & 0xffff) | (agent[j]! << 16)
+        for (let i = first, j = 0; i < samples; i++, j++) lanes[i] = (caller[j]! & 0xffff) | (agent[j]! << 16)
       } else {
-        for (let i = 0; i < samples * 2; i++) bytes.writeInt16LE(pcm[i < first * 2 ? start + i : i - first * 2]!, i * 2)
+        for (let i = 0; i < samples; i++) {
+          const j = i < first ? start + i : i - first
+          bytes.writeInt16LE(caller[j]!, i * FRAME_BYTES)
+          bytes.writeInt16LE(agent[j]!, i * FRAME_BYTES + 2)
+        }
       }
-      pcm.fill(0, start, start + first * 2)
-      if (samples > first) pcm.fill(0, 0, (samples - first) * 2)
+      for (const pcm of this.pcm) {
+        pcm.fill(0, start, start + first)
+        if (samples > first) pcm.fill(0, 0, samples - first)
+      }
     }
     for (const pause of this.pauses) {
       const start = Math.max(from, Math.floor(pause.startMs * this.samplesPerMs))

@@ -48,9 +48,9 @@ describe("the recordings sweep", () => {
   afterAll(() => gateway.close())
 
   it("deletes what is past the retention, finishes what a lost instance left, leaves live files alone", async () => {
-    await until(() => !existsSync(old), "the expired recording deleted")
+    // The WAV goes first, then its sidecar: wait for both.
+    await until(() => !existsSync(old) && !existsSync(join(dir, agentId, "ses_old.json")), "the expired recording deleted")
     await until(() => JSON.parse(readFileSync(join(dir, agentId, "ses_abandoned.json"), "utf8")).state === "complete", "the abandoned recording finished")
-    expect(existsSync(join(dir, agentId, "ses_old.json"))).toBe(false)
     expect(existsSync(fresh)).toBe(true)
 
     const finished = readFileSync(abandoned)
