@@ -694,6 +694,8 @@ export const startFeaturePair = async (
   feature: string,
   options: {
     readonly build?: string | undefined
+    /** A build per side (versus.ts: one commit against another); default `build` for both. */
+    readonly buildOf?: (state: "off" | "on") => string | undefined
     readonly envOf: (state: "off" | "on") => Record<string, string>
     readonly settingsOf?: (state: "off" | "on") => object
     /** Run both callgates under --cpu-prof, each writing its profile into a folder of this one (`--profile`). */
@@ -701,9 +703,10 @@ export const startFeaturePair = async (
   }
 ) => {
   const start = async (state: "off" | "on") => {
+    const build = options.buildOf !== undefined ? options.buildOf(state) : options.build
     const profileRunDir = options.profileDir !== undefined ? join(options.profileDir, `${feature}-${state}-${Date.now()}`) : undefined
     const gateway = await startGateway({
-      build: options.build,
+      build,
       inspect: true,
       env: options.envOf(state),
       nodeArgs: profileRunDir !== undefined ? ["--cpu-prof", "--cpu-prof-dir", profileRunDir] : []
