@@ -428,12 +428,36 @@ const agentServerOn = async (port: number) => {
   }
 }
 
-describe("agent failover: dial-out", () => {
+describe("agent failover: dial-out, and AGENT_FAILOVER_MAX_PER_SESSION", () => {
   let gateway: Gateway
   beforeAll(async () => {
-    gateway = await startGateway({ env: { AGENT_CONNECT_TIMEOUT: "500ms", AGENT_ALLOW_PRIVATE_NETWORKS: "true" } })
+    gateway = await startGateway({ env: { AGENT_CONNECT_TIMEOUT: "500ms", AGENT_ALLOW_PRIVATE_NETWORKS: "true", AGENT_FAILOVER_MAX_PER_SESSION: "1" } })
   })
   afterAll(() => gateway.close())
+
+  it("past AGENT_FAILOVER_MAX_PER_SESSION failovers, the next abnormal end runs the fallback at once, even with an agent idle", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: "+14155550199" })
+    const agents = [await dialInAgent(gateway, agentId, env.id)]
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { callId } = await placeCall(gateway, "twilio", agentId, env.id)
+    await agents[0]!.waitForEvent("start")
+    const sessionId = sessionIdOf(agents[0]!)
+    for (let i = 1; i <= 2; i++) {
+      agents.push(await dialInAgent(gateway, agentId, env.id))
+      await until(() => gateway.idleAgents(agentId, env.id) === i, "the spare agents")
+    }
+    agents[0]!.ws.terminate()
+    await until(() => agents.filter((a) => a.events("resume").length === 1).length === 1, "the first failover")
+    const second = agents.find((a) => a.events("resume").length === 1)!
+    second.ws.terminate()
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
+    await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
+    // The spare agent was never handed the call.
+    expect(gateway.idleAgents(agentId, env.id)).toBe(1)
+    for (const agent of agents) agent.close()
+  })
 
   it("the agent server dies mid-call and comes back within the timeout: callgate dials again and the new connection gets start, resume and the held audio", async () => {
     const agentId = uniqueId("agent")
