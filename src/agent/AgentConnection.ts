@@ -1,6 +1,6 @@
 import { Either } from "effect"
 import { agentMediaFormat } from "../kernel/AudioFormat.js"
-import type { AgentEvents, AgentLink, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentResume, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
 import { accountSidOf } from "../kernel/TwilioIds.js"
 import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
@@ -10,7 +10,9 @@ import {
   AgentMessage,
   agentMediaScanner,
   callgateErrorFrame,
+  checkpointIn,
   isAgentMediaFrame,
+  isCheckpointEvent,
   isRecordingEvent,
   recordingPausedOf
 } from "../frames/AgentDialect.js"
@@ -86,7 +88,8 @@ export class AgentConnection implements WireListener, AgentLink {
           direction: start.direction,
           provider: start.provider,
           ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {}),
-          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
+          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {}),
+          ...(start.failover !== undefined ? { resumed: "true", failover: String(start.failover) } : {})
         }
       })
     )
@@ -100,6 +103,7 @@ export class AgentConnection implements WireListener, AgentLink {
     const raw = parseJson(text)
     if (isMedia(raw)) return events.agentMedia(raw.media.payload)
     if (isRecordingEvent(raw)) return this.recording(raw, events)
+    if (isCheckpointEvent(raw)) return this.checkpoint(raw, events)
     const decoded = decodeMessage(raw)
     if (Either.isLeft(decoded)) {
       this.state = "done"
@@ -128,6 +132,13 @@ export class AgentConnection implements WireListener, AgentLink {
     const paused = recordingPausedOf(raw)
     if (typeof paused === "string") return this.socket.send(callgateErrorFrame(paused))
     events.agentRecording?.(paused)
+  }
+
+  /** Keeps the agent's checkpoint; one not an object or too large gets `error` back and the call goes on. */
+  private checkpoint(raw: unknown, events: AgentEvents) {
+    const checkpoint = checkpointIn(raw)
+    if (typeof checkpoint === "string") return this.socket.send(callgateErrorFrame(checkpoint))
+    events.agentCheckpoint?.(checkpoint)
   }
 
   onClose(code: number, _reason: string, fault: string | undefined): void {
@@ -165,6 +176,11 @@ export class AgentConnection implements WireListener, AgentLink {
     this.socket.send(
       JSON.stringify({ event: "amd", sequenceNumber: String(++this.sequence), streamSid: this.streamSid, amd: { answeredBy: verdict.answeredBy, detail: verdict.detail } })
     )
+  }
+
+  sendResume(resume: AgentResume): void {
+    if (this.encoder === undefined || this.state !== "bound") return
+    this.socket.send(JSON.stringify({ event: "resume", sequenceNumber: String(++this.sequence), streamSid: this.streamSid, resume }))
   }
 
   finish(code: number, reason: string): void {

@@ -42,6 +42,15 @@ export interface CarrierLeg {
   pauseRecording?(paused: boolean): void
 }
 
+/**
+ * An agent's checkpoint (docs/calls.md, "Checkpoints"): a JSON object, at most
+ * MAX_CHECKPOINT_BYTES serialized, kept with the session and handed to the next agent in `resume`.
+ */
+export type Checkpoint = { readonly [key: string]: unknown }
+
+/** The most UTF-8 bytes a checkpoint may take serialized (`JSON.stringify`): 16 KiB. */
+export const MAX_CHECKPOINT_BYTES = 16 * 1024
+
 /** What the agent side tells the session. */
 export interface AgentEvents {
   agentMedia(payload: string): void
@@ -56,6 +65,8 @@ export interface AgentEvents {
   agentTransfer(to: string): void
   /** `{"event":"recording","recording":{"paused":...}}`: pause or resume the call's recording (docs/recording.md). */
   agentRecording?(paused: boolean): void
+  /** `{"event":"checkpoint","checkpoint":{...}}`, already checked (an object within MAX_CHECKPOINT_BYTES): the latest is kept with the session. */
+  agentCheckpoint?(checkpoint: Checkpoint): void
   /** The agent failed: `error` event, protocol violation, socket dropped, stopped reading. */
   agentFailed(fault: LegFault): void
 }
@@ -89,6 +100,23 @@ export interface AgentStart {
   readonly answeredBy?: AnsweredBy | undefined
   /** The carrier stream's audio format, which the agent receives and sends (`start.mediaFormat`); 8 kHz mu-law when absent. */
   readonly mediaFormat?: AudioFormat | undefined
+  /**
+   * The call's failover this agent takes it over at (1, 2, ...): `customParameters` then carry
+   * `resumed: "true"` and `failover: "<n>"` (docs/calls.md, "When an agent takes over a call").
+   */
+  readonly failover?: number | undefined
+}
+
+/**
+ * The `resume` extension a new agent of a call receives right after `start` (docs/calls.md, "When
+ * an agent takes over a call"): the session's latest checkpoint (null when none), its turns so far,
+ * why the previous agent leg ended, and how much caller audio was held for it.
+ */
+export interface AgentResume {
+  readonly checkpoint: unknown
+  readonly turns: ReadonlyArray<object>
+  readonly previousEndReason: string
+  readonly heldAudioMs: number
 }
 
 /** What the session asks of the agent connection. */
@@ -100,6 +128,8 @@ export interface AgentLink {
   sendMark(name: string): void
   /** Sends `{"event":"amd"}`: the machine-detection verdict came after `start`. */
   sendAmd(verdict: MachineVerdict): void
+  /** Sends `{"event":"resume"}` (right after `start`, to an agent taking over a call). */
+  sendResume(resume: AgentResume): void
   /** Sends `stop` and closes the socket; idempotent. */
   finish(code: number, reason: string): void
   /** Bytes queued towards the agent. */

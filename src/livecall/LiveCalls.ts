@@ -14,7 +14,10 @@ import { Recordings } from "../recording/Recordings.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { CallSettlement } from "./CallSettlement.js"
 import { CallTurns } from "./CallTurns.js"
+import { CallCheckpoints } from "./CallCheckpoints.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
+import { FailoverMetrics } from "./FailoverMetrics.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
@@ -64,9 +67,13 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
     const parts: LiveCallParts = {
       settlement: yield* CallSettlement,
       turns: yield* CallTurns,
+      checkpoints: yield* CallCheckpoints,
       breaker: yield* Breaker,
       connector: yield* AgentConnector,
-      newStreamSid
+      newStreamSid,
+      failovers: yield* FailoverMetrics,
+      maxFailovers: config.agentFailoverMaxPerSession,
+      instanceId: (yield* InstanceIdentity).instanceId
     }
     const fibers = yield* FiberMap.make<string, void, never>()
     const fork = yield* FiberMap.runtime(fibers)<never>()
