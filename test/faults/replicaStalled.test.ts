@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process"
 import { afterEach, describe, expect, it } from "vitest"
 import { type RedisSentinelSet, startRedisSentinelSet } from "../support/redisSentinel.js"
 import { adminAuth } from "../support/testApp.js"
@@ -41,6 +42,20 @@ const deliveryStates = async (rig: Rig) => {
   if (res.status !== 200) return []
   return ((await res.json()) as { data: { deliveries: Array<{ state: string; sessionId: string }> } }).data.deliveries
 }
+
+/**
+ * Whether every sentinel sees the replica healthy again (flags just `slave`, its link to the
+ * primary up): a replica the sentinels still hold for down, or whose link they saw down for long,
+ * is not promoted, so the failover at the end would stall.
+ */
+const sentinelsSeeReplicaUp = (set: RedisSentinelSet) =>
+  set.ports.sentinels.every((port) => {
+    const lines = spawnSync("redis-cli", ["-p", String(port), "--no-auth-warning", "-a", set.sentinelPassword, "sentinel", "replicas", set.name], {
+      encoding: "utf8"
+    }).stdout.split("\n")
+    const field = (name: string) => lines[lines.indexOf(name) + 1]?.trim()
+    return field("flags") === "slave" && field("master-link-status") === "ok" && field("master-link-down-time") === "0"
+  })
 
 describe("Redis replica that stops confirming writes", () => {
   let sentinel: RedisSentinelSet | undefined
@@ -95,6 +110,7 @@ describe("Redis replica that stops confirming writes", () => {
     expect(events).toHaveLength(CALLS)
 
     // The replica has everything: with the primary gone, the promoted replica holds every end.
+    await until(() => sentinelsSeeReplicaUp(set), (up) => up, "the sentinels seeing the replica up again")
     await set.kill(set.ports.primary)
     await until(() => createEnvironment(live, "after the failover"), ({ status }) => status === 201, "an API write taken after the failover")
     expect(set.primaryPort()).toBe(set.ports.replica)
