@@ -90,7 +90,9 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
               endedAt: session.endedAt,
               fallback: session.fallback ?? current.fallback,
               turns: job.turns ?? current.turns,
-              ...(session.recording !== undefined ? { recording: session.recording } : {})
+              ...(session.recording !== undefined ? { recording: session.recording } : {}),
+              ...(session.agentLegs !== undefined ? { agentLegs: session.agentLegs } : {}),
+              ...(session.agentFailovers !== undefined ? { agentFailovers: session.agentFailovers } : {})
             }
           }
           if (job.fillFallback === true && current.fallback === null && session.fallback !== null) {

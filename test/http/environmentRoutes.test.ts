@@ -54,6 +54,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackWebhookSecret: null,
         errorFallbackShedNewCalls: true,
         agentUrl: null,
+        agentFailoverTimeout: 5,
         maxConcurrentOutboundCalls: 10,
         maxConcurrentCalls: null,
         recording: "off"
