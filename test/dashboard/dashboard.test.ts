@@ -244,8 +244,8 @@ describe("the dashboard, in chromium", () => {
     const failoverTimeout = dialog.getByLabel("Agent Failover Timeout")
     await failoverTimeout.fill("31")
     await dialog.getByRole("button", { name: "Save" }).click()
-    const failoverError = dialog.locator(".field.invalid").filter({ has: failoverTimeout }).locator(".field-error")
-    await failoverError.waitFor()
+    const failoverError = dialog.locator(".field.invalid").filter({ has: page.getByLabel("Agent Failover Timeout") }).locator(".field-error")
+    await failoverError.getByText("must be an integer from 0 to 30").waitFor()
     expect(await failoverTimeout.getAttribute("aria-describedby")).toContain(await failoverError.getAttribute("id"))
     expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.agentFailoverTimeout).toBe(5)
 
