@@ -694,12 +694,15 @@ export const startFeaturePair = async (
   feature: string,
   options: {
     readonly build?: string | undefined
+    /** A build per side (versus.ts: one commit against another); default `build` for both. */
+    readonly buildOf?: (state: "off" | "on") => string | undefined
     readonly envOf: (state: "off" | "on") => Record<string, string>
     readonly settingsOf?: (state: "off" | "on") => object
   }
 ) => {
   const start = async (state: "off" | "on") => {
-    const gateway = await startGateway({ build: options.build, inspect: true, env: options.envOf(state) })
+    const build = options.buildOf !== undefined ? options.buildOf(state) : options.build
+    const gateway = await startGateway({ build, inspect: true, env: options.envOf(state) })
     try {
       const agentId = "bench_agent"
       const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId, options.settingsOf?.(state) ?? {})
