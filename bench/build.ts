@@ -7,10 +7,14 @@
  */
 import { execFileSync, spawn } from "node:child_process"
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
-import { join } from "node:path"
+import { basename, join } from "node:path"
 import { repoRoot } from "./benchProcess.js"
 
-export const BUILD_DIR = join(repoRoot, "node_modules/.cache/callgate-bench")
+/**
+ * One build folder per checkout: worktrees share node_modules (a symlink to the main checkout's), and
+ * two benchmarks building at once into one folder would delete each other's build mid-run.
+ */
+export const BUILD_DIR = join(repoRoot, "node_modules/.cache", `callgate-bench-${basename(repoRoot)}`)
 
 export interface BenchBuild {
   /** The compiled tree, mirroring the repository (src/, bench/, ...). */

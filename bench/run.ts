@@ -252,6 +252,7 @@ const main = async () => {
         stepSeconds: settings.stepSeconds,
         settleSeconds: q ? 1.5 : 3,
         build,
+        ...(settings.profile ? { profileDir: settings.out } : {}),
         log
       })
     )
