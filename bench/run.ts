@@ -25,7 +25,7 @@ import { runTracingBench } from "./tracing.js"
 import { runVersusBench } from "./versus.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "recording", "tracing", "versus", "redis"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "failover", "recording", "tracing", "versus", "redis"] as const
 /** Calls both callgates carry at once in the tracing part (OTLP export of every span against tracing off). */
 const TRACING_CALLS = 50
 const QUICK_TRACING_CALLS = 20
@@ -202,7 +202,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("recording") || has("tracing") || has("redis"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("failover") || has("recording") || has("tracing") || has("redis"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -305,6 +305,12 @@ const main = async () => {
   if (has("fallback")) {
     results.fallback = await attempt("fallback", () =>
       runPart("fallback", { ...(q ? { calls: 20, breakerCalls: 4 } : { calls: 100, breakerCalls: 20 }), build }, 180_000)
+    )
+  }
+
+  if (has("failover")) {
+    results.failover = await attempt("failover", () =>
+      runPart("failover", { ...(q ? { calls: 20, failovers: 10 } : { calls: 100, failovers: 50 }), build }, 180_000)
     )
   }
 
