@@ -4,6 +4,7 @@ import { join } from "node:path"
 import { gzipSync } from "node:zlib"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { WebSocket } from "ws"
 import { buildDashboard } from "../../dashboard/build.mjs"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
 import { readUlawFile, silence } from "../../sim/AudioSource.js"
@@ -403,6 +404,46 @@ describe("the dashboard, in chromium", () => {
     await page.getByTestId("agent-failovers").getByText("No failover: one agent held the call.").waitFor()
     await page.getByTestId("deliveries").getByText("delivered").waitFor()
     await shot(page, "session")
+  })
+
+  it("a call whose agent vanished and another took over shows both agent legs and 1 failover", async () => {
+    const created = await v1("POST", `/v1/agents/${agentId}/environments`, { name: "failover line" })
+    const failoverEnv = created.json.data.id as string
+    // The first agent: a bare socket, the oldest idle one, so it takes the call; it vanishes mid-call.
+    const first = new WebSocket(`${gateway.baseUrl.replace(/^http/, "ws")}/v1/agents/${agentId}/environments/${failoverEnv}/connect`, {
+      headers: { authorization: `Bearer ${ADMIN_KEY}` }
+    })
+    first.on("error", () => {})
+    const started = new Promise<string>((resolve) =>
+      first.on("message", (data) => {
+        const message = JSON.parse(data.toString())
+        if (message.event === "start") resolve(message.start.customParameters.sessionId)
+      })
+    )
+    await new Promise((resolve) => first.once("open", resolve))
+    const second = await startAnsweringAgent({ gatewayUrl: gateway.baseUrl, agentId, environmentId: failoverEnv, apiKey: ADMIN_KEY, reply, responseLatencyMs: 150 })
+    try {
+      await second.ready()
+      const taken = new Promise((resolve) => second.once("call", resolve))
+      const call = await placeTwilioCall({ gatewayUrl: gateway.baseUrl, agentId, environmentId: failoverEnv, from: "+15551110001", to: "+15551110002", streamVia: "gateway" })
+      const sessionId = await started
+      first.terminate()
+      await taken
+      await call.hangup()
+      await page.goto(`${gateway.baseUrl}/dashboard#/agents/${encodeURIComponent(agentId)}/sessions/${encodeURIComponent(sessionId)}`)
+      await page.getByTestId("agent-failovers").getByText("1 failover: the call moved to another agent.").waitFor()
+      const legs = page.getByTestId("agent-legs").locator("tbody tr")
+      await legs.nth(1).locator("td").nth(2).filter({ hasNotText: "holding the call" }).waitFor()
+      expect(await legs.count()).toBe(2)
+      expect(await legs.first().locator("td").nth(3).textContent()).toBe("agent_disconnected")
+      const stored = (await v1("GET", `/v1/agents/${agentId}/sessions/${sessionId}`)).json.data
+      expect(stored.agentFailovers).toBe(1)
+      for (const n of [0, 1]) expect(await legs.nth(n).locator("td").nth(4).textContent()).toBe(stored.agentLegs[n].instanceId)
+      await shot(page, "session-failover")
+    } finally {
+      first.terminate()
+      await second.close()
+    }
   })
 
   it("Recording: switched on from the environment page; a recorded call's session page plays its WAV", async () => {
