@@ -4,15 +4,32 @@ import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 
-export const freePort = () =>
-  new Promise<number>((resolve, reject) => {
+/**
+ * A port no other test process will be handed. The kernel's own pick (`listen(0)`) can give two
+ * vitest workers the same just-freed port, and the second gateway to bind it loses the race to a
+ * stranger that then answers its health check. So each worker (VITEST_POOL_ID) draws from its own
+ * slice of 20000-31999, below the kernel's ephemeral range (where listen(0) and outgoing
+ * connections take theirs), and a port is only handed out once it is seen free.
+ */
+const PORT_BASE = 20_000
+const PORT_SLICE = 750
+const worker = (Number(process.env.VITEST_POOL_ID ?? process.env.VITEST_WORKER_ID ?? 0) || 0) % 16
+let nextInSlice = Math.floor(Math.random() * PORT_SLICE)
+
+const bindable = (port: number) =>
+  new Promise<boolean>((resolve) => {
     const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))))
-    })
+    server.once("error", () => resolve(false))
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)))
   })
+
+export const freePort = async (): Promise<number> => {
+  for (let attempt = 0; attempt < PORT_SLICE; attempt++) {
+    const port = PORT_BASE + worker * PORT_SLICE + (nextInSlice++ % PORT_SLICE)
+    if (await bindable(port)) return port
+  }
+  throw new Error(`no free port in this worker's slice ${PORT_BASE + worker * PORT_SLICE}+${PORT_SLICE}`)
+}
 
 export interface RedisServer {
   readonly url: string
