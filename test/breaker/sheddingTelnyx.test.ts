@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest"
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
 import { type SilentAgent, startSilentAgent } from "../../examples/agents/silent-agent.js"
 import { readUlawFile, speechLike } from "../../sim/AudioSource.js"
@@ -7,7 +7,10 @@ import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { parseStreamMarkup } from "../../sim/StreamMarkup.js"
 import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
+import { BREAKER_OPEN_MESSAGE } from "../../src/telephony/entry/EntryFallback.js"
+import { fallbackGatewayEnv } from "../fallback/liveCalls.js"
 import { type Gateway, startGateway } from "../livecall/callHarness.js"
+import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 
 /**
@@ -41,6 +44,10 @@ const eventually = async <A>(read: () => Promise<A> | A, check: (value: A) => bo
 const greeting = readUlawFile("examples/agents/audio/agent-greeting.ulaw")
 const reply = greeting.subarray(5 * FRAME_BYTES, 45 * FRAME_BYTES)
 
+/** What the fallback webhook answers: a sentence, then the fallback number. */
+const SORRY = "Sorry, our agents are busy. Connecting you to a person."
+const WEBHOOK_TWIML = `<?xml version="1.0" encoding="UTF-8"?><Response><Say>${SORRY}</Say><Dial callerId="${AGENT_NUMBER}">${FALLBACK_NUMBER}</Dial></Response>`
+
 /** A shed TeXML call's entry answer: the fallback's <Dial> to the fallback number, and no stream. */
 const isDialAnswer = (body: string) => body.includes("<Dial") && body.includes(FALLBACK_NUMBER) && !body.includes("<Stream")
 
@@ -48,6 +55,11 @@ describe("an open breaker sheds new Telnyx calls at the entry", () => {
   let gateway: Gateway | undefined
   const agents: Array<SilentAgent | AnsweringAgent> = []
   const calls: Array<SimCall> = []
+  let receiver: Receiver
+  beforeAll(async () => {
+    receiver = await startReceiver(() => ({ status: 200, headers: { "content-type": "text/xml" }, body: WEBHOOK_TWIML }))
+  })
+  afterAll(() => receiver.close())
   afterEach(async () => {
     await Promise.all(calls.splice(0).map((call) => call.hangup()))
     await Promise.all(agents.splice(0).map((agent) => agent.close()))
@@ -55,12 +67,12 @@ describe("an open breaker sheds new Telnyx calls at the entry", () => {
     gateway = undefined
   })
 
-  const setup = async () => {
-    const g = (gateway = await startGateway({ env: { TURN_END_SILENCE_MS: "200", BREAKER_PROBE_INTERVAL: "1h" } }))
+  const setup = async (fallback: "phone" | "webhook" = "phone") => {
+    const g = (gateway = await startGateway({ env: { ...fallbackGatewayEnv(CA_FILE), BREAKER_PROBE_INTERVAL: "1h" } }))
     const agentId = uniqueId("agent")
     const { id: environmentId } = await g.createEnvironment(agentId, {
-      errorFallbackType: "phone",
-      errorFallbackValue: FALLBACK_NUMBER,
+      errorFallbackType: fallback,
+      errorFallbackValue: fallback === "phone" ? FALLBACK_NUMBER : receiver.url(`/fallback/${agentId}`),
       errorFallbackTimeout: 1,
       errorFallbackOccurrenceThreshold: 3,
       errorFallbackTimeWindow: 300
@@ -110,7 +122,7 @@ describe("an open breaker sheds new Telnyx calls at the entry", () => {
         status: "failed",
         endReason: "breaker_open",
         turns: [],
-        fallback: { trigger: "breaker_open", type: "phone", outcome: "transferred" }
+        fallback: { trigger: "breaker_open", type: fallback, outcome: fallback === "phone" ? "transferred" : "markup_applied" }
       })
       const event = await g.outbox.forSession(session.id)
       expect(event).toMatchObject({ event: "session.ended", status: "failed", endReason: "breaker_open", callId })
@@ -131,6 +143,49 @@ describe("an open breaker sheds new Telnyx calls at the entry", () => {
       expect(session.status).toBe("active")
     }
     return { g, agentId, environmentId, query, breaker, metric, trip, answeringAgent, expectShedSession, expectProbeCloses, expectAnswered }
+  }
+
+  /** A Call Control application's webhook as Telnyx posts it, and what callgate commanded in return. */
+  const callControlOf = (t: Awaited<ReturnType<typeof setup>>) => {
+    const { g } = t
+    /** A Call Control webhook, signed as Telnyx signs it; Telnyx only needs the 200. */
+    const post = async (eventType: string, payload: Record<string, unknown>) => {
+      const body = g.telnyx.callControlEvent(eventType, payload)
+      const res = await fetch(`${g.httpBase}/telephony/telnyx/call-control?${t.query}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...g.telnyx.signWebhook(body) },
+        body
+      })
+      await res.text()
+      return res.status
+    }
+    const initiated = (callId: string) =>
+      post("call.initiated", { call_control_id: callId, connection_id: CONNECTION_ID, from: CALLER_NUMBER, to: AGENT_NUMBER, direction: "incoming" })
+    /** What callgate commanded for a call.initiated: its `answer` (with the stream) and its `transfer`. */
+    const commandsOf = (callId: string) => ({ answer: g.telnyx.commands(callId, "answer"), transfer: g.telnyx.commands(callId, "transfer") })
+    const decided = (callId: string) => {
+      const { answer, transfer } = commandsOf(callId)
+      return answer.length + transfer.length > 0
+    }
+    /** Telnyx opening the stream the `answer` named. */
+    const openStream = async (callId: string) => {
+      const command = g.telnyx.commands(callId, "answer")[0]!.json as { stream_url: string; stream_auth_token: string; client_state: string }
+      expect(command.stream_url).toContain("/telephony/telnyx/stream")
+      return connectTelnyxStream({
+        url: onGatewayOrigin(command.stream_url, g.httpBase),
+        streamAuthToken: command.stream_auth_token,
+        callControlId: callId,
+        clientState: command.client_state
+      })
+    }
+    const placeCall = async () => {
+      const callId = telnyxCallControlId()
+      expect(await initiated(callId)).toBe(200)
+      await eventually(() => g.telnyx.commands(callId, "answer").length, (n) => n > 0, `the answer of ${callId}`)
+      const call = await openStream(callId)
+      return { call, callId }
+    }
+    return { post, initiated, commandsOf, decided, openStream, placeCall }
   }
 
   it("TeXML: 3 stalled sessions trip it; of 10 new calls 9 get the <Dial> as their entry answer and 1 is the probe; the probe answered closes it", { timeout: 120_000 }, async () => {
@@ -208,44 +263,7 @@ describe("an open breaker sheds new Telnyx calls at the entry", () => {
   it("Call Control: 3 stalled sessions trip it; of 10 new calls 9 get `transfer` for call.initiated and 1 is answered with the stream; the probe answered closes it", { timeout: 120_000 }, async () => {
     const t = await setup()
     const { g } = t
-    /** A Call Control webhook, signed as Telnyx signs it; Telnyx only needs the 200. */
-    const post = async (eventType: string, payload: Record<string, unknown>) => {
-      const body = g.telnyx.callControlEvent(eventType, payload)
-      const res = await fetch(`${g.httpBase}/telephony/telnyx/call-control?${t.query}`, {
-        method: "POST",
-        headers: { "content-type": "application/json", ...g.telnyx.signWebhook(body) },
-        body
-      })
-      await res.text()
-      return res.status
-    }
-    const initiated = (callId: string) =>
-      post("call.initiated", { call_control_id: callId, connection_id: CONNECTION_ID, from: CALLER_NUMBER, to: AGENT_NUMBER, direction: "incoming" })
-    /** What callgate commanded for a call.initiated: its `answer` (with the stream) and its `transfer`. */
-    const commandsOf = (callId: string) => ({ answer: g.telnyx.commands(callId, "answer"), transfer: g.telnyx.commands(callId, "transfer") })
-    const decided = (callId: string) => {
-      const { answer, transfer } = commandsOf(callId)
-      return answer.length + transfer.length > 0
-    }
-    /** Telnyx opening the stream the `answer` named. */
-    const openStream = async (callId: string) => {
-      const command = g.telnyx.commands(callId, "answer")[0]!.json as { stream_url: string; stream_auth_token: string; client_state: string }
-      expect(command.stream_url).toContain("/telephony/telnyx/stream")
-      return connectTelnyxStream({
-        url: onGatewayOrigin(command.stream_url, g.httpBase),
-        streamAuthToken: command.stream_auth_token,
-        callControlId: callId,
-        clientState: command.client_state
-      })
-    }
-    const placeCall = async () => {
-      const callId = telnyxCallControlId()
-      expect(await initiated(callId)).toBe(200)
-      await eventually(() => g.telnyx.commands(callId, "answer").length, (n) => n > 0, `the answer of ${callId}`)
-      const call = await openStream(callId)
-      return { call, callId }
-    }
-
+    const { initiated, commandsOf, decided, openStream, placeCall } = callControlOf(t)
     expect((await t.breaker()).state).toBe("closed")
     await t.trip(
       async () => {
@@ -283,5 +301,46 @@ describe("an open breaker sheds new Telnyx calls at the entry", () => {
     // The next call reaches an agent.
     const next = await placeCall()
     await t.expectAnswered(next.call, next.callId)
+  })
+  it("Call Control, webhook fallback: a shed call is answered without a stream, then the fallback's markup runs on it (speak, then transfer)", { timeout: 120_000 }, async () => {
+    const t = await setup("webhook")
+    const { g } = t
+    const { post, initiated, commandsOf, placeCall } = callControlOf(t)
+    const actions = (callId: string) => g.telnyx.commands(callId).map((r) => r.path.split("/").at(-1))
+    await t.trip(
+      async () => {
+        const placed = await placeCall()
+        calls.push(placed.call)
+        return placed
+      },
+      (callId) => g.telnyx.commands(callId, "speak").length > 0
+    )
+
+    // The first new call is the probe (answered with the stream); the second is shed.
+    const probe = telnyxCallControlId()
+    expect(await initiated(probe)).toBe(200)
+    await eventually(() => commandsOf(probe).answer.length, (n) => n > 0, "the probe's answer")
+    expect((commandsOf(probe).answer[0]!.json as { stream_url?: string }).stream_url).toContain("/telephony/telnyx/stream")
+    const shed = telnyxCallControlId()
+    expect(await initiated(shed)).toBe(200)
+
+    // Telnyx speaks only on an answered call: the shed call is answered (no stream) before the speech.
+    await eventually(() => actions(shed), (a) => a.length >= 2, "the shed call's answer and speech")
+    expect(actions(shed)).toEqual(["answer", "speak"])
+    const answer = commandsOf(shed).answer[0]!.json as Record<string, unknown>
+    expect(answer.stream_url).toBeUndefined()
+    expect(answer.client_state).toEqual(expect.any(String))
+    expect(g.telnyx.commands(shed, "speak")[0]!.json).toMatchObject({ payload: SORRY })
+    // The fallback webhook was told why.
+    const hooks = receiver.requests.filter((r) => r.path.startsWith(`/fallback/${t.agentId}?`) && r.body.toString().includes(shed))
+    expect(hooks).toHaveLength(1)
+    expect(JSON.parse(hooks[0]!.body.toString())).toMatchObject({ CallSid: shed, ErrorMessage: BREAKER_OPEN_MESSAGE })
+
+    // Telnyx reports the speech done; the markup goes on to its <Dial>.
+    expect(await post("call.speak.ended", { call_control_id: shed, connection_id: CONNECTION_ID })).toBe(200)
+    await eventually(() => actions(shed), (a) => a.includes("transfer"), "the shed call's transfer")
+    expect(actions(shed)).toEqual(["answer", "speak", "transfer"])
+    expect(commandsOf(shed).transfer[0]!.json).toMatchObject({ to: FALLBACK_NUMBER })
+    await t.expectShedSession(shed)
   })
 })

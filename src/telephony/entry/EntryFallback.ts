@@ -57,9 +57,10 @@ export const BREAKER_OPEN_MESSAGE = "The environment's no-response breaker is op
  * breaker): the environment's error fallback runs at once through `carrier` (the answer to the
  * carrier's request; the carriers' REST APIs when not given), and the session is recorded
  * `failed` with endReason `concurrency_limit` or `breaker_open`, its session.ended queued like any
- * other's. No agent is involved.
+ * other's. No agent is involved. `via` is what the record says reached the carrier: `rest` for a
+ * `carrier` over the REST APIs (a Call Control call's commands), the answer (`redirect`) otherwise.
  */
-export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, carrier?: CarrierShape) =>
+export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, carrier?: CarrierShape, via: "rest" | "redirect" = "redirect") =>
   Effect.gen(function* () {
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
@@ -87,6 +88,6 @@ export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, car
       ...(entering.call.accountSid !== undefined ? { accountSid: entering.call.accountSid } : {})
     }
     const info = sessionInfoOf(record)
-    const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier)
+    const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier, via)
     yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null } })
   }).pipe(Effect.annotateLogs({ sessionId: entering.sessionId, agentId: entering.agentId, environmentId: entering.environmentId }))
