@@ -1,7 +1,7 @@
 /**
  * The benchmark's results as one JSON document and as Markdown (the same text is printed to
  * stdout): machine, relay tables for callgate and the bare relay, the comparison against the
- * issue's targets, the fleet's scaling efficiency, and the webhook, breaker and fallback figures.
+ * issue's targets, the fleet's scaling efficiency, and the webhook, breaker, fallback and shedding figures.
  */
 import type { BreakerBenchFigures } from "./breaker.js"
 import type { FallbackBenchFigures } from "./fallback.js"
@@ -10,6 +10,7 @@ import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
+import type { SheddingBenchFigures, Spread } from "./shedding.js"
 import type { TracingBenchFigures } from "./tracing.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
 
@@ -54,6 +55,8 @@ export interface BenchResults {
   readonly webhooks?: WebhookBenchFigures | PartError
   readonly breaker?: BreakerBenchFigures | PartError
   readonly fallback?: FallbackBenchFigures | PartError
+  /** Shedding at the entry while the breaker is open: the shed call's entry answer, and the silence before the fallback with shedding on and off (shedding.ts). */
+  readonly shedding?: SheddingBenchFigures | PartError
   /** Recording on (disk) against off, side by side (recording.ts). */
   readonly recording?: RecordingBenchFigures | PartError
   /** Tracing on (OTLP export, 100 % sampling) against off, side by side (tracing.ts). */
@@ -380,6 +383,36 @@ const fallbackSection = (f: FallbackBenchFigures | PartError | undefined) => {
   ].join("\n")
 }
 
+const spreadCell = (s: Spread) => (s.count === 0 ? "none" : `p50 ${s.p50} ms, p99 ${s.p99} ms, max ${s.max} ms (${s.count})`)
+
+const sheddingSection = (f: SheddingBenchFigures | PartError | undefined) => {
+  if (f === undefined) return ""
+  if (isError(f)) return `### Shedding\n\nDid not run: ${f.error.split("\n")[0]}\n`
+  return [
+    "### Shedding at the entry while the breaker is open (target: entry answer p99 < 50 ms, no agent involved)",
+    "",
+    table(
+      ["figure", "value", "target"],
+      [
+        [`entry request to entry answer, shed call (the fallback's <Dial>), ${f.perSecond} calls/s`, spreadCell(f.shedEntryMs), "p99 < 50 ms"],
+        ["the same, one request at a time", spreadCell(f.shedEntryOneAtATimeMs), "p99 < 50 ms"],
+        ["callgate CPU per shed entry (user + system, over both)", `${f.cpuMsPerShedEntry} ms`, ""],
+        ["shed answers that were not the fallback / agent calls while shedding", `${f.notFallback} / ${f.agentCallsWhileShedding}`, "0 / 0"],
+        ["silence before the fallback, shedding on (entry to the <Dial>)", spreadCell(f.silenceMs.shedOn), ""],
+        [
+          `silence before the fallback, shedding off (entry to the REST transfer; errorFallbackTimeout ${f.timeoutSeconds} s)`,
+          spreadCell(f.silenceMs.shedOff) + (f.silenceMs.shedOffMissing > 0 ? `; ${f.silenceMs.shedOffMissing} got none` : ""),
+          ""
+        ],
+        ["shedding off, from the caller's last word", spreadCell(f.silenceMs.shedOffAfterLastWord), ""]
+      ]
+    ),
+    "",
+    `First shed entry after start-up (measured apart): ${f.firstShedEntryMs} ms. callgate counted ${f.gatewayShedCount} shed calls (warm-up included).`,
+    ""
+  ].join("\n")
+}
+
 export const renderMarkdown = (r: BenchResults): string =>
   [
     `# callgate benchmark, ${r.startedAt}`,
@@ -403,7 +436,8 @@ export const renderMarkdown = (r: BenchResults): string =>
     recordingSection(r.recording),
     tracingSection(r.tracing),
     breakerSection(r.breaker),
-    fallbackSection(r.fallback)
+    fallbackSection(r.fallback),
+    sheddingSection(r.shedding)
   ]
     .filter((section) => section !== "")
     .join("\n")
