@@ -1,7 +1,7 @@
 /**
  * One call as an example agent sees it, in callgate's agent dialect: Twilio Media Streams plus
- * the extensions `hangup`, `transfer` and `error` (docs/calls.md, "Agents"). agent-host.ts brings
- * the sockets; this file reads and writes their frames.
+ * the extensions `hangup`, `transfer`, `error` and `checkpoint`, and `resume` from callgate
+ * (docs/calls.md, "Agents"). agent-host.ts brings the sockets; this file reads and writes their frames.
  */
 import { EventEmitter } from "node:events"
 import { type RawData, WebSocket } from "ws"
@@ -19,8 +19,21 @@ export interface CallStart {
   readonly customParameters: Readonly<Record<string, string>>
 }
 
+/** What callgate hands an agent taking a call over (docs/calls.md, "Checkpoints"): the session's latest checkpoint first. */
+export interface CallResume {
+  /** The last checkpoint an agent of this session sent; null when none did. */
+  readonly checkpoint: Record<string, unknown> | null
+  readonly turns: ReadonlyArray<unknown>
+  readonly previousEndReason: string
+  readonly heldAudioMs: number
+}
+
 export interface AgentCallEvents {
   start: [CallStart]
+  /** After `start`, when this agent takes over a call another agent held. */
+  resume: [CallResume]
+  /** callgate refused a message of this agent (a bad checkpoint or recording request); the call goes on. */
+  refused: [string]
   /** Caller audio, decoded; `atUs` is the receive time (FrameStamp's nowUs clock). */
   media: [Buffer, number]
   dtmf: [string]
@@ -96,6 +109,11 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
     this.send({ event: "error", error: { message } })
   }
 
+  /** Keeps `state` with the session: the agent that takes the call over gets it in `resume`. At most 16 KiB serialized. */
+  checkpoint(state: Record<string, unknown>) {
+    this.send({ event: "checkpoint", checkpoint: state })
+  }
+
   close(code = 1000, reason = "agent closed") {
     if (this.socket.readyState === WebSocket.OPEN || this.socket.readyState === WebSocket.CONNECTING) this.socket.close(code, reason)
   }
@@ -164,6 +182,17 @@ export class AgentCall extends EventEmitter<AgentCallEvents> {
         return this.emit("mark", String(message.mark?.name ?? ""))
       case "stop":
         return this.emit("stop")
+      case "resume": {
+        const resume = message.resume ?? {}
+        return this.emit("resume", {
+          checkpoint: typeof resume.checkpoint === "object" && resume.checkpoint !== null ? resume.checkpoint : null,
+          turns: Array.isArray(resume.turns) ? resume.turns : [],
+          previousEndReason: String(resume.previousEndReason ?? ""),
+          heldAudioMs: Number(resume.heldAudioMs ?? 0)
+        })
+      }
+      case "error":
+        return this.emit("refused", String(message.error?.message ?? ""))
       default:
         return this.emit("protocolError", `unknown event ${JSON.stringify(message?.event)}`)
     }

@@ -10,7 +10,9 @@ import {
   AgentMessage,
   agentMediaScanner,
   callgateErrorFrame,
+  checkpointIn,
   isAgentMediaFrame,
+  isCheckpointEvent,
   isRecordingEvent,
   recordingPausedOf
 } from "../frames/AgentDialect.js"
@@ -100,6 +102,7 @@ export class AgentConnection implements WireListener, AgentLink {
     const raw = parseJson(text)
     if (isMedia(raw)) return events.agentMedia(raw.media.payload)
     if (isRecordingEvent(raw)) return this.recording(raw, events)
+    if (isCheckpointEvent(raw)) return this.checkpoint(raw, events)
     const decoded = decodeMessage(raw)
     if (Either.isLeft(decoded)) {
       this.state = "done"
@@ -128,6 +131,13 @@ export class AgentConnection implements WireListener, AgentLink {
     const paused = recordingPausedOf(raw)
     if (typeof paused === "string") return this.socket.send(callgateErrorFrame(paused))
     events.agentRecording?.(paused)
+  }
+
+  /** Keeps the agent's checkpoint; one not an object or too large gets `error` back and the call goes on. */
+  private checkpoint(raw: unknown, events: AgentEvents) {
+    const checkpoint = checkpointIn(raw)
+    if (typeof checkpoint === "string") return this.socket.send(callgateErrorFrame(checkpoint))
+    events.agentCheckpoint?.(checkpoint)
   }
 
   onClose(code: number, _reason: string, fault: string | undefined): void {

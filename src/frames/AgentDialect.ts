@@ -1,5 +1,6 @@
-import { Schema } from "effect"
+import { ParseResult, Schema } from "effect"
 import { E164 } from "../environments/EnvironmentSchema.js"
+import { type Checkpoint, MAX_CHECKPOINT_BYTES } from "../kernel/CallLegs.js"
 import {
   isTwilioOutboundMediaFrame,
   twilioOutboundMediaScanner,
@@ -22,7 +23,7 @@ import {
  * from, to, from_number, to_number, direction, provider, answeredBy when machine detection already
  * answered, and the entry URL's custom parameters), `media`, `dtmf`, `mark` (echoes), `amd` (the
  * machine-detection verdict after `start`), `stop`; then callgate closes.
- * agent -> callgate: `media`, `mark`, `clear`, and `hangup`, `transfer`, `error`.
+ * agent -> callgate: `media`, `mark`, `clear`, and `hangup`, `transfer`, `error`, `recording`, `checkpoint`.
  */
 export const AgentHangup = Schema.Struct({ event: Schema.Literal("hangup") })
 
@@ -55,7 +56,38 @@ export const recordingPausedOf = (raw: unknown): boolean | string => {
     : 'invalid recording event: expected {"event":"recording","recording":{"paused":true|false}}'
 }
 
-/** callgate -> agent: a request callgate refused without ending the call (a malformed `recording` event). */
+/**
+ * The agent's checkpoint (docs/calls.md, "Checkpoints"): any JSON object of at most 16 KiB serialized,
+ * kept with the session (the latest one) for the agent that takes the call over. Handled apart from
+ * the other messages, like `recording`: one that is not an object or too large is answered with
+ * `error` and the call goes on. Fields beside `event` and `checkpoint` (a bot's `streamSid`) are ignored.
+ */
+export const AgentCheckpoint = Schema.Struct({
+  event: Schema.Literal("checkpoint"),
+  // A Record refuses arrays and null: only a JSON object passes.
+  checkpoint: Schema.Record({ key: Schema.String, value: Schema.Unknown }).pipe(
+    Schema.filter((value) => checkpointBytes(value) <= MAX_CHECKPOINT_BYTES, {
+      message: (issue) => `the checkpoint takes ${checkpointBytes(issue.actual as Checkpoint)} bytes serialized, more than ${MAX_CHECKPOINT_BYTES}`
+    })
+  )
+})
+/** The UTF-8 bytes of a checkpoint serialized, as the limit counts them. */
+export const checkpointBytes = (checkpoint: Checkpoint): number => Buffer.byteLength(JSON.stringify(checkpoint), "utf8")
+export const isCheckpointEvent = (raw: unknown): boolean =>
+  typeof raw === "object" && raw !== null && (raw as { event?: unknown }).event === "checkpoint"
+const decodeCheckpoint = Schema.decodeUnknownEither(AgentCheckpoint)
+const CHECKPOINT_SHAPE = 'expected {"event":"checkpoint","checkpoint":{...}} with a JSON object'
+/** The checkpoint of a checkpoint event, or why it is refused (the text of the `error` sent back). */
+export const checkpointIn = (raw: unknown): Checkpoint | string => {
+  const decoded = decodeCheckpoint(raw)
+  if (decoded._tag === "Right") return decoded.right.checkpoint
+  const issue = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]
+  // The size filter's own words; anything else (missing, an array, a string, null) is a wrong shape.
+  const refined = issue !== undefined && issue._tag === "Refinement" && issue.path.length === 1
+  return `invalid checkpoint: ${refined ? issue.message : CHECKPOINT_SHAPE}`
+}
+
+/** callgate -> agent: a request callgate refused without ending the call (a malformed `recording` or `checkpoint` event). */
 export const CallgateError = Schema.Struct({
   event: Schema.Literal("error"),
   error: Schema.Struct({ message: Schema.String })

@@ -42,6 +42,15 @@ export interface CarrierLeg {
   pauseRecording?(paused: boolean): void
 }
 
+/**
+ * An agent's checkpoint (docs/calls.md, "Checkpoints"): a JSON object, at most
+ * MAX_CHECKPOINT_BYTES serialized, kept with the session and handed to the next agent in `resume`.
+ */
+export type Checkpoint = { readonly [key: string]: unknown }
+
+/** The most UTF-8 bytes a checkpoint may take serialized (`JSON.stringify`): 16 KiB. */
+export const MAX_CHECKPOINT_BYTES = 16 * 1024
+
 /** What the agent side tells the session. */
 export interface AgentEvents {
   agentMedia(payload: string): void
@@ -56,6 +65,8 @@ export interface AgentEvents {
   agentTransfer(to: string): void
   /** `{"event":"recording","recording":{"paused":...}}`: pause or resume the call's recording (docs/recording.md). */
   agentRecording?(paused: boolean): void
+  /** `{"event":"checkpoint","checkpoint":{...}}`, already checked (an object within MAX_CHECKPOINT_BYTES): the latest is kept with the session. */
+  agentCheckpoint?(checkpoint: Checkpoint): void
   /** The agent failed: `error` event, protocol violation, socket dropped, stopped reading. */
   agentFailed(fault: LegFault): void
 }

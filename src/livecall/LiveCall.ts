@@ -9,12 +9,13 @@ import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import { MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
 
 const samePayload = (payload: string) => payload
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, Checkpoint, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
 import type { Session } from "../sessions/SessionSchema.js"
+import { type CallCheckpoints, type CheckpointKeeper, noCheckpoints } from "./CallCheckpoints.js"
 import type { CallSettlement } from "./CallSettlement.js"
 import { type CallTurns, type TurnWatch, unwatched } from "./CallTurns.js"
 import { SessionEnding } from "./SessionEnding.js"
@@ -51,6 +52,7 @@ const sharedAudio = Buffer.allocUnsafeSlow(MAX_MEDIA_BYTES)
 export interface LiveCallParts {
   readonly settlement: CallSettlement
   readonly turns: CallTurns
+  readonly checkpoints: CallCheckpoints
   readonly breaker: Breaker
   readonly connector: AgentConnector
   /** A new stream id for the agent's `start`. */
@@ -80,6 +82,8 @@ export const shutdownError = () => new HardError({ kind: "shutdown", message: "c
 export class LiveCall implements CallerEvents, AgentEvents {
   private observer: TurnObserver = nullTurnObserver
   private watch: TurnWatch = unwatched
+  /** The agents' checkpoints (docs/calls.md, "Checkpoints"): `latest` is what a `resume` hands the next agent. */
+  checkpoints: CheckpointKeeper = noCheckpoints
   private readonly endSignal = Deferred.unsafeMake<SessionEnding>(FiberId.none)
   private agent: AgentLink | undefined
   private held: Array<Held> | undefined = []
@@ -133,6 +137,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
       // span of its own, open until the call's scope closes.
       const session = yield* Effect.currentSpan.pipe(Effect.orDie)
       const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId } })
+      call.checkpoints = yield* parts.checkpoints.keeper(info)
       const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
       const recording = yield* Effect.fork(parts.settlement.begin(info))
       call.observeWith(yield* parts.turns.watch(info))
@@ -364,6 +369,10 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   agentRecording(paused: boolean): void {
     if (this.ending === undefined) this.carrier.pauseRecording?.(paused)
+  }
+
+  agentCheckpoint(checkpoint: Checkpoint): void {
+    if (this.ending === undefined) this.checkpoints.keep(checkpoint)
   }
 
   agentFailed(fault: LegFault): void {

@@ -14,6 +14,7 @@ import { Recordings } from "../recording/Recordings.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { CallSettlement } from "./CallSettlement.js"
 import { CallTurns } from "./CallTurns.js"
+import { CallCheckpoints } from "./CallCheckpoints.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
 import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 
@@ -64,6 +65,7 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
     const parts: LiveCallParts = {
       settlement: yield* CallSettlement,
       turns: yield* CallTurns,
+      checkpoints: yield* CallCheckpoints,
       breaker: yield* Breaker,
       connector: yield* AgentConnector,
       newStreamSid

@@ -2,6 +2,8 @@ import { Duration, Effect, Either, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { RedisConnection, redisCall } from "./RedisConnection.js"
 import { compareAndSet } from "./RedisCompareAndSet.js"
+import { redisScript } from "./RedisScript.js"
+import type { Checkpoint } from "../kernel/CallLegs.js"
 import { StoreError } from "../kernel/StoreError.js"
 import { Session } from "../sessions/SessionSchema.js"
 import { type SessionCursor, SessionStore } from "../sessions/SessionStore.js"
@@ -13,11 +15,23 @@ const SCAN_LIMIT = 2000
 const decodeDoc = Schema.decodeUnknown(Schema.parseJson(Session))
 
 /**
+ * The agent's latest checkpoint is the field `checkpoint` of the session's record hash: in its slot,
+ * outside the compare-and-set of `v`/`doc` (a checkpoint never conflicts with a turn or an ending),
+ * and gone with the record at the retention. Saved before the record is written, it creates the
+ * hash with the checkpoint alone (the record reads as absent) and gives it the retention.
+ */
+const saveCheckpointScript = redisScript(`
+redis.call('HSET', KEYS[1], 'checkpoint', ARGV[1])
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+`)
+
+/**
  * Each session is a hash {v: version, doc: JSON} that expires after the retention; the agent's
  * sessions are indexed in two sorted sets scored by createdAt (all sessions, and per environment).
  * All of one agent's session keys carry the hash tag {agentId}: a MULTI writes record and indexes
  * together. Updates go through compare-and-set (RedisCompareAndSet), so a turn appended while
- * the session ends is never lost.
+ * the session ends is never lost. The hash's other fields (the rescue claim, the checkpoint) ride along.
  */
 export const makeRedisSessionStore = (retention: Duration.Duration) =>
   Effect.gen(function* () {
@@ -111,6 +125,21 @@ export const makeRedisSessionStore = (retention: Duration.Duration) =>
         ),
       disown: (instanceId, ref) =>
         redisCall("session.disown", () => client.srem(keys.instanceSessions(instanceId), `${ref.agentId} ${ref.sessionId}`)).pipe(Effect.asVoid),
+      saveCheckpoint: (agentId, sessionId, checkpoint) =>
+        redisCall("session.saveCheckpoint", () =>
+          saveCheckpointScript(client, [keys.session(agentId, sessionId)], [JSON.stringify(checkpoint), retentionMs])
+        ).pipe(Effect.asVoid),
+      checkpointOf: (agentId, sessionId) =>
+        redisCall("session.checkpointOf", () => client.hget(keys.session(agentId, sessionId), "checkpoint")).pipe(
+          Effect.flatMap((json) =>
+            json === null
+              ? Effect.succeed(Option.none<Checkpoint>())
+              : Effect.try({
+                  try: () => Option.some(JSON.parse(json) as Checkpoint),
+                  catch: (cause) => new StoreError({ operation: "session.checkpointOf", cause })
+                })
+          )
+        ),
       get: (agentId, sessionId) => Effect.map(read("session.get", agentId, sessionId), Option.map((found) => found.session)),
       update,
       list: (agentId, options) =>

@@ -1,5 +1,6 @@
 import { Duration, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
+import type { Checkpoint } from "../kernel/CallLegs.js"
 import type { Session } from "./SessionSchema.js"
 import { cursorOf, newestFirst, SessionStore } from "./SessionStore.js"
 
@@ -8,13 +9,16 @@ const PRUNE_EVERY_MS = 60_000
 /**
  * The embedded store: one process, nothing survives a restart. Each operation runs synchronously
  * on the event loop, so a read-modify-write cannot interleave with another. Sessions older than
- * the retention are pruned at most once a minute, on insert.
+ * the retention are pruned at most once a minute, on insert, and their checkpoints with them.
+ * Checkpoints are kept serialized, so what is read back is a copy, as from Redis.
  */
 export const makeMemorySessionStore = (retention: Duration.Duration, now: () => number = Date.now) =>
   Effect.sync(() => {
     const byAgent = new Map<string, Map<string, Session>>()
     /** instanceId -> "agentId sessionId" */
     const owned = new Map<string, Set<string>>()
+    /** "agentId sessionId" -> the latest checkpoint, serialized, and when it was saved. */
+    const checkpoints = new Map<string, { readonly json: string; readonly savedAtMs: number }>()
     let lastPrune = now()
 
     const prune = () => {
@@ -23,8 +27,17 @@ export const makeMemorySessionStore = (retention: Duration.Duration, now: () => 
       lastPrune = at
       const oldest = at - Duration.toMillis(retention)
       for (const [agentId, sessions] of byAgent) {
-        for (const [id, session] of sessions) if (Date.parse(session.createdAt) < oldest) sessions.delete(id)
+        for (const [id, session] of sessions) {
+          if (Date.parse(session.createdAt) >= oldest) continue
+          sessions.delete(id)
+          checkpoints.delete(`${agentId} ${id}`)
+        }
         if (sessions.size === 0) byAgent.delete(agentId)
+      }
+      // A checkpoint whose record was never written goes at the retention too.
+      for (const [member, kept] of checkpoints) {
+        const [agentId, sessionId] = member.split(" ") as [string, string]
+        if (kept.savedAtMs < oldest && byAgent.get(agentId)?.has(sessionId) !== true) checkpoints.delete(member)
       }
     }
 
@@ -53,6 +66,13 @@ export const makeMemorySessionStore = (retention: Duration.Duration, now: () => 
           const refs = owned.get(instanceId)
           refs?.delete(`${ref.agentId} ${ref.sessionId}`)
           if (refs?.size === 0) owned.delete(instanceId)
+        }),
+      saveCheckpoint: (agentId, sessionId, checkpoint) =>
+        Effect.sync(() => void checkpoints.set(`${agentId} ${sessionId}`, { json: JSON.stringify(checkpoint), savedAtMs: now() })),
+      checkpointOf: (agentId, sessionId) =>
+        Effect.sync(() => {
+          const kept = checkpoints.get(`${agentId} ${sessionId}`)
+          return kept === undefined ? Option.none() : Option.some(JSON.parse(kept.json) as Checkpoint)
         }),
       get: (agentId, sessionId) => Effect.sync(() => Option.fromNullable(byAgent.get(agentId)?.get(sessionId))),
       update: (agentId, sessionId, change) =>

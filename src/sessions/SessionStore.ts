@@ -1,4 +1,5 @@
 import { Context, type Effect, type Option } from "effect"
+import type { Checkpoint } from "../kernel/CallLegs.js"
 import type { StoreError } from "../kernel/StoreError.js"
 import type { Session, SessionStatus } from "./SessionSchema.js"
 
@@ -48,6 +49,14 @@ export interface SessionStoreShape {
   readonly ownedBy: (instanceId: string) => Effect.Effect<ReadonlyArray<SessionRef>, StoreError>
   /** Lets go of a session once its end is written and its session.ended queued; a second call does nothing. */
   readonly disown: (instanceId: string, ref: SessionRef) => Effect.Effect<void, StoreError>
+  /**
+   * Keeps the agent's latest checkpoint with the session (docs/calls.md, "Checkpoints"), replacing
+   * the one before; it goes away with the session's record, at the retention. One saved before the
+   * record is written is kept for it. Not part of the record: `get`, `update` and `list` never carry it.
+   */
+  readonly saveCheckpoint: (agentId: string, sessionId: string, checkpoint: Checkpoint) => Effect.Effect<void, StoreError>
+  /** The session's latest checkpoint; none when its agents never sent one (or the session is gone). */
+  readonly checkpointOf: (agentId: string, sessionId: string) => Effect.Effect<Option.Option<Checkpoint>, StoreError>
 }
 
 export interface SessionRef {

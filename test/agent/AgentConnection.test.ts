@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { AgentConnection } from "../../src/agent/AgentConnection.js"
-import type { AgentEvents, AgentStart, LegFault } from "../../src/kernel/CallLegs.js"
+import { type AgentEvents, type AgentStart, type LegFault, MAX_CHECKPOINT_BYTES } from "../../src/kernel/CallLegs.js"
 import type { WireListener, WireSocket } from "../../src/frames/WireSocket.js"
 
 const fakeSocket = () => {
@@ -166,5 +166,36 @@ describe("AgentConnection", () => {
     connection.begin(start, events)
     expect(faults).toEqual([{ kind: "agent_disconnected", message: "The agent connection closed before the call began." }])
     expect(wire.sent).toEqual([])
+  })
+
+  it("a checkpoint (a JSON object up to 16 KiB serialized) reaches the call; anything else gets error back and the call goes on", () => {
+    const wire = fakeSocket()
+    const { events, seen, faults } = recorder()
+    const kept: Array<unknown> = []
+    new AgentConnection(wire.socket).begin(start, { ...events, agentCheckpoint: (checkpoint) => void kept.push(checkpoint) })
+    const sentBefore = wire.sent.length
+    // `{"notes":""}` is 12 bytes; "é" is 2 bytes of UTF-8.
+    const fits = { notes: "é".repeat((MAX_CHECKPOINT_BYTES - 12) / 2) }
+    expect(Buffer.byteLength(JSON.stringify(fits))).toBe(MAX_CHECKPOINT_BYTES)
+    wire.deliver(JSON.stringify({ event: "checkpoint", checkpoint: { step: 3, slots: { party: 4 } } }))
+    wire.deliver(JSON.stringify({ event: "checkpoint", streamSid: "MZ1", checkpoint: fits }))
+    expect(kept).toEqual([{ step: 3, slots: { party: 4 } }, fits])
+    expect(wire.sent.length).toBe(sentBefore)
+
+    const tooLarge = { notes: `${fits.notes}x` }
+    for (const checkpoint of [tooLarge, [1, 2], "step 3", null, 42]) wire.deliver(JSON.stringify({ event: "checkpoint", checkpoint }))
+    wire.deliver(JSON.stringify({ event: "checkpoint" }))
+    const errors = wire.sent.slice(sentBefore).map((text) => JSON.parse(text))
+    const shape = 'invalid checkpoint: expected {"event":"checkpoint","checkpoint":{...}} with a JSON object'
+    expect(errors).toEqual([
+      { event: "error", error: { message: `invalid checkpoint: the checkpoint takes ${MAX_CHECKPOINT_BYTES + 1} bytes serialized, more than ${MAX_CHECKPOINT_BYTES}` } },
+      ...Array.from({ length: 5 }, () => ({ event: "error", error: { message: shape } }))
+    ])
+    expect(kept).toHaveLength(2)
+    // The call goes on: nothing closed, nothing failed, the next message is relayed.
+    expect(wire.closes).toEqual([])
+    expect(faults).toEqual([])
+    wire.deliver(JSON.stringify({ event: "media", media: { payload: "AAAA" } }))
+    expect(seen).toEqual(["media:AAAA"])
   })
 })

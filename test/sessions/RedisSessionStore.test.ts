@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import { inject } from "vitest"
 import { makeRedisSessionStore } from "../../src/redis/RedisSessionStore.js"
 import { SessionStore } from "../../src/sessions/SessionStore.js"
@@ -27,6 +27,24 @@ layer(store(Duration.hours(1)), { excludeTestServices: true })("Redis session st
         expect(ttl).toBeGreaterThan(0)
         expect(ttl).toBeLessThanOrEqual(Duration.toMillis(Duration.hours(1)))
       }
+    }))
+
+  it.effect("a checkpoint lives in the session's record hash: it expires with the record, even when saved before it", () =>
+    Effect.gen(function* () {
+      const sessions = yield* SessionStore
+      const { client } = yield* RedisConnection
+      const agentId = uniqueId("agent")
+      const early = sampleSession(agentId)
+      yield* sessions.saveCheckpoint(agentId, early.id, { early: true })
+      const key = keys.session(agentId, early.id)
+      const ttl = yield* Effect.promise(() => client.pttl(key))
+      expect(ttl).toBeGreaterThan(0)
+      expect(ttl).toBeLessThanOrEqual(Duration.toMillis(Duration.hours(1)))
+      yield* sessions.insert(early)
+      expect(yield* Effect.promise(() => client.hget(key, "checkpoint"))).toBe(JSON.stringify({ early: true }))
+      // Deleting the record (what its expiry does) takes the checkpoint with it.
+      yield* Effect.promise(() => client.del(key))
+      expect(Option.isNone(yield* sessions.checkpointOf(agentId, early.id))).toBe(true)
     }))
 
   it.effect("an index entry whose record expired is skipped and pruned", () =>

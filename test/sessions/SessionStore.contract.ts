@@ -125,6 +125,52 @@ export const sessionStoreContract = (adapter: string, storeLayer: Layer.Layer<Se
         ).toEqual(Array.from({ length: 20 }, (_, n) => n))
       }))
 
+    it.effect("checkpoints: none at first, the latest kept, only under its own agent and session, never in the record", () =>
+      Effect.gen(function* () {
+        const store = yield* SessionStore
+        const session = sampleSession(uniqueId("agent"))
+        yield* store.insert(session)
+        expect(yield* store.checkpointOf(session.agentId, session.id)).toEqual(Option.none())
+        yield* store.saveCheckpoint(session.agentId, session.id, { step: 1 })
+        const latest = { step: 2, slots: { date: "2026-11-27", party: 4 }, said: ["hello", "ciao"], note: "größe 😀", none: null }
+        yield* store.saveCheckpoint(session.agentId, session.id, latest)
+        expect(yield* store.checkpointOf(session.agentId, session.id)).toEqual(Option.some(latest))
+        expect(yield* store.checkpointOf(uniqueId("other"), session.id)).toEqual(Option.none())
+        expect(yield* store.checkpointOf(session.agentId, uniqueId("missing"))).toEqual(Option.none())
+        // The record is untouched by checkpoints, and a checkpoint by updates and re-inserts.
+        expect(yield* store.get(session.agentId, session.id)).toEqual(Option.some(session))
+        const ended = { ...session, status: "completed" as const, endReason: "caller_hangup", endedAt: new Date().toISOString() }
+        yield* store.update(session.agentId, session.id, () => ended)
+        yield* store.insert(ended)
+        expect(yield* store.get(session.agentId, session.id)).toEqual(Option.some(ended))
+        expect(yield* store.checkpointOf(session.agentId, session.id)).toEqual(Option.some(latest))
+      }))
+
+    it.effect("a checkpoint saved before the session's record is kept for it; the record still reads as absent until inserted", () =>
+      Effect.gen(function* () {
+        const store = yield* SessionStore
+        const session = sampleSession(uniqueId("agent"))
+        yield* store.saveCheckpoint(session.agentId, session.id, { early: true })
+        expect(yield* store.get(session.agentId, session.id)).toEqual(Option.none())
+        expect(yield* store.update(session.agentId, session.id, (current) => current)).toEqual(Option.none())
+        yield* store.insert(session)
+        expect(yield* store.get(session.agentId, session.id)).toEqual(Option.some(session))
+        expect(yield* store.checkpointOf(session.agentId, session.id)).toEqual(Option.some({ early: true }))
+      }))
+
+    it.effect("what checkpointOf returns is a copy: changing it changes nothing stored", () =>
+      Effect.gen(function* () {
+        const store = yield* SessionStore
+        const session = sampleSession(uniqueId("agent"))
+        yield* store.insert(session)
+        const checkpoint = { items: [1, 2] }
+        yield* store.saveCheckpoint(session.agentId, session.id, checkpoint)
+        checkpoint.items.push(3)
+        const read = Option.getOrThrow(yield* store.checkpointOf(session.agentId, session.id)) as { items: Array<number> }
+        read.items.push(4)
+        expect(yield* store.checkpointOf(session.agentId, session.id)).toEqual(Option.some({ items: [1, 2] }))
+      }))
+
     it.effect("list is newest first, paginates without gaps or repeats, and holds only the agent's sessions", () =>
       Effect.gen(function* () {
         const store = yield* SessionStore
