@@ -11,7 +11,7 @@ import { rescueAtEntry } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
-import { Carriers, type CarrierShape } from "../../kernel/Carrier.js"
+import type { CarrierShape } from "../../kernel/Carrier.js"
 import {
   CallControlCallPayload,
   CallControlWebhook,
@@ -160,11 +160,11 @@ export const telnyxCallControlEntry = (
       // Over the environment's limit (docs/scaling.md) or shed by its open breaker (docs/fallback.md): the error fallback acts on the call through Call Control.
       // The call is still ringing: Telnyx transfers or hangs up a ringing call, but speaks and plays
       // only on an answered one, so the fallback webhook's markup runs on the call answered first.
-      const carriers = yield* Carriers
+      const carrier = yield* TelnyxCarrier
       const commands = yield* TelnyxCallCommands
       const ringing: CarrierShape = {
-        ...carriers,
-        applyTwiml: (call, twiml) => Effect.zipRight(commands.answer(call.callId, admission.sessionId), carriers.applyTwiml(call, twiml))
+        ...carrier,
+        applyTwiml: (call, twiml) => Effect.zipRight(commands.answer(call.callId, admission.sessionId), carrier.applyTwiml(call, twiml))
       }
       const over = rescueAtEntry(
         {
@@ -177,7 +177,7 @@ export const telnyxCallControlEntry = (
           direction
         },
         admission,
-        direction === "inbound" ? ringing : carriers,
+        direction === "inbound" ? ringing : carrier,
         "rest"
       )
       const context = yield* Effect.context<ErrorFallback | SessionEndJournal>()
