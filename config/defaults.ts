@@ -52,6 +52,8 @@ export const defaults = {
   SESSION_RETENTION: "30d",
   /** How long callgate waits to open a dial-out agent WebSocket (environment agentUrl). */
   AGENT_CONNECT_TIMEOUT: "5s",
+  /** Agent failovers one session may have (docs/reliability.md, "Agent failover"); the next abnormal agent end runs the error fallback. */
+  AGENT_FAILOVER_MAX_PER_SESSION: 2,
   /** A carrier media stream that sends no frame for this long is a hard stream error (carriers send media every 20 ms). */
   CARRIER_IDLE_TIMEOUT: "10s",
   /** A media stream or dial-in agent socket that has not authenticated within this long is closed with 1008. */

@@ -34,6 +34,7 @@ import { LiveCallDrain, LiveCallDrainLive } from "./livecall/LiveCallDrain.js"
 import { LiveCalls } from "./livecall/LiveCalls.js"
 import { Sessions } from "./sessions/Sessions.js"
 import { CallTurns } from "./livecall/CallTurns.js"
+import { FailoverMetrics } from "./livecall/FailoverMetrics.js"
 import { CallCheckpoints } from "./livecall/CallCheckpoints.js"
 import { RedisApiKeyStoreLive } from "./redis/RedisApiKeyStore.js"
 import { RedisBreakerStoreLive } from "./redis/RedisBreakerStore.js"
@@ -181,7 +182,7 @@ export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(Fallback
 const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
   Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
-  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, CallCheckpoints.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default)),
+  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, CallCheckpoints.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default, FailoverMetrics.Default)),
   Layer.provideMerge(SessionEndJournal.Default),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))

@@ -1,6 +1,6 @@
 import { Either } from "effect"
 import { agentMediaFormat } from "../kernel/AudioFormat.js"
-import type { AgentEvents, AgentLink, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentResume, AgentStart, MachineVerdict } from "../kernel/CallLegs.js"
 import { makeFrameDecoder, parseJson } from "../frames/FrameDecoding.js"
 import { accountSidOf } from "../kernel/TwilioIds.js"
 import { CloseCode, type WireListener, type WireSocket } from "../frames/WireSocket.js"
@@ -88,7 +88,8 @@ export class AgentConnection implements WireListener, AgentLink {
           direction: start.direction,
           provider: start.provider,
           ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {}),
-          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {})
+          ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {}),
+          ...(start.failover !== undefined ? { resumed: "true", failover: String(start.failover) } : {})
         }
       })
     )
@@ -175,6 +176,11 @@ export class AgentConnection implements WireListener, AgentLink {
     this.socket.send(
       JSON.stringify({ event: "amd", sequenceNumber: String(++this.sequence), streamSid: this.streamSid, amd: { answeredBy: verdict.answeredBy, detail: verdict.detail } })
     )
+  }
+
+  sendResume(resume: AgentResume): void {
+    if (this.encoder === undefined || this.state !== "bound") return
+    this.socket.send(JSON.stringify({ event: "resume", sequenceNumber: String(++this.sequence), streamSid: this.streamSid, resume }))
   }
 
   finish(code: number, reason: string): void {

@@ -1,4 +1,4 @@
-import { Effect, Option } from "effect"
+import { Duration, Effect, Option, Schedule } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { HardError } from "../kernel/HardError.js"
 import type { AgentConnection } from "./AgentConnection.js"
@@ -14,6 +14,8 @@ export interface AgentTarget {
   readonly reservedAgent?: string | null | undefined
   /** The environment's agentAudioFormat: true when its agents speak only 8 kHz mu-law. */
   readonly agentSpeaksMulaw?: boolean | undefined
+  /** The environment's agentFailoverTimeout, seconds (0: no failover). */
+  readonly failoverTimeoutSeconds?: number | undefined
 }
 
 /**
@@ -46,6 +48,57 @@ export class AgentConnector extends Effect.Service<AgentConnector>()("callgate/A
       })
     }
 
-    return { acquire } as const
+    /** Succeeds once the environment has an idle dial-in socket here (at once when it has one now). */
+    const idleHere = (agentId: string, environmentId: string): Effect.Effect<void> =>
+      Effect.async<void>((resume) => {
+        if (pool.idleCount(agentId, environmentId) > 0) return resume(Effect.void)
+        const stop = pool.onChange((changedAgent, changedEnvironment) => {
+          if (changedAgent !== agentId || changedEnvironment !== environmentId || pool.idleCount(agentId, environmentId) === 0) return
+          stop()
+          resume(Effect.void)
+        })
+        return Effect.sync(stop)
+      })
+
+    /** Takes an idle dial-in socket of the environment, waiting for one to connect (or come free). */
+    const takeIdle = (agentId: string, environmentId: string): Effect.Effect<AgentConnection> =>
+      Effect.suspend(() => {
+        const taken = pool.take(agentId, environmentId)
+        if (Option.isSome(taken)) return Effect.succeed(taken.value)
+        return Effect.zipRight(idleHere(agentId, environmentId), takeIdle(agentId, environmentId))
+      })
+
+    /** Dial-out again and again, backing off (100 ms doubling, at most 1 s apart), until one connects. */
+    const redial = (url: string): Effect.Effect<AgentConnection> =>
+      dialer.dial(url, config.agentConnectTimeout).pipe(
+        Effect.retry(Schedule.exponential(Duration.millis(100)).pipe(Schedule.either(Schedule.spaced(Duration.seconds(1))))),
+        Effect.orDie,
+        Effect.tap((connection) => pool.track(connection))
+      )
+
+    /**
+     * The next agent of a call whose agent leg failed (docs/design.md, "The path of a failover"): an
+     * idle dial-in socket of the environment on this instance, taken as placement would, waiting
+     * for one to connect; or, for a dial-out environment, a new connection to agentUrl, retried
+     * with backoff. None within `within`: `no_idle_agent` / `agent_dial_failed`.
+     */
+    const seek = (target: AgentTarget, within: Duration.Duration): Effect.Effect<AgentConnection, HardError> =>
+      (target.agentUrl !== null ? redial(target.agentUrl) : takeIdle(target.agentId, target.environmentId)).pipe(
+        Effect.timeoutFail({
+          duration: within,
+          onTimeout: () =>
+            target.agentUrl !== null
+              ? new HardError({ kind: "agent_dial_failed", message: `No agent answered at the environment's agentUrl within ${Duration.format(within)} of the failover.` })
+              : new HardError({
+                  kind: "no_idle_agent",
+                  message: `No agent connection of environment ${target.environmentId} came free within ${Duration.format(within)} of the failover.`
+                })
+        })
+      )
+
+    /** Whether another dial-in agent of the environment is idle here now (a stalled agent's call can move to it). */
+    const anotherIdle = (agentId: string, environmentId: string): boolean => pool.idleCount(agentId, environmentId) > 0
+
+    return { acquire, seek, anotherIdle } as const
   })
 }) {}

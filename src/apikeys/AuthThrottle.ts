@@ -1,7 +1,6 @@
 import { Effect } from "effect"
-import { Counter } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, Metrics } from "../observability/Metrics.js"
 
 const WINDOW_MS = 60_000
 /** Beyond this many tracked addresses, expired entries are swept at once. */
@@ -26,11 +25,7 @@ export class AuthThrottle extends Effect.Service<AuthThrottle>()("callgate/AuthT
     const config = yield* AppConfig
     const metrics = yield* Metrics
     const limit = config.authFailuresPerMinute
-    const throttled = new Counter({
-      name: "callgate_auth_throttled_total",
-      help: "Authentications refused because their client address failed too often",
-      registers: [metrics.registry]
-    })
+    const throttled = counterOn(metrics.registry, "callgate_auth_throttled_total", "Authentications refused because their client address failed too often")
     const entries = new Map<string, Entry>()
     const clock = yield* Effect.clock
     const now = () => clock.unsafeCurrentTimeMillis()

@@ -162,10 +162,10 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
         local.recordOccurrence(agentId, environmentId, sessionId, settings.windowSeconds),
         "breaker.recordOccurrence"
       ).pipe(Effect.orDie)
-      metrics.occurrences.inc({ agent: agentId, environment: environmentId })
+      metrics.countOccurrence(agentId, environmentId)
       const tripped = count >= settings.threshold
       if (tripped) {
-        metrics.trips.inc({ agent: agentId, environment: environmentId })
+        metrics.countTrip(agentId, environmentId)
         const trip: BreakerTrip = { agentId, environmentId, sessionId, count, threshold: settings.threshold, origin }
         yield* Effect.logWarning("no-response breaker tripped", { agentId, environmentId, sessionId, count, threshold: settings.threshold })
         seenOpen.add(environmentKey(agentId, environmentId))
@@ -181,7 +181,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
     /** Environments whose first shed call this instance has logged since it saw them open. */
     const shedLogged = new Set<string>()
     const setState = (agentId: string, environmentId: string, state: BreakerState) =>
-      metrics.state.set({ agent: agentId, environment: environmentId }, STATE_VALUE[state])
+      metrics.setState(agentId, environmentId, STATE_VALUE[state])
     const closed = (agentId: string, environmentId: string, why: string) =>
       Effect.suspend(() => {
         const key = environmentKey(agentId, environmentId)
@@ -246,7 +246,7 @@ export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
         yield* Effect.logInfo("no-response breaker open: this call is the probe and goes to an agent", { agentId, environmentId, sessionId, count })
         return "probe" as EntryDecision
       }
-      metrics.shedCalls.inc({ agent: agentId, environment: environmentId })
+      metrics.countShedCall(agentId, environmentId)
       if (!shedLogged.has(key)) {
         shedLogged.add(key)
         yield* Effect.logWarning("no-response breaker open: shedding new calls at the entry", { agentId, environmentId, sessionId, count, threshold: settings.threshold })

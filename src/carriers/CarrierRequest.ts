@@ -1,5 +1,6 @@
 import { Duration, Effect, Schedule } from "effect"
-import { Counter, Histogram, type Registry } from "prom-client"
+import type { Counter, Histogram, Registry } from "prom-client"
+import { counterOn, histogramOn } from "../observability/Metrics.js"
 import { CarrierError, type Provider } from "../kernel/Carrier.js"
 
 /**
@@ -81,19 +82,8 @@ export const carrierInstruments = (registry: Registry): CarrierInstruments => {
     }
   }
   return {
-    requests: new Counter({
-      name: "callgate_carrier_requests_total",
-      help: "Carrier REST requests by provider, operation and outcome (ok, ended, error)",
-      labelNames: ["provider", "operation", "outcome"] as const,
-      registers: [registry]
-    }),
-    duration: new Histogram({
-      name: "callgate_carrier_request_duration_seconds",
-      help: "Carrier REST request duration, each attempt, by provider and operation",
-      labelNames: ["provider", "operation"] as const,
-      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers: [registry]
-    })
+    requests: counterOn(registry, "callgate_carrier_requests_total", "Carrier REST requests by provider, operation and outcome (ok, ended, error)", ["provider", "operation", "outcome"]),
+    duration: histogramOn(registry, "callgate_carrier_request_duration_seconds", "Carrier REST request duration, each attempt, by provider and operation", ["provider", "operation"], [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])
   }
 }
 

@@ -31,46 +31,28 @@ export const sessionIdOfClientState = (clientState: string | null | undefined): 
  * The Call Control commands that bring a call to callgate's media stream: answer an incoming call
  * with the stream, start it on an answered outgoing call, or reject a call callgate cannot serve.
  */
+/** What answer and streaming_start both send: callgate's stream (RTP both ways, PCMU), its auth token, and the session. */
+const streamFields = (stream: StreamTarget) => ({
+  stream_url: stream.url,
+  stream_track: "inbound_track" as const,
+  stream_bidirectional_mode: "rtp" as const,
+  stream_bidirectional_codec: "PCMU" as const,
+  stream_auth_token: stream.token,
+  client_state: clientStateOf(stream.sessionId)
+})
+
 export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("callgate/TelnyxCallCommands", {
   effect: Effect.gen(function* () {
     const rest = yield* TelnyxRest
 
     /** Answers an incoming Call Control call with a bidirectional RTP (PCMU) stream to callgate. */
+    // stream_auth_token is sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
     const answerWithStream = (callControlId: string, stream: StreamTarget) =>
-      rest.command("answer", callControlId, (actions, command_id, signal) =>
-        actions.answer(
-          callControlId,
-          {
-            stream_url: stream.url,
-            stream_track: "inbound_track",
-            stream_bidirectional_mode: "rtp",
-            stream_bidirectional_codec: "PCMU",
-            // Sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
-            ...({ stream_auth_token: stream.token } as object),
-            client_state: clientStateOf(stream.sessionId),
-            command_id
-          },
-          { signal }
-        )
-      )
+      rest.command("answer", callControlId, (actions, command_id, signal) => actions.answer(callControlId, { ...streamFields(stream), command_id }, { signal }))
 
     /** Starts the same stream on an outbound call once it is answered. */
     const startStream = (callControlId: string, stream: StreamTarget) =>
-      rest.command("streaming_start", callControlId, (actions, command_id, signal) =>
-        actions.startStreaming(
-          callControlId,
-          {
-            stream_url: stream.url,
-            stream_track: "inbound_track",
-            stream_bidirectional_mode: "rtp",
-            stream_bidirectional_codec: "PCMU",
-            stream_auth_token: stream.token,
-            client_state: clientStateOf(stream.sessionId),
-            command_id
-          },
-          { signal }
-        )
-      )
+      rest.command("streaming_start", callControlId, (actions, command_id, signal) => actions.startStreaming(callControlId, { ...streamFields(stream), command_id }, { signal }))
 
     /**
      * Answers an incoming call with no stream: a call the entry rescues (shed by an open breaker,

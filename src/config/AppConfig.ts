@@ -218,6 +218,8 @@ const settings = Config.all({
   sessionMaxDuration: duration("SESSION_MAX_DURATION"),
   sessionRetention: duration("SESSION_RETENTION"),
   agentConnectTimeout: duration("AGENT_CONNECT_TIMEOUT"),
+  /** Agent failovers one session may have (docs/reliability.md, "Agent failover"); 0: none, the fallback runs at once. */
+  agentFailoverMaxPerSession: integerIn("AGENT_FAILOVER_MAX_PER_SESSION", 0, 20, "no failover"),
   agentPingInterval: duration("AGENT_PING_INTERVAL"),
   carrierIdleTimeout: duration("CARRIER_IDLE_TIMEOUT"),
   handshakeTimeout: duration("HANDSHAKE_TIMEOUT"),

@@ -122,6 +122,7 @@ export const applyPatch = (
     next.errorFallbackOccurrenceThreshold = patch.errorFallbackOccurrenceThreshold
   }
   if (patch.errorFallbackTimeWindow !== undefined) next.errorFallbackTimeWindow = patch.errorFallbackTimeWindow
+  if (patch.agentFailoverTimeout !== undefined) next.agentFailoverTimeout = patch.agentFailoverTimeout
   if (patch.errorFallbackWebhookSecret === null) next.errorFallbackWebhookSecretSealed = null
   else if (typeChanged && next.errorFallbackType === "webhook" && next.errorFallbackWebhookSecretSealed === null) {
     // Generated when the type becomes webhook; the value is returned on the environment.

@@ -56,6 +56,10 @@ const intBetween = (min: number, max: number) =>
 export const FallbackTimeout = intBetween(0, 30)
 export const FallbackThreshold = intBetween(1, 20)
 export const FallbackWindow = intBetween(60, 3600)
+/** The environment's agentFailoverTimeout, seconds (docs/reliability.md, "Agent failover"). */
+export const AgentFailoverTimeout = intBetween(0, 30)
+/** agentFailoverTimeout when an environment does not set it. */
+export const DEFAULT_AGENT_FAILOVER_TIMEOUT = 5
 
 /**
  * How event webhooks are signed (docs/webhooks.md, "Signature schemes"): `service`, the interface's
@@ -125,7 +129,9 @@ export const StoredEnvironment = Schema.Struct({
   /** Absent on environments stored before recording existed: off. */
   recording: Schema.optional(RecordingMode),
   /** Absent on environments stored before shedding existed: true. */
-  errorFallbackShedNewCalls: Schema.optional(Schema.Boolean)
+  errorFallbackShedNewCalls: Schema.optional(Schema.Boolean),
+  /** Absent on environments stored before agent failover existed: the default (5 s) applies. */
+  agentFailoverTimeout: Schema.optional(Schema.Number)
 })
 export type StoredEnvironment = typeof StoredEnvironment.Type
 
@@ -158,6 +164,10 @@ export const EnvironmentView = Schema.Struct({
       "While the environment's breaker is open, new calls get the error fallback in the entry answer itself, except one probe call per BREAKER_PROBE_INTERVAL (docs/fallback.md, \"Shedding\"); default true, false sends every call to an agent"
   }),
   agentUrl: Schema.NullOr(Schema.String),
+  agentFailoverTimeout: Schema.Number.annotations({
+    description:
+      "Seconds (0 to 30, default 5) a call whose agent leg ended abnormally waits for another agent of the environment before the error fallback runs (docs/reliability.md, \"Agent failover\"); 0: the fallback runs at once"
+  }),
   maxConcurrentOutboundCalls: Schema.Number.annotations({
     description: "Outbound calls placed or live at once across the fleet (1 to 1000, default 10); beyond it, placing a call answers 429"
   }),
@@ -195,6 +205,7 @@ const patchFields = {
     })
   ),
   agentUrl: Schema.optional(Schema.NullOr(WssUrl)),
+  agentFailoverTimeout: Schema.optional(AgentFailoverTimeout),
   maxConcurrentOutboundCalls: Schema.optional(MaxConcurrentOutboundCalls),
   maxConcurrentCalls: Schema.optional(Schema.NullOr(MaxConcurrentCalls)),
   recording: Schema.optional(RecordingMode)

@@ -8,6 +8,7 @@ import { isoAt } from "../kernel/Time.js"
 import {
   type CreateEnvironmentBody,
   type EnvironmentView,
+  DEFAULT_AGENT_FAILOVER_TIMEOUT,
   DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
   DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
   FALLBACK_DEFAULTS,
@@ -74,6 +75,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
       errorFallbackShedNewCalls: env.errorFallbackShedNewCalls ?? true,
       agentUrl: env.agentUrl,
+      agentFailoverTimeout: env.agentFailoverTimeout ?? DEFAULT_AGENT_FAILOVER_TIMEOUT,
       maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,
       maxConcurrentCalls: env.maxConcurrentCalls ?? null,
       recording: env.recording ?? "off"

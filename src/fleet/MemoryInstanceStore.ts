@@ -20,8 +20,9 @@ const SILENT_KEPT_FACTOR = 6
  * The embedded store's registry: one process, so one instance; the same rules as the Redis
  * adapter, each operation synchronous on the event loop (so atomic).
  */
-export const makeMemoryInstanceStore = (now: () => number = Date.now) =>
-  Effect.sync(() => {
+export const makeMemoryInstanceStore =
+  Effect.map(Effect.clock, (clock) => {
+    const now = () => clock.unsafeCurrentTimeMillis()
     const instances = new Map<string, { report: InstanceReport; seenAt: number }>()
     const environments = new Map<string, EnvironmentAgents>()
 
@@ -102,4 +103,4 @@ export const makeMemoryInstanceStore = (now: () => number = Date.now) =>
     })
   })
 
-export const MemoryInstanceStoreLive = Layer.effect(InstanceStore, makeMemoryInstanceStore())
+export const MemoryInstanceStoreLive = Layer.effect(InstanceStore, makeMemoryInstanceStore)

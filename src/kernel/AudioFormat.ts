@@ -186,3 +186,39 @@ export const payloadTranscoders = (
     toCarrier: mulawTo(carrier)
   }
 }
+
+// ---- Comfort noise (docs/reliability.md, "Agent failover") ----
+
+/** Linear 16-bit amplitude of comfort noise: about -66 dBFS, audible as a live line, never as speech. */
+const COMFORT_NOISE_AMPLITUDE = 16
+const COMFORT_NOISE_FRAMES = 8
+const comfortNoiseCache = new Map<string, ReadonlyArray<string>>()
+
+/**
+ * 20 ms frames of quiet noise in the format, base64, to cycle through while a call has no agent:
+ * the caller hears a live line, not dead air. Made once per format (a fixed pseudo-random series),
+ * so a frame costs nothing at send time.
+ */
+export const comfortNoiseFrames = (format: AudioFormat): ReadonlyArray<string> => {
+  const key = `${format.encoding}/${format.sampleRate}`
+  const cached = comfortNoiseCache.get(key)
+  if (cached !== undefined) return cached
+  let seed = 0x2545f491
+  const nextSample = () => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0
+    return ((seed >>> 16) % (2 * COMFORT_NOISE_AMPLITUDE + 1)) - COMFORT_NOISE_AMPLITUDE
+  }
+  const samplesPerFrame = (format.sampleRate / 1000) * 20
+  const frames: Array<string> = []
+  for (let f = 0; f < COMFORT_NOISE_FRAMES; f++) {
+    const bytes = Buffer.alloc(samplesPerFrame * (format.encoding === "audio/L16" ? 2 : 1))
+    for (let i = 0; i < samplesPerFrame; i++) {
+      const sample = nextSample()
+      if (format.encoding === "audio/L16") bytes.writeInt16BE(sample, i * 2)
+      else bytes[i] = format.encoding === "audio/x-alaw" ? linearToAlaw(sample) : linearToMulaw(sample)
+    }
+    frames.push(bytes.toString("base64"))
+  }
+  comfortNoiseCache.set(key, frames)
+  return frames
+}

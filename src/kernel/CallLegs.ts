@@ -100,6 +100,23 @@ export interface AgentStart {
   readonly answeredBy?: AnsweredBy | undefined
   /** The carrier stream's audio format, which the agent receives and sends (`start.mediaFormat`); 8 kHz mu-law when absent. */
   readonly mediaFormat?: AudioFormat | undefined
+  /**
+   * The call's failover this agent takes it over at (1, 2, ...): `customParameters` then carry
+   * `resumed: "true"` and `failover: "<n>"` (docs/calls.md, "When an agent takes over a call").
+   */
+  readonly failover?: number | undefined
+}
+
+/**
+ * The `resume` extension a new agent of a call receives right after `start` (docs/calls.md, "When
+ * an agent takes over a call"): the session's latest checkpoint (null when none), its turns so far,
+ * why the previous agent leg ended, and how much caller audio was held for it.
+ */
+export interface AgentResume {
+  readonly checkpoint: unknown
+  readonly turns: ReadonlyArray<object>
+  readonly previousEndReason: string
+  readonly heldAudioMs: number
 }
 
 /** What the session asks of the agent connection. */
@@ -111,6 +128,8 @@ export interface AgentLink {
   sendMark(name: string): void
   /** Sends `{"event":"amd"}`: the machine-detection verdict came after `start`. */
   sendAmd(verdict: MachineVerdict): void
+  /** Sends `{"event":"resume"}` (right after `start`, to an agent taking over a call). */
+  sendResume(resume: AgentResume): void
   /** Sends `stop` and closes the socket; idempotent. */
   finish(code: number, reason: string): void
   /** Bytes queued towards the agent. */

@@ -2,6 +2,7 @@ import { Cause, Duration, Effect, Option } from "effect"
 import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
+import { DEFAULT_AGENT_FAILOVER_TIMEOUT } from "../environments/EnvironmentSchema.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
 import { Metrics } from "../observability/Metrics.js"
 import { Carriers, type CarrierError } from "../kernel/Carrier.js"
@@ -12,7 +13,7 @@ import type { LiveCall } from "./LiveCall.js"
 import type { SessionEnding } from "./SessionEnding.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
-import type { Session } from "../sessions/SessionSchema.js"
+import type { AgentLeg, Session } from "../sessions/SessionSchema.js"
 import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/Sessions.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { storeRetry } from "../kernel/StoreError.js"
@@ -70,7 +71,8 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           environmentId: info.environmentId,
           agentUrl: env.agentUrl,
           reservedAgent: info.reservedAgent,
-          agentSpeaksMulaw: env.agentAudioFormat === "audio/x-mulaw;rate=8000"
+          agentSpeaksMulaw: env.agentAudioFormat === "audio/x-mulaw;rate=8000",
+          failoverTimeoutSeconds: env.agentFailoverTimeout ?? DEFAULT_AGENT_FAILOVER_TIMEOUT
         })),
         Effect.catchTags({
           EnvironmentNotFound: () =>
@@ -80,6 +82,15 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           StoreError: () => Effect.fail(new HardError({ kind: "internal", message: "The environment's configuration could not be read." }))
         })
       )
+
+    /** A failover changed the call's agent legs: the live record shows them (off the media path; a failure is only logged). */
+    const recordLegs = (info: SessionInfo, agentLegs: ReadonlyArray<AgentLeg>, agentFailovers: number) =>
+      sessions
+        .update(info.agentId, info.sessionId, (current) => (current.status === "active" ? { ...current, agentLegs, agentFailovers } : current))
+        .pipe(
+          Effect.tapError((error) => Effect.logWarning("could not record the session's agent legs", { error: error.message })),
+          Effect.ignore
+        )
 
     const runRescue = (info: SessionInfo, error: HardError) =>
       fallback.rescue(info, error).pipe(
@@ -167,6 +178,8 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
             endedAt: end.endedAt.toISOString(),
             fallback: end.fallback ?? null,
             ...verdictFields(relay.answeredBy),
+            ...(relay.agentLegs().length > 0 ? { agentLegs: relay.agentLegs(end.endReason) } : {}),
+            agentFailovers: relay.failoverCount,
             ...(Option.isSome(recording) ? { recording: recording.value } : {})
           },
           ...(end.turns !== undefined ? { turns: end.turns } : {})
@@ -180,6 +193,6 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         return record
       })
 
-    return { begin, agentTarget, settle } as const
+    return { begin, agentTarget, settle, recordLegs } as const
   })
 }) {}

@@ -30,7 +30,10 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
     const sessions = yield* Sessions
 
     /** The call's watch, in the call's scope; a watch that cannot be made leaves the call unobserved (logged). */
-    const watch = (info: SessionInfo): Effect.Effect<TurnWatch, never, Scope.Scope> =>
+    const watch = (
+      info: SessionInfo,
+      hooks: { readonly onMissedDeadline?: (inARow: number) => void } = {}
+    ): Effect.Effect<TurnWatch, never, Scope.Scope> =>
       Effect.gen(function* () {
         // The call's turn writes run on the call's runtime, one at a time, each in a fiber of its
         // own forked into the call's scope (no fiber waits between them).
@@ -69,7 +72,8 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
           environmentId: info.environmentId,
           sessionId: info.sessionId,
           runtime,
-          onTurnsChanged: persist
+          onTurnsChanged: persist,
+          ...(hooks.onMissedDeadline !== undefined ? { onMissedDeadline: hooks.onMissedDeadline } : {})
         })
         turns = watched.turns
         return { observer: watched.observer, turns: watched.turns, rescuedBy: watched.rescuedBy } satisfies TurnWatch

@@ -1,23 +1,25 @@
-import { Cause, Deferred, Effect, Exit, Fiber, FiberId } from "effect"
-import type { AgentConnector } from "../agent/AgentConnector.js"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, Runtime, type Scope } from "effect"
+import type { AgentConnector, AgentTarget } from "../agent/AgentConnector.js"
 import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import { MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
+import { bytesPerMs, comfortNoiseFrames, MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
+import { isoAt, frameTimeToEpochMs } from "../kernel/Time.js"
 
 const samePayload = (payload: string) => payload
-import type { AgentEvents, AgentLink, AgentStart, CallerEvents, CarrierLeg, Checkpoint, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
+import type { AgentEvents, AgentLink, AgentResume, AgentStart, CallerEvents, CarrierLeg, Checkpoint, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
-import type { Session } from "../sessions/SessionSchema.js"
+import type { AgentLeg, Session } from "../sessions/SessionSchema.js"
 import { type CallCheckpoints, type CheckpointKeeper, noCheckpoints } from "./CallCheckpoints.js"
 import type { CallSettlement } from "./CallSettlement.js"
 import { type CallTurns, type TurnWatch, unwatched } from "./CallTurns.js"
+import type { FailoverMetrics } from "./FailoverMetrics.js"
 import { SessionEnding } from "./SessionEnding.js"
 
 export { SessionEnding } from "./SessionEnding.js"
@@ -57,6 +59,23 @@ export interface LiveCallParts {
   readonly connector: AgentConnector
   /** A new stream id for the agent's `start`. */
   readonly newStreamSid: () => string
+  readonly failovers: FailoverMetrics
+  /** AGENT_FAILOVER_MAX_PER_SESSION. */
+  readonly maxFailovers: number
+  /** This instance's INSTANCE_ID, for the session's agent legs. */
+  readonly instanceId: string
+}
+
+/** A leg still holding the call: its end is written when it ends. */
+type OpenLeg = { startedAt: string; endedAt: string | null; endReason: string | null; readonly instanceId: string }
+
+/** The frame cadence of comfort noise while no agent holds the call. */
+const COMFORT_NOISE_FRAME_MS = 20
+
+/** Decoded bytes of a base64 payload (without decoding it). */
+const base64Bytes = (payload: string) => {
+  const padding = payload.endsWith("==") ? 2 : payload.endsWith("=") ? 1 : 0
+  return (payload.length * 3) / 4 - padding
 }
 
 /** The hard error of a call cut because callgate is shutting down. */
@@ -90,6 +109,24 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private ending: SessionEnding | undefined
   private view: Uint8Array = sharedAudio.subarray(0, 0)
   private readonly startedAtMs = performance.now()
+  /** Caller audio bytes in `held` (for the resume's heldAudioMs). */
+  private heldBytes = 0
+  /** The agent's marks not yet echoed by the carrier; at a failover they become `staleMarks`, whose echoes nobody hears. */
+  private pendingMarks = new Set<string>()
+  private staleMarks: Set<string> | undefined
+  /** What the first agent was given (its target and `start`): a failover gives the next agent the same. */
+  private target: AgentTarget | undefined
+  private firstStart: AgentStart | undefined
+  /** The environment's agentFailoverTimeout, read with the agent's target when the call began. */
+  private failoverTimeoutSeconds = 0
+  /** The agent legs so far, oldest first; the last one holds the call unless a failover is under way. */
+  private readonly legs: Array<OpenLeg> = []
+  /** Forks into the call's scope (set once `run` started); the failover runs there. */
+  private forkInCall: ((effect: Effect.Effect<void>) => Fiber.RuntimeFiber<void>) | undefined
+  private parts: LiveCallParts | undefined
+  private seeking: Fiber.RuntimeFiber<void> | undefined
+  /** Agent failovers of this call so far. */
+  failoverCount = 0
   /** Caller frames dropped because the agent took too long to connect. */
   droppedFrames = 0
   /** The observer threw: it was replaced by the null observer; reported when the session ends. */
@@ -136,15 +173,20 @@ export class LiveCall implements CallerEvents, AgentEvents {
       // (child fibers of the call's fiber: they end with it at the latest). The agent leg is a
       // span of its own, open until the call's scope closes.
       const session = yield* Effect.currentSpan.pipe(Effect.orDie)
+      call.parts = parts
+      const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+      const scope: Scope.Scope = yield* Effect.scope
+      call.forkInCall = (effect) => runFork(effect, { scope })
       const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId } })
       call.checkpoints = yield* parts.checkpoints.keeper(info)
       const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
       const recording = yield* Effect.fork(parts.settlement.begin(info))
-      call.observeWith(yield* parts.turns.watch(info))
+      call.observeWith(yield* parts.turns.watch(info, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow) }))
       // The breaker's trips (this call's, another call's, another instance's) reach the call here.
       yield* parts.breaker.subscribeTrips(info.agentId, info.environmentId, (trip) => call.tripHeard(trip))
       const ending = yield* Deferred.await(call.endSignal)
       yield* Fiber.interrupt(connecting)
+      if (call.seeking !== undefined) yield* Fiber.interrupt(call.seeking)
       // The end is recorded over the start, so the start must be written first.
       yield* Fiber.join(recording)
       return yield* parts.settlement.settle(call, ending).pipe(Effect.uninterruptible)
@@ -200,6 +242,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const { info } = this
     return Effect.gen(function* () {
       const target = yield* parts.settlement.agentTarget(info)
+      call.target = target
+      call.failoverTimeoutSeconds = target.failoverTimeoutSeconds ?? 0
       yield* Effect.annotateCurrentSpan("callgate.agent.mode", target.agentUrl === null ? "dial_in" : "dial_out")
       const agent = yield* parts.connector.acquire(target)
       yield* Effect.annotateCurrentSpan("callgate.agent.outcome", "connected")
@@ -244,10 +288,15 @@ export class LiveCall implements CallerEvents, AgentEvents {
     else this.closeObserverWith(watch.observer)
   }
 
-  /** Connects the agent: sends `connected` and `start`, then the caller frames held so far. */
-  attachAgent(agent: AgentLink, start: AgentStart): void {
+  /**
+   * Connects the agent: sends `connected` and `start` (and, to an agent taking over the call,
+   * `resume`), then the caller frames held so far, with their original timestamps.
+   */
+  attachAgent(agent: AgentLink, start: AgentStart, resume?: AgentResume): void {
     if (this.ending !== undefined) return agent.finish(1000, "the call ended before the agent was connected")
     this.agent = agent
+    this.firstStart ??= start
+    this.legs.push({ startedAt: isoAt(frameTimeToEpochMs(performance.now())), endedAt: null, endReason: null, instanceId: this.parts?.instanceId ?? "" })
     // The agent's audio format differs from the carrier's (agentAudioFormat): transcode both ways, chosen once.
     const transcoders = payloadTranscoders(this.info.mediaFormat ?? MULAW_8K, start.mediaFormat ?? MULAW_8K)
     if (transcoders !== undefined) {
@@ -255,9 +304,13 @@ export class LiveCall implements CallerEvents, AgentEvents {
       this.toCarrier = transcoders.toCarrier
     }
     agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
+    if (resume !== undefined) agent.sendResume(resume)
     const held = this.held
     this.held = undefined
-    if (held === undefined || this.ending !== undefined) return
+    this.heldBytes = 0
+    // A new agent after a failover: turn timing goes on with it (the gap was no one's latency).
+    if (resume !== undefined) this.observer.agentBack(performance.now())
+    if (held === undefined || this.ending !== undefined || this.agent !== agent) return
     for (const frame of held) {
       if (frame.dtmf) agent.sendDtmf(frame.value)
       else agent.sendMedia(this.toAgent(frame.value), Math.round(frame.atMs - this.startedAtMs))
@@ -266,6 +319,12 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   get ended(): SessionEnding | undefined {
     return this.ending
+  }
+
+  /** The agent legs so far; the open one (if any) ended now by `endReason` when given (at settling: the session's). */
+  agentLegs(endReason?: string): Array<AgentLeg> {
+    const now = isoAt(frameTimeToEpochMs(performance.now()))
+    return this.legs.map((leg) => (leg.endedAt === null && endReason !== undefined ? { ...leg, endedAt: now, endReason } : { ...leg }))
   }
 
   /** The session is over: stop the observer, send the agent `stop` and close its socket. */
@@ -294,11 +353,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
     this.sendPlayoutMark()
     agent.sendMedia(this.toAgent(payload), Math.round(atMs - this.startedAtMs))
     if (agent.backlog > this.limits.maxAgentBacklogBytes) {
-      this.end(
-        SessionEnding.Failed({
-          error: new HardError({ kind: "agent_backpressure", message: "The agent stopped reading its connection: audio backed up." })
-        })
-      )
+      this.agentLost(new HardError({ kind: "agent_backpressure", message: "The agent stopped reading its connection: audio backed up." }))
     }
   }
 
@@ -318,6 +373,9 @@ export class LiveCall implements CallerEvents, AgentEvents {
     if (this.ending !== undefined) return
     // callgate's own playout marks are never the agent's business.
     if (isPlayoutMark(name)) return this.observer.playoutMarkEchoed(name, performance.now())
+    // The echo of a mark a failed agent placed is nobody's business.
+    if (this.staleMarks?.delete(name) === true) return
+    this.pendingMarks.delete(name)
     this.agent?.sendMark(name)
   }
 
@@ -346,7 +404,9 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   agentMark(name: string): void {
-    if (this.ending === undefined) this.carrier.sendMark(name)
+    if (this.ending !== undefined) return
+    this.pendingMarks.add(name)
+    this.carrier.sendMark(name)
   }
 
   agentClear(): void {
@@ -376,7 +436,125 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   agentFailed(fault: LegFault): void {
-    this.end(SessionEnding.Failed({ error: faultError(fault) }))
+    this.agentLost(faultError(fault))
+  }
+
+  // Agent failover (docs/design.md, "The path of a failover")
+
+  /**
+   * The agent missed `inARow` response deadlines since its last answer (each one already counted
+   * by the breaker). Two in a row while another agent of the environment is idle here: the call
+   * moves to that agent.
+   */
+  deadlinesMissed(inARow: number): void {
+    if (inARow < 2 || this.ending !== undefined || this.agent === undefined || this.target === undefined) return
+    if (this.target.agentUrl !== null || this.parts?.connector.anotherIdle(this.info.agentId, this.info.environmentId) !== true) return
+    this.agentLost(
+      new HardError({ kind: "agent_unresponsive", message: `The agent missed ${inARow} response deadlines in a row while another agent was idle.` })
+    )
+  }
+
+  /**
+   * The agent leg ended abnormally. Within the session's failover budget and the environment's
+   * agentFailoverTimeout, the call is kept and moved to another agent (`failover`); otherwise it
+   * ends with `error`, whose rescue is today's fallback.
+   */
+  private agentLost(error: HardError): void {
+    if (this.ending !== undefined) return
+    const lost = this.agent
+    const parts = this.parts
+    const forkInCall = this.forkInCall
+    // No agent yet (connectAgent ends the call itself), or a failover already under way.
+    if (lost === undefined) return
+    if (parts === undefined || forkInCall === undefined || this.failoverTimeoutSeconds <= 0 || this.failoverCount >= parts.maxFailovers) {
+      this.end(SessionEnding.Failed({ error }))
+      return
+    }
+    const lostAtMs = performance.now()
+    this.agent = undefined
+    this.failoverCount++
+    const leg = this.legs[this.legs.length - 1]
+    if (leg !== undefined) {
+      leg.endedAt = isoAt(frameTimeToEpochMs(lostAtMs))
+      leg.endReason = error.kind
+    }
+    lost.finish(CloseCode.normal, "callgate moved the call to another agent")
+    // Caller audio and DTMF are kept from this moment for the next agent.
+    this.held = []
+    this.heldBytes = 0
+    // The old agent's marks and queued audio go: the carrier echoes (and forgets) them at `clear`.
+    this.staleMarks = this.pendingMarks
+    this.pendingMarks = new Set()
+    this.carrier.sendClear()
+    this.observer.agentAway(lostAtMs)
+    this.seeking = forkInCall(this.failover(parts, error, lostAtMs, this.failoverCount))
+  }
+
+  /** Seeks the next agent with comfort noise on the line; attaches it, or ends the call with `error` when none came in time. */
+  private failover(parts: LiveCallParts, error: HardError, lostAtMs: number, failover: number): Effect.Effect<void> {
+    const call = this
+    const { info } = this
+    const target = this.target!
+    const timeout = Duration.seconds(this.failoverTimeoutSeconds)
+    return Effect.gen(function* () {
+      const noise = yield* Effect.fork(call.comfortNoise())
+      const found = yield* Effect.either(parts.connector.seek(target, timeout))
+      yield* Fiber.interrupt(noise)
+      if (found._tag === "Left") {
+        parts.failovers.count("fallback")
+        yield* Effect.logWarning("agent failover found no agent in time: the error fallback runs", {
+          failover,
+          previousEndReason: error.kind,
+          timeoutSeconds: call.failoverTimeoutSeconds,
+          error: found.left.message
+        })
+        call.end(SessionEnding.Failed({ error }))
+        return
+      }
+      const agent = found.right
+      if (call.ending !== undefined) return agent.finish(CloseCode.normal, "the call ended before the agent was connected")
+      const resume: AgentResume = {
+        checkpoint: yield* call.checkpoints.latest,
+        turns: call.turns().map((turn) => ({ ...turn })),
+        previousEndReason: error.kind,
+        heldAudioMs: Math.round(call.heldBytes / bytesPerMs(info.mediaFormat ?? MULAW_8K))
+      }
+      const gapMs = performance.now() - lostAtMs
+      call.attachAgent(agent, { ...call.firstStart!, streamSid: parts.newStreamSid(), failover }, resume)
+      call.seeking = undefined
+      parts.failovers.count("reattached")
+      parts.failovers.observeGap(gapMs / 1000)
+      yield* Effect.logInfo("agent failover: a new agent took the call", {
+        failover,
+        previousEndReason: error.kind,
+        gapMs: Math.round(gapMs),
+        heldAudioMs: resume.heldAudioMs
+      })
+      yield* parts.settlement.recordLegs(info, call.agentLegs(), call.failoverCount)
+    }).pipe(
+      Effect.catchAllDefect((defect) =>
+        Effect.zipRight(
+          Effect.logError("the agent failover failed", Cause.die(defect)),
+          Effect.sync(() => void call.end(SessionEnding.Failed({ error })))
+        )
+      )
+    )
+  }
+
+  /** Quiet noise to the caller at the real frame cadence while no agent holds the call (no dead air). */
+  private comfortNoise(): Effect.Effect<void> {
+    const call = this
+    const frames = comfortNoiseFrames(this.info.mediaFormat ?? MULAW_8K)
+    return Effect.gen(function* () {
+      const clock = yield* Effect.clock
+      const startedAt = clock.unsafeCurrentTimeMillis()
+      for (let sent = 0; call.ending === undefined && call.agent === undefined; sent++) {
+        call.carrier.sendMedia(frames[sent % frames.length]!)
+        // Due times from the start, so a late wake-up does not slow the cadence down.
+        const wait = startedAt + (sent + 1) * COMFORT_NOISE_FRAME_MS - clock.unsafeCurrentTimeMillis()
+        if (wait > 0) yield* Effect.sleep(wait)
+      }
+    })
   }
 
   // Internals
@@ -402,6 +580,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
       return
     }
     held.push({ dtmf, value, atMs })
+    if (!dtmf) this.heldBytes += base64Bytes(value)
   }
 
   /** An observer that threw is closed (so it can release its timers) and replaced by the null one. */

@@ -16,6 +16,8 @@ import { CallSettlement } from "./CallSettlement.js"
 import { CallTurns } from "./CallTurns.js"
 import { CallCheckpoints } from "./CallCheckpoints.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
+import { FailoverMetrics } from "./FailoverMetrics.js"
+import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 
 const newStreamSid = () => `MZ${randomBytes(16).toString("hex")}`
@@ -68,7 +70,10 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
       checkpoints: yield* CallCheckpoints,
       breaker: yield* Breaker,
       connector: yield* AgentConnector,
-      newStreamSid
+      newStreamSid,
+      failovers: yield* FailoverMetrics,
+      maxFailovers: config.agentFailoverMaxPerSession,
+      instanceId: (yield* InstanceIdentity).instanceId
     }
     const fibers = yield* FiberMap.make<string, void, never>()
     const fork = yield* FiberMap.runtime(fibers)<never>()

@@ -1,28 +1,20 @@
 import { withCallSpan } from "../observability/Tracing.js"
 import { Clock, Duration, Effect, Option } from "effect"
-import type { CallRef, CarrierShape } from "../kernel/Carrier.js"
+import type { CarrierShape } from "../kernel/Carrier.js"
 import { HardError } from "../kernel/HardError.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
-import { INSTANCE_LOST_MESSAGE, OrphanReconciler, sessionInfoOf } from "./OrphanReconciler.js"
+import { INSTANCE_LOST_MESSAGE, OrphanReconciler } from "./OrphanReconciler.js"
+import { type CarrierCall, rescueUnrecorded } from "./UnrecordedCall.js"
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import type { Session } from "../sessions/SessionSchema.js"
 import { Sessions } from "../sessions/Sessions.js"
-import { nowDate } from "../kernel/Time.js"
 
 /** How long a session whose stream ended may stay active before the call counts as abandoned: its own instance ends it at once. */
 const OWNER_GRACE = Duration.seconds(2)
 const POLL = Duration.millis(100)
 
 /** The call that came back, as its carrier's `<Redirect>` request describes it. */
-export interface ReturningCall {
-  readonly agentId: string
-  readonly environmentId: string
-  readonly sessionId: string
-  readonly call: CallRef
-  readonly from: string | null
-  readonly to: string | null
-  readonly direction: "inbound" | "outbound"
-}
+export type ReturningCall = CarrierCall
 
 /** `ended`: the session ended properly, the call only needs hanging up. `rescued`: the fallback acted through the given carrier (or REST). */
 export type AfterStreamOutcome = "ended" | "rescued"
@@ -79,29 +71,8 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
           return "rescued" as const
         }
         // No record at all: the instance stopped before the session's start was written.
-        const now = yield* nowDate
-        const record: Session = {
-          id: call.sessionId,
-          agentId: call.agentId,
-          environmentId: call.environmentId,
-          provider: call.call.kind === "twilio" ? "twilio" : "telnyx",
-          callId: call.call.callId,
-          from: call.from,
-          to: call.to,
-          direction: call.direction,
-          createdAt: now.toISOString(),
-          endedAt: now.toISOString(),
-          status: "failed",
-          endReason: "instance_lost",
-          turns: [],
-          fallback: null,
-          callKind: call.call.kind,
-          ...(call.call.accountSid !== undefined ? { accountSid: call.call.accountSid } : {})
-        }
         yield* Effect.logWarning("a call came back for a session with no record: rescuing it", { callId: call.call.callId })
-        const error = new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE })
-        const outcome = yield* carrier === undefined ? fallback.rescue(sessionInfoOf(record), error) : fallback.rescueWith(sessionInfoOf(record), error, carrier)
-        yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null }, fillFallback: true })
+        yield* rescueUnrecorded({ fallback, journal }, call, new HardError({ kind: "instance_lost", message: INSTANCE_LOST_MESSAGE }), carrier, true)
         return "rescued" as const
       }).pipe(
         // The store cannot say: a hang-up is all that is safe.

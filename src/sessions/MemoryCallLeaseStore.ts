@@ -6,8 +6,9 @@ import { CallLeaseStore, type LeaseKind } from "./CallLeaseStore.js"
  * The embedded store's call leases: one process, the same rules as the Redis adapter, each
  * operation synchronous on the event loop (so atomic).
  */
-export const makeMemoryCallLeaseStore = (now: () => number = Date.now) =>
-  Effect.sync(() => {
+export const makeMemoryCallLeaseStore =
+  Effect.map(Effect.clock, (clock) => {
+    const now = () => clock.unsafeCurrentTimeMillis()
     const environments = new Map<string, Map<string, { kind: LeaseKind; until: number }>>()
     const leasesOf = (agentId: string, environmentId: string) => {
       const key = environmentKey(agentId, environmentId)
@@ -53,4 +54,4 @@ export const makeMemoryCallLeaseStore = (now: () => number = Date.now) =>
     })
   })
 
-export const MemoryCallLeaseStoreLive = Layer.effect(CallLeaseStore, makeMemoryCallLeaseStore())
+export const MemoryCallLeaseStoreLive = Layer.effect(CallLeaseStore, makeMemoryCallLeaseStore)

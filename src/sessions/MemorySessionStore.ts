@@ -12,8 +12,9 @@ const PRUNE_EVERY_MS = 60_000
  * the retention are pruned at most once a minute, on insert, and their checkpoints with them.
  * Checkpoints are kept serialized, so what is read back is a copy, as from Redis.
  */
-export const makeMemorySessionStore = (retention: Duration.Duration, now: () => number = Date.now) =>
-  Effect.sync(() => {
+export const makeMemorySessionStore = (retention: Duration.Duration) =>
+  Effect.map(Effect.clock, (clock) => {
+    const now = () => clock.unsafeCurrentTimeMillis()
     const byAgent = new Map<string, Map<string, Session>>()
     /** instanceId -> "agentId sessionId" */
     const owned = new Map<string, Set<string>>()

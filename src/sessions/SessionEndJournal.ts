@@ -1,10 +1,9 @@
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { Deferred, Duration, Effect, Either, FiberMap, Option, Redacted, Schema } from "effect"
-import { Counter, Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, sampledGaugeOn, Metrics } from "../observability/Metrics.js"
 import { type StoreError, untilTheStoreAnswers } from "../kernel/StoreError.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
 import { Outbox } from "../webhooks/Outbox.js"
@@ -74,24 +73,9 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
     let kept = 0
     let stopping = false
 
-    new Gauge({
-      name: "callgate_session_end_backlog",
-      help: "Session ends (record write, session.ended) kept in memory because the store did not take them yet",
-      registers: [metrics.registry],
-      collect() {
-        this.set(kept)
-      }
-    })
-    const retries = new Counter({
-      name: "callgate_session_end_retries_total",
-      help: "Attempts to carry a kept session end into the store again",
-      registers: [metrics.registry]
-    })
-    const spooled = new Counter({
-      name: "callgate_session_end_spooled_total",
-      help: "Session ends written to the local spool at a stop because the store had not taken them",
-      registers: [metrics.registry]
-    })
+    sampledGaugeOn(metrics.registry, "callgate_session_end_backlog", "Session ends (record write, session.ended) kept in memory because the store did not take them yet", () => kept)
+    const retries = counterOn(metrics.registry, "callgate_session_end_retries_total", "Attempts to carry a kept session end into the store again")
+    const spooled = counterOn(metrics.registry, "callgate_session_end_spooled_total", "Session ends written to the local spool at a stop because the store had not taken them")
 
     /** The job's three idempotent steps; the record as stored; fails only with the store's error. */
     const attempt = (job: SessionEndJob): Effect.Effect<Session, StoreError> =>
@@ -106,7 +90,9 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
               endedAt: session.endedAt,
               fallback: session.fallback ?? current.fallback,
               turns: job.turns ?? current.turns,
-              ...(session.recording !== undefined ? { recording: session.recording } : {})
+              ...(session.recording !== undefined ? { recording: session.recording } : {}),
+              ...(session.agentLegs !== undefined ? { agentLegs: session.agentLegs } : {}),
+              ...(session.agentFailovers !== undefined ? { agentFailovers: session.agentFailovers } : {})
             }
           }
           if (job.fillFallback === true && current.fallback === null && session.fallback !== null) {

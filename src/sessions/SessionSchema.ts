@@ -16,6 +16,19 @@ export type SessionStatus = typeof SessionStatus.Type
 /** Statuses of a session that has not ended: an outbound call placed (queued, ringing), or a live call. */
 export const isOpenStatus = (status: SessionStatus): boolean => status === "queued" || status === "ringing" || status === "active"
 
+/** One agent leg of a session: the agent that held the call from `startedAt` to `endedAt` (docs/reliability.md, "Agent failover"). */
+export const AgentLeg = Schema.Struct({
+  startedAt: Schema.String.annotations({ description: "ISO 8601: when the agent was sent `start`" }),
+  endedAt: Schema.NullOr(Schema.String.annotations({ description: "ISO 8601: when the leg ended; null while it holds the call" })),
+  endReason: Schema.NullOr(
+    Schema.String.annotations({
+      description: "Why the leg ended: a hard error kind (agent_disconnected, agent_error, agent_unresponsive, ...) for a leg a failover replaced, else the session's endReason; null while it holds the call"
+    })
+  ),
+  instanceId: Schema.String.annotations({ description: "The callgate instance the agent was connected to" })
+}).annotations({ identifier: "AgentLeg" })
+export type AgentLeg = typeof AgentLeg.Type
+
 export const Session = Schema.Struct({
   id: Schema.String,
   agentId: Schema.String,
@@ -50,7 +63,15 @@ export const Session = Schema.Struct({
   accountSid: Schema.optional(Schema.String.annotations({ description: "The carrier account of the call, when its REST path needs it" })),
   recording: Schema.optional(SessionRecording.annotations({ description: "The call's recording, once its file is complete (docs/recording.md)" })),
   answeredBy: Schema.optional(AnsweredBy),
-  answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" }))
+  answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" })),
+  agentLegs: Schema.optional(
+    Schema.Array(AgentLeg).annotations({
+      description: "The agents that held the call, in order: more than one when the call failed over (docs/reliability.md, \"Agent failover\"); absent before an agent was connected"
+    })
+  ),
+  agentFailovers: Schema.optional(
+    Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally" })
+  )
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

@@ -59,7 +59,8 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     callId: session.callId,
     ...(session.endReason !== null ? { endReason: session.endReason } : {}),
     ...(session.recording !== undefined ? { recording: session.recording } : {}),
-    ...(session.answeredBy !== undefined ? { answeredBy: session.answeredBy } : {})
+    ...(session.answeredBy !== undefined ? { answeredBy: session.answeredBy } : {}),
+    ...(session.agentFailovers !== undefined ? { agentFailovers: session.agentFailovers } : {})
   }
 }
 

@@ -2,8 +2,9 @@ import { Effect, Layer } from "effect"
 import { SpentTokenStore } from "./SpentTokenStore.js"
 
 /** The embedded store's spent tokens: one process, so a Map pruned of expired ids as it grows. */
-export const makeMemorySpentTokenStore = (now: () => number = Date.now) =>
-  Effect.sync(() => {
+export const makeMemorySpentTokenStore =
+  Effect.map(Effect.clock, (clock) => {
+    const now = () => clock.unsafeCurrentTimeMillis()
     const spent = new Map<string, number>()
     let nextPrune = 0
     const prune = (at: number) => {
@@ -24,4 +25,4 @@ export const makeMemorySpentTokenStore = (now: () => number = Date.now) =>
     })
   })
 
-export const MemorySpentTokenStoreLive = Layer.effect(SpentTokenStore, makeMemorySpentTokenStore())
+export const MemorySpentTokenStoreLive = Layer.effect(SpentTokenStore, makeMemorySpentTokenStore)

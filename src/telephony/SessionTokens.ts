@@ -44,7 +44,8 @@ export const TOKEN_TTL_MS = 5 * 60 * 1000
 
 const decodeClaims = Schema.decodeUnknownOption(Schema.parseJson(SessionClaims))
 
-export const makeSessionTokens = (key: Uint8Array, now: () => number = Date.now) => {
+/** `now`: epoch milliseconds, from the service's Clock (docs/design.md, "One clock"). */
+export const makeSessionTokens = (key: Uint8Array, now: () => number) => {
   const mac = (body: string) => createHmac("sha256", key).update(body).digest()
   return {
     issue: (claims: Omit<SessionClaims, "exp" | "jti"> & { readonly kind: CallKind }): string => {
@@ -71,12 +72,15 @@ export const sessionTokenKey = (secretsKey: Uint8Array): Uint8Array =>
   new Uint8Array(hkdfSync("sha256", secretsKey, Buffer.alloc(0), SESSION_TOKEN_KEY_LABEL, 32))
 
 export class SessionTokens extends Effect.Service<SessionTokens>()("callgate/SessionTokens", {
-  effect: Effect.map(AppConfig, (config) =>
-    makeSessionTokens(
+  effect: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const clock = yield* Effect.clock
+    return makeSessionTokens(
       Option.match(config.secretsKey, {
         onNone: () => randomBytes(32),
         onSome: (key) => sessionTokenKey(Redacted.value(key))
-      })
+      }),
+      () => clock.unsafeCurrentTimeMillis()
     )
-  )
+  })
 }) {}

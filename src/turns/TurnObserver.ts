@@ -17,6 +17,13 @@ export interface TurnObserver {
   playoutMarkEchoed(name: string, atMs: number): void
   /** The agent sent `clear`. */
   agentClear(atMs: number): void
+  /**
+   * The call's agent leg ended and a failover seeks the next agent (docs/reliability.md, "Agent
+   * failover"): until `agentBack`, no answer is timed; turns still end and are numbered on.
+   */
+  agentAway(atMs: number): void
+  /** A new agent took the call: a turn still waiting is timed from here, less what it waited before the old leg ended. */
+  agentBack(atMs: number): void
   /** The session ended: stop timers, release resources. Idempotent. */
   close(): void
 }
@@ -28,5 +35,7 @@ export const nullTurnObserver: TurnObserver = {
   takeMark: () => undefined,
   playoutMarkEchoed: () => {},
   agentClear: () => {},
+  agentAway: () => {},
+  agentBack: () => {},
   close: () => {}
 }

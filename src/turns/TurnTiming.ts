@@ -19,6 +19,11 @@ export interface WatchCallOptions {
   /** The environment's breaker settings; defaults to reading the environment afresh each evaluation. */
   readonly settings?: Effect.Effect<BreakerSettings, unknown>
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
+  /**
+   * The agent missed a response deadline (each expiry, recorded as an occurrence): how many in a
+   * row since its last voiced answer (or since it took the call). Called on the watchdog's fiber.
+   */
+  readonly onMissedDeadline?: (inARow: number) => void
   /** The session's runtime, for the watch's fibers (default: the one watchCall runs in). */
   readonly runtime?: Runtime.Runtime<never>
   /** Called (synchronously, on the media path: keep it cheap) after a turn is added or updated. */
@@ -60,13 +65,19 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
         const spans = new TurnSpans(yield* Effect.tracer, yield* Effect.option(Effect.currentSpan))
         const records: Array<TurnRecord> = []
         let tracker: TurnTracker | undefined
+        /** Deadlines missed since the agent's last voiced answer (or since it took the call). */
+        let missedInARow = 0
 
         const watchdog = yield* makeResponseWatchdog(breaker, {
           session: { agentId, environmentId, sessionId },
           settings: options.settings ?? breaker.settingsFor(agentId, environmentId),
           runtime,
           agentStarting: () => tracker?.agentStarting === true,
-          ...(options.onOccurrence ? { onOccurrence: options.onOccurrence } : {})
+          onOccurrence: (occurrence) => {
+            missedInARow++
+            options.onOccurrence?.(occurrence)
+            options.onMissedDeadline?.(missedInARow)
+          }
         })
 
         const update = (index: number, change: (record: TurnRecord) => TurnRecord) => {
@@ -108,7 +119,8 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             })
             if (records.length > MAX_TURNS) records.shift()
             spans.ended(turn)
-            watchdog.turnEnded(turn.endedAtMs, turn.detectedAtMs)
+            // Without an agent (a failover), the answer is timed once the next agent has the call.
+            if (tracker?.agentIsAway !== true) watchdog.turnEnded(turn.endedAtMs, turn.detectedAtMs)
             options.onTurnsChanged?.()
           },
           onCallerResumed: (turn, atMs) => {
@@ -128,6 +140,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
             spans.answered(turn, occurrences, true)
             playout.answered(turn)
+            missedInARow = 0
             watchdog.agentResponded()
             options.onTurnsChanged?.()
           },
@@ -159,6 +172,17 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
           takeMark: () => playout.take(),
           playoutMarkEchoed: (name, atMs) => playout.echoed(name, atMs),
           agentClear: (atMs) => playout.cleared(atMs),
+          agentAway: (atMs) => {
+            calls.agentAway(atMs)
+            // Nothing is timed while no agent can answer (as when the caller speaks again).
+            watchdog.callerResumed()
+            playout.cleared(atMs)
+          },
+          agentBack: (atMs) => {
+            missedInARow = 0
+            const waiting = calls.agentBack(atMs)
+            if (waiting !== undefined) watchdog.turnEnded(waiting.endedAtMs, waiting.detectedAtMs)
+          },
           close
         }
         return { observer, turns: () => records, rescuedBy: watchdog.rescuedBy, idle: watchdog.idle } satisfies WatchedCall

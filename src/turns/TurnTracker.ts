@@ -132,6 +132,8 @@ export class TurnTracker implements Pick<TurnObserver, "callerAudio" | "callerDt
    * frame) is not still talking once that audio has played.
    */
   private agentAudioEndAt = -Infinity
+  /** Since when the call has had no agent (a failover is under way); -1 while it has one. */
+  private awaySince = -1
 
   constructor(private readonly options: TurnTrackerOptions) {}
 
@@ -250,6 +252,34 @@ export class TurnTracker implements Pick<TurnObserver, "callerAudio" | "callerDt
       if (atMs > endedAt) this.endTurn(this.input, endedAt, atMs)
     }
     if (this.pending !== undefined) this.respond(Math.max(this.agentOnset, this.pending.endedAtMs))
+  }
+
+  /** The call is without an agent while true: no answer can come, and none is timed. */
+  get agentIsAway(): boolean {
+    return this.awaySince >= 0
+  }
+
+  /** The agent leg ended (a failover began): the old agent's audio is over. */
+  agentAway(atMs: number): void {
+    if (this.closed || this.awaySince >= 0) return
+    this.awaySince = atMs
+    this.agentRunMs = 0
+    this.agentLoudMs = 0
+    this.agentAudioEndAt = -Infinity
+  }
+
+  /**
+   * A new agent took the call at `atMs`. The time without an agent is not an agent's latency, and
+   * the new agent is not charged with its predecessor's wait: a turn still waiting for its answer
+   * is timed from `atMs` (the new agent's `start`), and returned so its deadline can be armed again.
+   */
+  agentBack(atMs: number): EndedTurn | undefined {
+    const since = this.awaySince
+    this.awaySince = -1
+    const pending = this.pending
+    if (this.closed || since < 0 || pending === undefined) return undefined
+    this.pending = { ...pending, endedAtMs: Math.max(pending.endedAtMs, atMs), detectedAtMs: Math.max(pending.detectedAtMs, atMs) }
+    return this.pending
   }
 
   close(): void {

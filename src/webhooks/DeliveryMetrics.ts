@@ -1,6 +1,6 @@
 import { Effect, Option, Runtime } from "effect"
-import { Counter, Gauge, Histogram } from "prom-client"
-import { Metrics } from "../observability/Metrics.js"
+import { Gauge } from "prom-client"
+import { counterOn, histogramOn, Metrics } from "../observability/Metrics.js"
 import { type OutboxStats, OutboxStore } from "./OutboxStore.js"
 
 /** How a delivery settled. */
@@ -21,19 +21,8 @@ export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("callgate
     const store = yield* OutboxStore
     const runStats = Runtime.runPromise(yield* Effect.runtime<never>())
 
-    const deliveries = new Counter({
-      name: "callgate_webhook_deliveries_total",
-      help: "Event webhook deliveries settled, by outcome (delivered, failed, exhausted, cancelled)",
-      labelNames: ["outcome"] as const,
-      registers: [registry]
-    })
-    const attemptDuration = new Histogram({
-      name: "callgate_webhook_attempt_duration_seconds",
-      help: "Duration of event webhook attempts, by result",
-      labelNames: ["result"] as const,
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers: [registry]
-    })
+    const deliveries = counterOn(registry, "callgate_webhook_deliveries_total", "Event webhook deliveries settled, by outcome (delivered, failed, exhausted, cancelled)", ["outcome"])
+    const attemptDuration = histogramOn(registry, "callgate_webhook_attempt_duration_seconds", "Duration of event webhook attempts, by result", ["result"], [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])
 
     let scrape: { at: number; stats: Promise<OutboxStats | undefined> } | undefined
     const stats = () => {

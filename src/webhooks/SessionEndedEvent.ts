@@ -31,7 +31,10 @@ export const SessionEndedEvent = Schema.Struct({
   callId: Schema.optional(Schema.String),
   endReason: Schema.optional(Schema.String),
   recording: Schema.optional(SessionRecording.annotations({ description: "Present when the call was recorded and its file is complete" })),
-  answeredBy: Schema.optional(AnsweredBy)
+  answeredBy: Schema.optional(AnsweredBy),
+  agentFailovers: Schema.optional(
+    Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally (docs/reliability.md, \"Agent failover\")" })
+  )
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type
 

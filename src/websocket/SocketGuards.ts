@@ -1,8 +1,7 @@
 import { Duration, Effect, Queue } from "effect"
-import { Counter, Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { type GateLimit, SocketGate } from "./SocketGate.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, sampledGaugeOn, Metrics } from "../observability/Metrics.js"
 
 /** How often buckets are refilled and deadlines checked. */
 export const GUARD_TICK = Duration.millis(100)
@@ -23,21 +22,9 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
   scoped: Effect.gen(function* () {
     const config = yield* AppConfig
     const metrics = yield* Metrics
-    const cut = new Counter({
-      name: "callgate_socket_limit_closes_total",
-      help: "Media stream and agent sockets closed for exceeding a per-socket limit, by side and limit",
-      labelNames: ["side", "limit"] as const,
-      registers: [metrics.registry]
-    })
+    const cut = counterOn(metrics.registry, "callgate_socket_limit_closes_total", "Media stream and agent sockets closed for exceeding a per-socket limit, by side and limit", ["side", "limit"])
     const gates = new Set<SocketGate>()
-    new Gauge({
-      name: "callgate_guarded_sockets",
-      help: "Media stream and agent sockets under per-socket limits",
-      registers: [metrics.registry],
-      collect() {
-        this.set(gates.size)
-      }
-    })
+    sampledGaugeOn(metrics.registry, "callgate_guarded_sockets", "Media stream and agent sockets under per-socket limits", () => gates.size)
     const clock = yield* Effect.clock
     let lastTickMs = clock.unsafeCurrentTimeMillis()
 

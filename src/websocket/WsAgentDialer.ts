@@ -1,12 +1,11 @@
 import { Duration, Effect, Layer } from "effect"
-import { Counter } from "prom-client"
 import { WebSocket } from "ws"
 import { AppConfig } from "../config/AppConfig.js"
 import { describeRefusal, hostRefusal } from "../egress/AddressPolicy.js"
 import { guardedLookup, RefusedAddressError, type Resolver } from "../egress/GuardedLookup.js"
 import { HardError } from "../kernel/HardError.js"
 import type { SocketGate } from "./SocketGate.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, Metrics } from "../observability/Metrics.js"
 import { SocketGuards } from "./SocketGuards.js"
 import { wsWireSocket } from "./WsWireSocket.js"
 import { AgentConnection } from "../agent/AgentConnection.js"
@@ -170,12 +169,7 @@ export const WsAgentDialerLive = Layer.effect(
     const config = yield* AppConfig
     const metrics = yield* Metrics
     const guards = yield* SocketGuards
-    const failures = new Counter({
-      name: "callgate_agent_dial_failures_total",
-      help: "Dial-out agent connections that failed, by category and reason",
-      labelNames: ["category", "reason"] as const,
-      registers: [metrics.registry]
-    })
+    const failures = counterOn(metrics.registry, "callgate_agent_dial_failures_total", "Dial-out agent connections that failed, by category and reason", ["category", "reason"])
     return makeAgentDialer({
       allowPrivateNetworks: config.agentAllowPrivateNetworks,
       gate: () => guards.gate("agent"),

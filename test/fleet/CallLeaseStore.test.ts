@@ -7,7 +7,7 @@ import { makeRedisConnection, RedisConnection } from "../../src/redis/RedisConne
 import { uniqueId } from "../support/testApp.js"
 import { callLeaseStoreContract } from "./CallLeaseStore.contract.js"
 
-callLeaseStoreContract("memory", Layer.effect(CallLeaseStore, makeMemoryCallLeaseStore()))
+callLeaseStoreContract("memory", Layer.effect(CallLeaseStore, makeMemoryCallLeaseStore))
 callLeaseStoreContract(
   "redis",
   Layer.effect(CallLeaseStore, makeRedisCallLeaseStore).pipe(Layer.provide(Layer.scoped(RedisConnection, makeRedisConnection(inject("redisUrl"), `${uniqueId("t")}:`))))

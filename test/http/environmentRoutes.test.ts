@@ -1,6 +1,7 @@
 import { Effect, Option } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../src/environments/Environments.js"
+import { nowIso } from "../../src/kernel/Time.js"
 import { makeTestApp, type StoreKind, type TestApp, uniqueId } from "../support/testApp.js"
 import { call, createEnvironment, environmentsUrl, environmentUrl, expectError } from "./client.js"
 
@@ -9,9 +10,11 @@ const SECRET = /^whsec_[A-Za-z0-9+/]{43}=$/
 describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (kind) => {
   let t: TestApp
   beforeAll(async () => {
-    t = await makeTestApp(kind)
+    // On the TestClock: createdAt and updatedAt are the times the test sets (docs/design.md, "One clock").
+    t = await makeTestApp(kind, {}, { clock: "test" })
   })
   afterAll(() => t.close())
+  const clockNow = () => t.runtime.runPromise(nowIso)
 
   /** The secrets as the signing code sees them: what "the old secret stops verifying" is about. */
   const currentSecrets = (agentId: string, environmentId: string) =>
@@ -26,9 +29,9 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
     )
 
   describe("POST /v1/agents/{agentId}/environments", () => {
-    it("creates an environment with the spec's defaults and answers 201 {data}", async () => {
+    it("creates an environment with the spec's defaults and answers 201 {data}, created and updated at the Clock's time", async () => {
       const agentId = uniqueId("agent")
-      const before = Date.now()
+      const now = await clockNow()
       const answer = await call(t.app, "POST", environmentsUrl(agentId), { body: { name: "support line" } })
       expect(answer.status).toBe(201)
       expect(Object.keys(answer.json)).toEqual(["data"])
@@ -37,8 +40,8 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         id: expect.stringMatching(/^[A-Za-z0-9_-]{1,64}$/),
         agentId,
         name: "support line",
-        createdAt: env.createdAt,
-        updatedAt: env.createdAt,
+        createdAt: now,
+        updatedAt: now,
         webhookUrl: null,
         webhookSecretLast4: null,
         webhookSignatureScheme: "service",
@@ -51,12 +54,11 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackWebhookSecret: null,
         errorFallbackShedNewCalls: true,
         agentUrl: null,
+        agentFailoverTimeout: 5,
         maxConcurrentOutboundCalls: 10,
         maxConcurrentCalls: null,
         recording: "off"
       })
-      expect(Date.parse(env.createdAt)).toBeGreaterThanOrEqual(before - 1000)
-      expect(new Date(env.createdAt).toISOString()).toBe(env.createdAt)
     })
 
     it("accepts the whole configuration at creation, generating the secrets it implies", async () => {
@@ -92,7 +94,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
       const created = []
       for (const name of names) {
         created.push(await createEnvironment(t.app, agentId, { name }))
-        await new Promise((resolve) => setTimeout(resolve, 3)) // distinct createdAt milliseconds
+        await t.adjustClock("1 millis") // distinct createdAt milliseconds
       }
       await createEnvironment(t.app, uniqueId("agent"), { name: "someone else's" })
       const answer = await call(t.app, "GET", environmentsUrl(agentId))
@@ -137,16 +139,16 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
   })
 
   describe("PATCH /v1/agents/{agentId}/environments/{environmentId}", () => {
-    it("changes only the fields sent and moves updatedAt", async () => {
+    it("changes only the fields sent and moves updatedAt to the Clock's time, never createdAt", async () => {
       const agentId = uniqueId("agent")
       const created = await createEnvironment(t.app, agentId, { errorFallbackType: "phone", errorFallbackValue: "+14155550100" })
-      await new Promise((resolve) => setTimeout(resolve, 3))
+      await t.adjustClock("1 second")
       const answer = await call(t.app, "PATCH", environmentUrl(agentId, created.id), {
         body: { name: "renamed", errorFallbackTimeout: 4 }
       })
       expect(answer.status).toBe(200)
-      expect(answer.json.data).toEqual({ ...created, name: "renamed", errorFallbackTimeout: 4, updatedAt: answer.json.data.updatedAt })
-      expect(Date.parse(answer.json.data.updatedAt)).toBeGreaterThan(Date.parse(created.updatedAt))
+      expect(answer.json.data).toEqual({ ...created, name: "renamed", errorFallbackTimeout: 4, updatedAt: await clockNow() })
+      expect(Date.parse(answer.json.data.updatedAt) - Date.parse(created.updatedAt)).toBe(1_000)
       expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json).toEqual(answer.json)
     })
 

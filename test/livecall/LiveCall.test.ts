@@ -40,6 +40,7 @@ const agent = (backlog = 0) => {
       sent.push("connected", start.answeredBy !== undefined ? `start:${start.answeredBy}` : "start")
     },
     sendAmd: (v) => void sent.push(`amd:${v.answeredBy}:${v.detail}`),
+    sendResume: (r) => void sent.push(`resume:${r.previousEndReason}`),
     sendMedia: (p) => void sent.push(`media:${p}`),
     sendDtmf: (d) => void sent.push(`dtmf:${d}`),
     sendMark: (n) => void sent.push(`mark:${n}`),

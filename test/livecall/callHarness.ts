@@ -336,6 +336,8 @@ const PUBLIC_URL = "https://callgate.test"
 export interface GatewayOptions {
   readonly store?: StoreKind
   readonly env?: Record<string, string>
+  /** `"test"`: the gateway's Clock is a TestClock (testApp.ts, testClockLayer), moved by `run(TestClock.adjust(...))`. */
+  readonly clock?: "live" | "test"
 }
 
 /**
@@ -355,7 +357,7 @@ export const startGateway = async (options: GatewayOptions = {}): Promise<Gatewa
     SHUTDOWN_DRAIN_TIMEOUT: "2s",
     ...options.env
   }
-  const runtime = ManagedRuntime.make(withTestConfig(appLayer, options.store ?? "memory", env))
+  const runtime = ManagedRuntime.make(withTestConfig(appLayer, options.store ?? "memory", env, { clock: options.clock ?? "live" }))
   const recording = await recordingOutbox(runtime)
   const run = <A, E>(effect: Effect.Effect<A, E, any>) => runtime.runPromise(effect as Effect.Effect<A, E, never>)
   const tokens = await run(SessionTokens)

@@ -18,7 +18,8 @@ describe("session life cycle: hard errors, turn observation, maximum duration", 
 
   const connectedCall = async () => {
     const agentId = uniqueId("agent")
-    const env = await gateway.createEnvironment(agentId)
+    // No agent failover: a hard error runs the fallback at once (agentFailover.test.ts covers the failover).
+    const env = await gateway.createEnvironment(agentId, { agentFailoverTimeout: 0 })
     const agent = await dialInAgent(gateway, agentId, env.id)
     await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
     const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`

@@ -1,4 +1,4 @@
-import { ConfigProvider, Layer, ManagedRuntime } from "effect"
+import { Chunk, ConfigProvider, Duration, Layer, ManagedRuntime, TestClock, TestContext, TestServices } from "effect"
 import type { FastifyInstance } from "fastify"
 import { inject } from "vitest"
 import { HttpApp } from "../../src/http/HttpApp.js"
@@ -25,12 +25,35 @@ export const configFor = (kind: StoreKind, env: Record<string, string> = {}) =>
 /** Tests are quiet unless they ask for logs. */
 const quiet = (env: Record<string, string>) => ({ LOG_LEVEL: "none", ...env })
 
+/** A fixed instant for apps on the TestClock: time starts here and moves only when the test adjusts it. */
+export const TEST_CLOCK_START = Date.parse("2030-01-01T00:00:00.000Z")
+
 /**
- * The production graph's pieces (src/layers.ts) over test configuration. A Redis-backed app gets a
- * fresh REDIS_KEY_PREFIX, so tests sharing one Redis stay out of each other's keys and queues.
+ * Effect's TestClock as the clock of everything built under it (docs/design.md, "One clock"):
+ * it reads `startMs` until `TestClock.adjust` moves it, and a sleep wakes only when it is moved past.
  */
-export const withTestConfig = <A, E>(layer: Layer.Layer<A, E, never>, kind: StoreKind, env: Record<string, string> = {}) =>
-  layer.pipe(Layer.provide(LoggingLive), Layer.provide(testConfigLayer(quiet(configFor(kind, env)))))
+export const testClockLayer = (startMs: number = TEST_CLOCK_START) =>
+  TestClock.live(TestClock.makeData(startMs, Chunk.empty())).pipe(
+    Layer.provide(Layer.merge(TestServices.liveLayer(), TestServices.annotationsLayer())),
+    Layer.provide(TestContext.LiveContext)
+  )
+
+export interface TestAppOptions {
+  /** `"test"`: the app's Clock is a TestClock from TEST_CLOCK_START (move it with TestApp.adjustClock). */
+  readonly clock?: "live" | "test"
+}
+
+/**
+ * The production graph's pieces (src/layers.ts) over test configuration, and with `clock: "test"`
+ * over the TestClock: the only other thing a test replaces. A Redis-backed app gets a fresh
+ * REDIS_KEY_PREFIX, so tests sharing one Redis stay out of each other's keys and queues.
+ */
+export const withTestConfig = <A, E>(layer: Layer.Layer<A, E, never>, kind: StoreKind, env: Record<string, string> = {}, options: TestAppOptions = {}) =>
+  layer.pipe(
+    Layer.provide(LoggingLive),
+    Layer.provide(testConfigLayer(quiet(configFor(kind, env)))),
+    Layer.provide(options.clock === "test" ? testClockLayer() : Layer.empty)
+  )
 
 /** Configuration, stores, environments, API keys, the outbox and carrier REST, as production builds them. */
 export const domainLayer = (kind: StoreKind, env: Record<string, string> = {}) =>
@@ -43,11 +66,17 @@ export interface TestApp {
   readonly app: FastifyInstance
   readonly runtime: ManagedRuntime.ManagedRuntime<Layer.Layer.Success<typeof appServicesLayer>, unknown>
   readonly close: () => Promise<void>
+  /** Moves the app's TestClock (an app made with `clock: "test"`), running what was due by then. */
+  readonly adjustClock: (duration: Duration.DurationInput) => Promise<void>
 }
 
 /** Builds the production services, the HTTP app included (not listening), over the chosen store; `close` releases everything. */
-export const makeTestApp = async (kind: StoreKind = "memory", env: Record<string, string> = {}): Promise<TestApp> => {
-  const runtime = ManagedRuntime.make(withTestConfig(appServicesLayer, kind, env))
+export const makeTestApp = async (kind: StoreKind = "memory", env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> => {
+  const runtime = ManagedRuntime.make(withTestConfig(appServicesLayer, kind, env, options))
   const { app } = await runtime.runPromise(HttpApp)
-  return { app, runtime, close: () => runtime.dispose() }
+  const adjustClock = (duration: Duration.DurationInput) => {
+    if (options.clock !== "test") throw new Error("adjustClock: this app runs on the live clock (make it with { clock: \"test\" })")
+    return runtime.runPromise(TestClock.adjust(duration))
+  }
+  return { app, runtime, close: () => runtime.dispose(), adjustClock }
 }

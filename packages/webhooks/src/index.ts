@@ -126,6 +126,8 @@ export interface SessionEndedEvent {
   readonly provider?: "twilio" | "telnyx" | undefined
   readonly callId?: string | undefined
   readonly endReason?: string | undefined
+  /** How many times the call moved to another agent after its agent leg ended abnormally */
+  readonly agentFailovers?: number | undefined
   /** Present when the call was recorded and its file is complete */
   readonly recording?:
     | {

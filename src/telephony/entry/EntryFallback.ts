@@ -1,12 +1,12 @@
 import { Effect } from "effect"
-import type { CallRef, CarrierShape } from "../../kernel/Carrier.js"
+import type { CarrierShape } from "../../kernel/Carrier.js"
 import { HardError } from "../../kernel/HardError.js"
-import { nowIso } from "../../kernel/Time.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { sessionInfoOf } from "../../recovery/OrphanReconciler.js"
+import { type CarrierCall, rescueUnrecorded } from "../../recovery/UnrecordedCall.js"
 import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
-import type { Session } from "../../sessions/SessionSchema.js"
 import { dialTwiml, hangupTwiml } from "../../twiml/TwimlBuilder.js"
+import { markupAnswer } from "./CallAdmission.js"
+import { directionOf, type EntryResponse, type VoiceWebhookForm } from "./EntryWire.js"
 
 /**
  * A carrier adapter that answers the call's request instead of calling REST: what the error
@@ -32,15 +32,7 @@ export const answerCarrier = () => {
 }
 
 /** The call entering, as its carrier's webhook describes it. */
-export interface EnteringCall {
-  readonly agentId: string
-  readonly environmentId: string
-  readonly sessionId: string
-  readonly call: CallRef
-  readonly from: string | null
-  readonly to: string | null
-  readonly direction: "inbound" | "outbound"
-}
+export type EnteringCall = CarrierCall
 
 /** Why the entry refused the call to an agent and answered it with the error fallback instead. */
 export type EntryRefusal =
@@ -62,32 +54,28 @@ export const BREAKER_OPEN_MESSAGE = "The environment's no-response breaker is op
  */
 export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, carrier?: CarrierShape, via: "rest" | "redirect" = "redirect") =>
   Effect.gen(function* () {
-    const fallback = yield* ErrorFallback
-    const journal = yield* SessionEndJournal
-    const now = yield* nowIso
+    const services = { fallback: yield* ErrorFallback, journal: yield* SessionEndJournal }
     const error =
       refusal._tag === "OverLimit"
         ? new HardError({ kind: "concurrency_limit", message: `The environment already has ${refusal.limit} calls live (maxConcurrentCalls).` })
         : new HardError({ kind: "breaker_open", message: BREAKER_OPEN_MESSAGE })
-    const record: Session = {
-      id: entering.sessionId,
-      agentId: entering.agentId,
-      environmentId: entering.environmentId,
-      provider: entering.call.kind === "twilio" ? "twilio" : "telnyx",
-      callId: entering.call.callId,
-      from: entering.from,
-      to: entering.to,
-      direction: entering.direction,
-      createdAt: now,
-      endedAt: now,
-      status: "failed",
-      endReason: error.kind,
-      turns: [],
-      fallback: null,
-      callKind: entering.call.kind,
-      ...(entering.call.accountSid !== undefined ? { accountSid: entering.call.accountSid } : {})
-    }
-    const info = sessionInfoOf(record)
-    const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier, via)
-    yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null } })
+    yield* rescueUnrecorded(services, entering, error, carrier, false, via)
   }).pipe(Effect.annotateLogs({ sessionId: entering.sessionId, agentId: entering.agentId, environmentId: entering.environmentId }))
+
+/**
+ * A TwiML or TeXML entry's answer to a call it refused: the environment's error fallback runs with
+ * the answer as its carrier (answerCarrier), so what the fallback asks of the call is the markup
+ * the carrier's request gets back.
+ */
+export const answerWithFallback = (
+  kind: "twilio" | "telnyx-texml",
+  ids: { readonly agentId: string; readonly environmentId: string; readonly sessionId: string },
+  form: VoiceWebhookForm,
+  refusal: EntryRefusal
+): Effect.Effect<EntryResponse, never, ErrorFallback | SessionEndJournal> =>
+  Effect.gen(function* () {
+    const answer = answerCarrier()
+    const call = { kind, callId: form.CallSid, accountSid: form.AccountSid }
+    yield* rescueAtEntry({ ...ids, call, from: form.From ?? null, to: form.To ?? null, direction: directionOf(form.Direction) }, refusal, answer.carrier)
+    return markupAnswer(answer.markup())
+  })

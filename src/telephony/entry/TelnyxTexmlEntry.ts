@@ -2,10 +2,10 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
-import { answerCarrier, rescueAtEntry } from "./EntryFallback.js"
+import { answerWithFallback } from "./EntryFallback.js"
 
 /**
  * `POST /telephony/telnyx/texml?agentId=..&environmentId=..`, a TeXML application's voice URL.
@@ -53,21 +53,7 @@ export const telnyxTexmlEntry = (
     })
     if (admission._tag === "OverLimit" || admission._tag === "Shed") {
       // Over the environment's limit (docs/scaling.md, "Fleet-wide call limits") or shed by its open breaker (docs/fallback.md, "Shedding"): the error fallback is the answer.
-      const answer = answerCarrier()
-      yield* rescueAtEntry(
-        {
-          agentId,
-          environmentId,
-          sessionId: admission.sessionId,
-          call: { kind: "telnyx-texml", callId: call.CallSid, accountSid: call.AccountSid },
-          from: call.From ?? null,
-          to: call.To ?? null,
-          direction: directionOf(call.Direction)
-        },
-        admission,
-        answer.carrier
-      )
-      return markupAnswer(answer.markup())
+      return yield* answerWithFallback("telnyx-texml", { agentId, environmentId, sessionId: admission.sessionId }, call, admission)
     }
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream(

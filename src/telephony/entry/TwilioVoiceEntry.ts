@@ -2,10 +2,10 @@ import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
 import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, markupAnswer, refusal, withCustomParameters } from "./CallAdmission.js"
+import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
-import { answerCarrier, rescueAtEntry } from "./EntryFallback.js"
+import { answerWithFallback } from "./EntryFallback.js"
 
 /**
  * `POST /telephony/twilio/voice?agentId=..&environmentId=..`, the number's voice webhook. Answers
@@ -54,21 +54,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
     })
     if (admission._tag === "OverLimit" || admission._tag === "Shed") {
       // Over the environment's limit (docs/scaling.md, "Fleet-wide call limits") or shed by its open breaker (docs/fallback.md, "Shedding"): the error fallback is the answer.
-      const answer = answerCarrier()
-      yield* rescueAtEntry(
-        {
-          agentId,
-          environmentId,
-          sessionId: admission.sessionId,
-          call: { kind: "twilio", callId: call.CallSid, accountSid: call.AccountSid },
-          from: call.From ?? null,
-          to: call.To ?? null,
-          direction
-        },
-        admission,
-        answer.carrier
-      )
-      return markupAnswer(answer.markup())
+      return yield* answerWithFallback("twilio", { agentId, environmentId, sessionId: admission.sessionId }, call, admission)
     }
     if (admission._tag !== "Admitted") return refusal(admission)
     return connectStream({ url: admission.streamBase + EntryPaths.twilioStream }, [

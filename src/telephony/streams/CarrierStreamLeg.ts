@@ -38,6 +38,24 @@ export type CarrierFrame<Start> =
   /** The carrier reports a stream error (Telnyx): the stream is over. */
   | { readonly event: "error"; readonly message: string }
 
+/** A decoded frame both carriers' dialects write alike (the start and Telnyx's error are each dialect's own). */
+export type SharedCarrierFrame =
+  | { readonly event: "connected" | "media" | "stop" }
+  | { readonly event: "dtmf"; readonly dtmf: { readonly digit: string } }
+  | { readonly event: "mark"; readonly mark: { readonly name: string } }
+
+/** A frame both dialects share, as the leg reads it. */
+export const sharedCarrierFrame = (frame: SharedCarrierFrame): CarrierFrame<never> => {
+  switch (frame.event) {
+    case "dtmf":
+      return { event: "dtmf", digit: frame.dtmf.digit }
+    case "mark":
+      return { event: "mark", name: frame.mark.name }
+    default:
+      return { event: frame.event }
+  }
+}
+
 /**
  * One carrier's media-stream dialect, as the shared leg needs it: its names, its media fast path
  * (src/frames/MediaScanner.ts), its full-parse media guard, and its decoder for everything else.

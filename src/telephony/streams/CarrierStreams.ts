@@ -1,10 +1,9 @@
 import type { IncomingHttpHeaders } from "node:http"
 import { Duration, Effect, FiberSet, Option } from "effect"
-import { Counter } from "prom-client"
 import { AuthThrottle } from "../../apikeys/AuthThrottle.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import { Metrics } from "../../observability/Metrics.js"
+import { counterOn, Metrics } from "../../observability/Metrics.js"
 import { LiveCalls } from "../../livecall/LiveCalls.js"
 import { CallLeases } from "../../sessions/CallLeases.js"
 import { CloseCode, type WireSocket } from "../../frames/WireSocket.js"
@@ -66,12 +65,7 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
     // Token spends run in this service's scope: one still waiting on the store at shutdown is interrupted.
     const runFork = yield* FiberSet.makeRuntime<never>()
     const throttle = yield* AuthThrottle
-    const refused = new Counter({
-      name: "callgate_stream_auth_failures_total",
-      help: "Media stream upgrades refused for missing or invalid credentials",
-      labelNames: ["provider", "reason"] as const,
-      registers: [metrics.registry]
-    })
+    const refused = counterOn(metrics.registry, "callgate_stream_auth_failures_total", "Media stream upgrades refused for missing or invalid credentials", ["provider", "reason"])
 
     const spend = (claims: SessionClaims, provider: "twilio" | "telnyx", done: (first: boolean) => void): void => {
       runFork(

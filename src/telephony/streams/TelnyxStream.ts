@@ -3,7 +3,7 @@ import { telnyxAudioFormat } from "../../kernel/AudioFormat.js"
 import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
 import { timestampOf } from "../../frames/MediaFields.js"
 import type { WireSocket } from "../../frames/WireSocket.js"
-import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
+import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf, sharedCarrierFrame } from "./CarrierStreamLeg.js"
 import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
@@ -42,21 +42,15 @@ export const telnyxStreamDialect: CarrierStreamDialect<TelnyxStartFrame> = {
   decode: (raw) =>
     Either.map(decodeFrame(raw), (frame): CarrierFrame<TelnyxStartFrame> => {
       switch (frame.event) {
-        case "connected":
-        case "media":
-        case "stop":
-          return { event: frame.event }
         case "start":
           return { event: "start", start: frame }
-        case "dtmf":
-          return { event: "dtmf", digit: frame.dtmf.digit }
-        case "mark":
-          return { event: "mark", name: frame.mark.name }
         case "error": {
           const detail = clipText(frame.payload?.detail ?? frame.payload?.title) ?? "no detail"
           const code = frame.payload?.code !== undefined ? ` (code ${frame.payload.code})` : ""
           return { event: "error", message: `Telnyx stream error${code}: ${detail}` }
         }
+        default:
+          return sharedCarrierFrame(frame)
       }
     })
 }

@@ -2,7 +2,7 @@ import { Either, Option } from "effect"
 import { makeFrameDecoder } from "../../frames/FrameDecoding.js"
 import { timestampOf } from "../../frames/MediaFields.js"
 import type { WireSocket } from "../../frames/WireSocket.js"
-import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf } from "./CarrierStreamLeg.js"
+import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf, sharedCarrierFrame } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
   isTwilioMediaFrame,
@@ -27,20 +27,9 @@ export const twilioStreamDialect: CarrierStreamDialect<TwilioStart> = {
       ? { stream: raw.streamSid, track: raw.media.track, chunk: undefined, timestamp: timestampOf(raw.media.timestamp), payload: raw.media.payload }
       : undefined,
   decode: (raw) =>
-    Either.map(decodeFrame(raw), (frame): CarrierFrame<TwilioStart> => {
-      switch (frame.event) {
-        case "connected":
-        case "media":
-        case "stop":
-          return { event: frame.event }
-        case "start":
-          return { event: "start", start: frame.start }
-        case "dtmf":
-          return { event: "dtmf", digit: frame.dtmf.digit }
-        case "mark":
-          return { event: "mark", name: frame.mark.name }
-      }
-    })
+    Either.map(decodeFrame(raw), (frame): CarrierFrame<TwilioStart> =>
+      frame.event === "start" ? { event: "start", start: frame.start } : sharedCarrierFrame(frame)
+    )
 }
 
 type Encoder = ReturnType<typeof twilioOutboundEncoder>

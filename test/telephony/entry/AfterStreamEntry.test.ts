@@ -1,6 +1,7 @@
 import { Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../../src/environments/Environments.js"
+import { nowIso } from "../../../src/kernel/Time.js"
 import { Sessions } from "../../../src/sessions/Sessions.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../../support/fakeTelnyx.js"
 import { twilioSignature } from "../../support/fakeTwilio.js"
@@ -11,19 +12,23 @@ import { type EntryTestApp, formBody, makeEntryTestApp, PUBLIC_URL, XML } from "
 /**
  * The `<Redirect>` after the stream (docs/reliability.md): signature-checked like each carrier's
  * entry webhook; a hang-up for a session that ended; for one still active after the owner's grace,
- * one claim and the error fallback as the answer, never a carrier REST request.
+ * one claim and the error fallback as the answer, never a carrier REST request. The app runs on the
+ * TestClock: the grace passes when the test moves the clock through it, never by waiting.
  */
 
 const AUTH_TOKEN = "twilio-test-auth-token-01"
 const ACCOUNT = "AC00000000000000000000000000000042"
 const HANGUP = `${XML}<Response><Hangup/></Response>`
+/** How long the owner of a session whose stream ended gets to end it (recovery/AfterStream.ts, OWNER_GRACE). */
+const GRACE_MS = 2000
+const STEP_MS = 100
 
 describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
   let telnyx: FakeTelnyx
   let t: EntryTestApp
   beforeAll(async () => {
     telnyx = await startFakeTelnyx()
-    t = await makeEntryTestApp({ TWILIO_AUTH_TOKEN: AUTH_TOKEN, TWILIO_ACCOUNT_SID: ACCOUNT, ...telnyx.env })
+    t = await makeEntryTestApp({ TWILIO_AUTH_TOKEN: AUTH_TOKEN, TWILIO_ACCOUNT_SID: ACCOUNT, ...telnyx.env }, "memory", { clock: "test" })
   })
   afterAll(async () => {
     await t.close()
@@ -51,6 +56,36 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
     })
   }
   const stored = (agentId: string, sessionId: string) => run(Effect.flatMap(Sessions, (s) => s.get(agentId, sessionId)))
+  const storedOrNone = (agentId: string, sessionId: string) =>
+    run(Effect.flatMap(Sessions, (s) => s.get(agentId, sessionId)).pipe(Effect.catchTag("SessionNotFound", () => Effect.succeed(undefined))))
+  const clockNow = () => run(nowIso)
+
+  /**
+   * Moves the TestClock through the owner's grace in 100 ms steps. Until 1.9 s of it have passed,
+   * `done` must stay false and `untouched` true (nothing answered, nothing claimed); past the grace
+   * `done` must come true within a few more steps.
+   */
+  const throughGrace = async (done: () => boolean, untouched: () => Promise<boolean>) => {
+    for (let elapsed = STEP_MS; elapsed < GRACE_MS; elapsed += STEP_MS) {
+      await t.adjustClock(`${STEP_MS} millis`)
+      expect(done(), `acted on ${elapsed} ms into the grace`).toBe(false)
+      expect(await untouched(), `claimed ${elapsed} ms into the grace`).toBe(true)
+    }
+    for (let extra = 0; !done(); extra++) {
+      if (extra === 10) throw new Error("nothing happened 1 s past the owner's grace")
+      await t.adjustClock(`${STEP_MS} millis`)
+    }
+  }
+  /** `pending` through the grace: its answer, which must not come before the grace is over. */
+  const answeredAfterGrace = async <A>(pending: Promise<A>, untouched: () => Promise<boolean>): Promise<A> => {
+    let settled = false
+    const watched = pending.finally(() => {
+      settled = true
+    })
+    await throughGrace(() => settled, untouched)
+    return watched
+  }
+  const stillActive = (agentId: string, sessionId: string) => async () => (await stored(agentId, sessionId)).status === "active"
 
   it("refuses a bad signature (401) and a malformed query (400), as the entry webhooks do", async () => {
     const sessionId = uniqueId("ses")
@@ -72,10 +107,10 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
   it("a TeXML session left active: claimed once, the fallback (disabled: a hang-up) is the answer, failed / instance_lost", async () => {
     const session = sampleSession(t.agentId, { environmentId: t.environmentId, provider: "telnyx", callKind: "telnyx-texml", callId: "v3:texml-left" })
     await run(Effect.flatMap(Sessions, (s) => s.record(session)))
-    const [first, second] = await Promise.all([
-      telnyxPost(path("telnyx", session.id), form(session.callId)),
-      telnyxPost(path("telnyx", session.id), form(session.callId))
-    ])
+    const [first, second] = await answeredAfterGrace(
+      Promise.all([telnyxPost(path("telnyx", session.id), form(session.callId)), telnyxPost(path("telnyx", session.id), form(session.callId))]),
+      stillActive(t.agentId, session.id)
+    )
     expect([first!.body, second!.body]).toEqual([HANGUP, HANGUP])
     expect(await stored(t.agentId, session.id)).toMatchObject({
       status: "failed",
@@ -93,7 +128,10 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
     )
     const session = sampleSession(agentId, { environmentId: environment.id, callKind: "twilio" })
     await run(Effect.flatMap(Sessions, (s) => s.record(session)))
-    const answers = await Promise.all([0, 1].map(() => twilioPost(path("twilio", session.id, agentId, environment.id), form(session.callId))))
+    const answers = await answeredAfterGrace(
+      Promise.all([0, 1].map(() => twilioPost(path("twilio", session.id, agentId, environment.id), form(session.callId)))),
+      stillActive(agentId, session.id)
+    )
     expect(answers.map((res) => res.body).sort()).toEqual([
       `${XML}<Response><Dial callerId="+14155550111">+14155550123</Dial></Response>`,
       HANGUP
@@ -134,7 +172,7 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
     // Telnyx may send it twice (a retry, streaming.failed): acknowledged at once each time, rescued once.
     const twice = await Promise.all([stopped(left.callId, clientState(left.id)), stopped(left.callId, clientState(left.id))])
     expect(twice.map((res) => res.statusCode)).toEqual([200, 200])
-    await telnyx.waitFor(() => telnyx.commands(left.callId, "hangup").length > 0)
+    await throughGrace(() => telnyx.commands(left.callId, "hangup").length > 0, stillActive(t.agentId, left.id))
     // The rescue is recorded on the session once the carrier answered it.
     let record = await stored(t.agentId, left.id)
     for (let tries = 0; record.fallback === null && tries < 200; tries++) {
@@ -156,14 +194,18 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
 
   it("no record at all (the instance died before writing the start): the fallback answers and a terminal record is written", async () => {
     const sessionId = uniqueId("ses")
-    const res = await twilioPost(path("twilio", sessionId), form("CAnorecord"))
+    // No record through the grace either: the owner may yet write one.
+    const res = await answeredAfterGrace(twilioPost(path("twilio", sessionId), form("CAnorecord")), async () => (await storedOrNone(t.agentId, sessionId)) === undefined)
     expect(res.body).toBe(HANGUP)
+    const now = await clockNow()
     expect(await stored(t.agentId, sessionId)).toMatchObject({
       id: sessionId,
       callId: "CAnorecord",
       status: "failed",
       endReason: "instance_lost",
       callKind: "twilio",
+      createdAt: now,
+      endedAt: now,
       fallback: { trigger: "instance_lost", outcome: "hung_up" }
     })
   })

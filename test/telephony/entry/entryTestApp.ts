@@ -1,7 +1,7 @@
 import { Effect, Option } from "effect"
 import { Environments } from "../../../src/environments/Environments.js"
 import { type SessionClaims, SessionTokens } from "../../../src/telephony/SessionTokens.js"
-import { makeTestApp, type StoreKind, type TestApp, uniqueId } from "../../support/testApp.js"
+import { makeTestApp, type StoreKind, type TestApp, type TestAppOptions, uniqueId } from "../../support/testApp.js"
 
 export const PUBLIC_URL = "https://callgate.test"
 export const XML = '<?xml version="1.0" encoding="UTF-8"?>'
@@ -14,8 +14,8 @@ export interface EntryTestApp extends TestApp {
 }
 
 /** The app (not listening) with PUBLIC_URL set and one environment to call into. */
-export const makeEntryTestApp = async (env: Record<string, string>, kind: StoreKind = "memory"): Promise<EntryTestApp> => {
-  const t = await makeTestApp(kind, { PUBLIC_URL, ...env })
+export const makeEntryTestApp = async (env: Record<string, string>, kind: StoreKind = "memory", options: TestAppOptions = {}): Promise<EntryTestApp> => {
+  const t = await makeTestApp(kind, { PUBLIC_URL, ...env }, options)
   const agentId = uniqueId("agent")
   const created = await t.runtime.runPromise(Effect.flatMap(Environments, (envs) => envs.create(agentId, { name: "production" })))
   return {
