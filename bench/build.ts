@@ -7,10 +7,14 @@
  */
 import { execFileSync, spawn } from "node:child_process"
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
-import { join } from "node:path"
+import { basename, join } from "node:path"
 import { repoRoot } from "./benchProcess.js"
 
-export const BUILD_DIR = join(repoRoot, "node_modules/.cache/callgate-bench")
+/**
+ * One build folder per checkout: worktrees share node_modules (a symlink to the main checkout's), and
+ * two benchmarks building at once into one folder would delete each other's build mid-run.
+ */
+export const BUILD_DIR = join(repoRoot, "node_modules/.cache", `callgate-bench-${basename(repoRoot)}`)
 
 export interface BenchBuild {
   /** The compiled tree, mirroring the repository (src/, bench/, ...). */
@@ -31,16 +35,19 @@ const describeWorkingTree = () => {
   }
 }
 
-/** Compiles the working tree, or commit `ref`, into BUILD_DIR. */
-export const buildForBench = async (ref?: string): Promise<BenchBuild> => {
-  const outDir = join(BUILD_DIR, "dist")
-  rmSync(BUILD_DIR, { recursive: true, force: true })
-  mkdirSync(BUILD_DIR, { recursive: true })
+/**
+ * Compiles the working tree, or commit `ref`, into `root` (default BUILD_DIR; the versus part
+ * builds its second commit beside it).
+ */
+export const buildForBench = async (ref?: string, root: string = BUILD_DIR): Promise<BenchBuild> => {
+  const outDir = join(root, "dist")
+  rmSync(root, { recursive: true, force: true })
+  mkdirSync(root, { recursive: true })
   let project = "tsconfig.json"
   let source = describeWorkingTree()
   if (ref !== undefined) {
     const commit = git(["rev-parse", "--verify", `${ref}^{commit}`])
-    const tree = join(BUILD_DIR, "tree")
+    const tree = join(root, "tree")
     mkdirSync(tree)
     const archive = execFileSync("git", ["archive", "--format=tar", commit, "tsconfig.json", "src", "config", "bench", "examples"], {
       cwd: repoRoot,
@@ -51,7 +58,7 @@ export const buildForBench = async (ref?: string): Promise<BenchBuild> => {
     source = `commit ${commit.slice(0, 12)} (${ref})`
   }
   // Under node_modules, Node stops looking for package.json: say here that the output is ESM.
-  writeFileSync(join(BUILD_DIR, "package.json"), `${JSON.stringify({ type: "module", private: true })}\n`)
+  writeFileSync(join(root, "package.json"), `${JSON.stringify({ type: "module", private: true })}\n`)
   const tsc = join(repoRoot, "node_modules/typescript/bin/tsc")
   const output = await new Promise<{ code: number | null; text: string }>((resolve) => {
     const child = spawn(process.execPath, [tsc, "-p", project, "--noCheck", "--declaration", "false", "--outDir", outDir], {

@@ -13,7 +13,11 @@
  * sends stamped silence, and its reply 900 ms after each sentence ends (700 ms of end-of-turn
  * silence plus 200 ms).
  *
- *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--driver-only] [--count-fibers]
+ *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--recording] [--driver-only] [--count-fibers]
+ *
+ * `--recording` records every call (the environment's `recording: "on"`, into a temporary
+ * RECORDINGS_DIR; the clock moves so the recorder's ticker writes once a second): the recorder's
+ * per-call work is the difference from a run without it (docs/recording.md, "Cost").
  *
  * Instructions per call-second: run it twice under callgrind with two durations and divide the
  * difference (start-up and warm-up cancel out); `--single-threaded` keeps V8's compilers and
@@ -27,7 +31,9 @@
  * driver's own share, to subtract. It also prints heap+external bytes per call (after a full
  * collection when run with --expose-gc) and the fibers alive per call.
  */
-import { readFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { parseArgs } from "node:util"
 import { ConfigProvider, Effect, Layer, Supervisor, TestClock, TestContext } from "effect"
 import { AgentConnection } from "../src/agent/AgentConnection.js"
@@ -47,6 +53,7 @@ const { values: args } = parseArgs({
     calls: { type: "string", default: "20" },
     seconds: { type: "string", default: "12" },
     timeout: { type: "string", default: "0" },
+    recording: { type: "boolean", default: false },
     "driver-only": { type: "boolean", default: false },
     "count-fibers": { type: "boolean", default: false }
   }
@@ -55,6 +62,8 @@ const CALLS = Number(args.calls)
 const SECONDS = Number(args.seconds)
 const TIMEOUT_SECONDS = Number(args.timeout)
 const DRIVER_ONLY = args["driver-only"] === true
+const RECORDING = args.recording === true
+const RECORDINGS_DIR = RECORDING ? mkdtempSync(join(tmpdir(), "callgate-callcost-recordings-")) : undefined
 const COUNT_FIBERS = args["count-fibers"] === true
 /** The Effect clock moves (and woken fibers run) every this many frames: often enough for timers, cheap for the driver. */
 const TICKS_PER_ADVANCE = 25
@@ -186,7 +195,7 @@ const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmedia
  * lets the woken fibers run.
  */
 const advance = (frames: number) =>
-  Effect.zipRight(TIMEOUT_SECONDS > 0 ? TestClock.adjust(FRAME_MS * frames) : Effect.void, Effect.zipRight(macrotask, macrotask))
+  Effect.zipRight(TIMEOUT_SECONDS > 0 || RECORDING ? TestClock.adjust(FRAME_MS * frames) : Effect.void, Effect.zipRight(macrotask, macrotask))
 
 const supervisor = Effect.runSync(Supervisor.track)
 
@@ -197,7 +206,7 @@ const program = Effect.gen(function* () {
   const pool = yield* AgentPool
   const registry = yield* LiveCalls
   const metrics = yield* Metrics
-  const environment = yield* environments.create(AGENT_ID, { name: "bench" })
+  const environment = yield* environments.create(AGENT_ID, { name: "bench", ...(RECORDING ? { recording: "on" as const } : {}) })
   if (TIMEOUT_SECONDS > 0) yield* environments.update(AGENT_ID, environment.id, { errorFallbackTimeout: TIMEOUT_SECONDS })
   const calls = Array.from({ length: CALLS }, (_, i) => new ScriptedCall(i + 1))
   const fibersBefore = COUNT_FIBERS ? (yield* supervisor.value).length : 0
@@ -239,6 +248,7 @@ const program = Effect.gen(function* () {
   const live = registry.liveCount()
   const latency = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_latency_seconds")!.get())
   const answeredTurns = latency.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_latency_seconds_count")?.value ?? 0
+  const recordingWrites = (yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_recording_writes_total")!.get())).values[0]?.value ?? 0
   const fibers = COUNT_FIBERS ? (yield* supervisor.value).length - fibersBefore : Number.NaN
   ;(globalThis as { gc?: () => void }).gc?.()
   const memoryAfter = process.memoryUsage()
@@ -250,6 +260,8 @@ const program = Effect.gen(function* () {
       calls: CALLS,
       seconds: SECONDS,
       timeoutSeconds: TIMEOUT_SECONDS,
+      recording: RECORDING,
+      recordingWrites,
       driverOnly: DRIVER_ONLY,
       liveSessions: live,
       answeredTurns,
@@ -269,7 +281,8 @@ const config = ConfigProvider.fromMap(
   new Map([
     ["ADMIN_API_KEY", "bench-admin-key-0123456789"],
     ["LOG_LEVEL", "none"],
-    ["RATE_LIMIT_PER_MINUTE", "0"]
+    ["RATE_LIMIT_PER_MINUTE", "0"],
+    ...(RECORDINGS_DIR !== undefined ? [["RECORDINGS_DIR", RECORDINGS_DIR] as const] : [])
   ])
 )
 
@@ -280,4 +293,5 @@ await Effect.runPromise(
     Effect.provide(TestContext.TestContext)
   )
 )
+if (RECORDINGS_DIR !== undefined) rmSync(RECORDINGS_DIR, { recursive: true, force: true })
 process.exit(0)

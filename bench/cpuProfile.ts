@@ -8,14 +8,14 @@
  *
  *   npx tsx bench/cpuProfile.ts bench/results/gateway-.../CPU....cpuprofile
  */
-import { readdirSync, readFileSync, statSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs"
 import { join, relative } from "node:path"
 import { pathToFileURL } from "node:url"
 import { repoRoot } from "./benchProcess.js"
 import { BUILD_DIR } from "./build.js"
 
-/** Compiled files of the bench build are shown as the sources they come from. */
-const BUILT = `${join(BUILD_DIR, "dist")}/`
+/** Compiled files of the bench build are shown as the sources they come from (node reports real paths: node_modules may be a symlink). */
+const BUILT = `${join(existsSync(BUILD_DIR) ? realpathSync(BUILD_DIR) : BUILD_DIR, "dist")}/`
 
 interface ProfileNode {
   readonly id: number

@@ -10,7 +10,7 @@ import { type Dirent, mkdtempSync, readdirSync, readFileSync, rmSync, statSync }
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { sleep } from "./benchProcess.js"
-import { msPerCallSecond, type RelayLoadOptions, startFeaturePair } from "./relayLoad.js"
+import { msPerCallSecond, type RelayLoadOptions, startFeaturePair, type SystemFigures } from "./relayLoad.js"
 
 export interface RecordingWindow {
   readonly offMsPerCallSecond: number
@@ -36,6 +36,8 @@ export interface RecordingBenchFigures {
   readonly extraSyscwPerCallSecond: number
   /** Bytes of recordings written by the "on" process (a check that it recorded). */
   readonly recordedBytes: number
+  /** With `--profile`: each process's CPU profile over the measurement windows. */
+  readonly profiles?: { readonly off: SystemFigures["profile"]; readonly on: SystemFigures["profile"] }
 }
 
 const round = (value: number, digits = 2) => Math.round(value * 10 ** digits) / 10 ** digits
@@ -74,6 +76,8 @@ export const runRecordingBench = async (options: {
   readonly stepSeconds: number
   readonly settleSeconds?: number
   readonly build?: string | undefined
+  /** Run both callgates under --cpu-prof (profiles land here). */
+  readonly profileDir?: string | undefined
   readonly log?: (line: string) => void
 }): Promise<RecordingBenchFigures> => {
   const log = options.log ?? (() => {})
@@ -89,7 +93,8 @@ export const runRecordingBench = async (options: {
   const { off, on } = await startFeaturePair("recording", {
     build: options.build,
     envOf: (recording) => ({ RECORDINGS_DIR: join(dir, recording), LOG_LEVEL: "warn" }),
-    settingsOf: (recording) => ({ recording })
+    settingsOf: (recording) => ({ recording }),
+    profileDir: options.profileDir
   })
   const rigs = [off.rig, on.rig] as const
   try {
@@ -97,11 +102,17 @@ export const runRecordingBench = async (options: {
     await Promise.all(rigs.map((rig) => rig.load(options.calls, relayOptions)))
     const windows: Array<RecordingWindow> = []
     for (let i = 0; i < options.windows; i++) {
+      // callgate's write count is scraped from both processes (the same work on each), outside the
+      // CPU window: a /metrics scrape costs a callgate more than its recording does in a second.
+      const writesBefore = (await Promise.all([recordingWritesOf(on.gateway.baseUrl), recordingWritesOf(off.gateway.baseUrl)]))[0]!
+      const scrapedAt = performance.now()
       const opened = await Promise.all(rigs.map((rig) => rig.openWindow()))
-      const before = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid), writes: await recordingWritesOf(on.gateway.baseUrl) }
+      const before = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid) }
       await sleep(options.stepSeconds * 1000)
-      const after = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid), writes: await recordingWritesOf(on.gateway.baseUrl) }
+      const after = { on: syscwOf(on.gateway.pid), off: syscwOf(off.gateway.pid) }
       const [o, r] = await Promise.all(rigs.map((rig, k) => rig.closeWindow(opened[k]!, relayOptions)))
+      const writesAfter = (await Promise.all([recordingWritesOf(on.gateway.baseUrl), recordingWritesOf(off.gateway.baseUrl)]))[0]!
+      const scrapedSeconds = (performance.now() - scrapedAt) / 1000
       const perCallSecond = (value: number, open: number, seconds: number) => value / (Math.max(1, open) * seconds)
       const offMs = msPerCallSecond(o!)
       const onMs = msPerCallSecond(r!)
@@ -111,7 +122,8 @@ export const runRecordingBench = async (options: {
         ratio: round(onMs / offMs, 3),
         onOpen: r!.carrierWindow.open,
         offOpen: o!.carrierWindow.open,
-        recordingWritesPerCallSecond: round(perCallSecond(after.writes - before.writes, r!.carrierWindow.open, options.stepSeconds), 3),
+        // The calls stay up between the two scrapes (the window, and the frames' settling after it).
+        recordingWritesPerCallSecond: round(perCallSecond(writesAfter - writesBefore, r!.carrierWindow.open, scrapedSeconds), 3),
         onSyscwPerCallSecond: round(perCallSecond(after.on - before.on, r!.carrierWindow.open, options.stepSeconds), 2),
         offSyscwPerCallSecond: round(perCallSecond(after.off - before.off, o!.carrierWindow.open, options.stepSeconds), 2)
       }
@@ -123,6 +135,19 @@ export const runRecordingBench = async (options: {
       )
     }
     const sum = (pick: (w: RecordingWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
+    const recordedBytes = bytesUnder(join(dir, "on"))
+    let profiles: RecordingBenchFigures["profiles"]
+    if (options.profileDir !== undefined) {
+      // The profiles are written when the processes exit.
+      await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))
+      const [offProfile, onProfile] = await Promise.all(rigs.map((rig) => rig.stop().catch(() => undefined)))
+      profiles = { off: offProfile, on: onProfile }
+      for (const [state, profile] of [["off", offProfile], ["on", onProfile]] as const) {
+        if (profile === undefined) continue
+        log(`recording ${state}: profile ${profile.file}; busy ${round(profile.busyMs)} of ${round(profile.sampledMs)} ms sampled`)
+        for (const entry of profile.topFunctions.slice(0, 25)) log(`  ${round(entry.selfMs)} ms ${round(entry.percent, 1)} % ${entry.name}`)
+      }
+    }
     return {
       calls: options.calls,
       windowSeconds: options.stepSeconds,
@@ -130,7 +155,8 @@ export const runRecordingBench = async (options: {
       ratio: round(sum((w) => w.onMsPerCallSecond) / sum((w) => w.offMsPerCallSecond), 3),
       recordingWritesPerCallSecond: round(sum((w) => w.recordingWritesPerCallSecond) / windows.length, 3),
       extraSyscwPerCallSecond: round(sum((w) => w.onSyscwPerCallSecond - w.offSyscwPerCallSecond) / windows.length, 2),
-      recordedBytes: bytesUnder(join(dir, "on"))
+      recordedBytes,
+      ...(profiles !== undefined ? { profiles } : {})
     }
   } finally {
     await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))

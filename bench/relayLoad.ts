@@ -694,19 +694,31 @@ export const startFeaturePair = async (
   feature: string,
   options: {
     readonly build?: string | undefined
+    /** A build per side (versus.ts: one commit against another); default `build` for both. */
+    readonly buildOf?: (state: "off" | "on") => string | undefined
     readonly envOf: (state: "off" | "on") => Record<string, string>
     readonly settingsOf?: (state: "off" | "on") => object
+    /** Run both callgates under --cpu-prof, each writing its profile into a folder of this one (`--profile`). */
+    readonly profileDir?: string | undefined
   }
 ) => {
   const start = async (state: "off" | "on") => {
-    const gateway = await startGateway({ build: options.build, inspect: true, env: options.envOf(state) })
+    const build = options.buildOf !== undefined ? options.buildOf(state) : options.build
+    const profileRunDir = options.profileDir !== undefined ? join(options.profileDir, `${feature}-${state}-${Date.now()}`) : undefined
+    const gateway = await startGateway({
+      build,
+      inspect: true,
+      env: options.envOf(state),
+      nodeArgs: profileRunDir !== undefined ? ["--cpu-prof", "--cpu-prof-dir", profileRunDir] : []
+    })
     try {
       const agentId = "bench_agent"
       const { environmentId, apiKey } = await createBenchEnvironment(gateway, agentId, options.settingsOf?.(state) ?? {})
       const rig = await RelayRig.around(`${feature} ${state}`, rigSystemOf(`callgate (${feature} ${state})`, gateway), {
         carrierTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId },
         agentTarget: { mode: "gateway", gatewayUrl: gateway.baseUrl, agentId, environmentId, apiKey },
-        spareAgents: 2
+        spareAgents: 2,
+        ...(profileRunDir !== undefined ? { profileRunDir } : {})
       })
       return { gateway, rig }
     } catch (error) {

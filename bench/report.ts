@@ -12,6 +12,7 @@ import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
 import type { SheddingBenchFigures, Spread } from "./shedding.js"
 import type { TracingBenchFigures } from "./tracing.js"
+import type { VersusBenchFigures } from "./versus.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
 
 export interface Machine {
@@ -61,6 +62,8 @@ export interface BenchResults {
   readonly recording?: RecordingBenchFigures | PartError
   /** Tracing on (OTLP export, 100 % sampling) against off, side by side (tracing.ts). */
   readonly tracing?: TracingBenchFigures | PartError
+  /** The working tree (or --ref) against --against REF, side by side (versus.ts). */
+  readonly versus?: VersusBenchFigures | PartError
 }
 
 export interface Comparison {
@@ -435,6 +438,7 @@ export const renderMarkdown = (r: BenchResults): string =>
     webhookSection(r.webhooks),
     recordingSection(r.recording),
     tracingSection(r.tracing),
+    versusSection(r.versus),
     breakerSection(r.breaker),
     fallbackSection(r.fallback),
     sheddingSection(r.shedding)
@@ -457,6 +461,28 @@ const tracingSection = (figures: TracingBenchFigures | PartError | undefined): s
     ...rows,
     "",
     `Pooled: tracing on costs ${figures.ratio}x the CPU of off (goal: within 1.05x); ${figures.exports} exports, ${Math.round(figures.exportedBytes / 1024)} KB of spans received.`,
+    ""
+  ].join("\n")
+}
+
+/** One commit against another: CPU per call-second side by side, and memory per call of each. */
+const versusSection = (figures: VersusBenchFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `## One commit against another\n\nFailed: ${figures.error}\n`
+  const rows = figures.windows.map(
+    (w, i) =>
+      `| ${i + 1} | ${w.againstOpen} / ${w.currentOpen} | ${w.againstMsPerCallSecond} | ${w.currentMsPerCallSecond} | ${w.ratio}x | ${w.againstRssPerCallKb} / ${w.currentRssPerCallKb} | ${w.againstHeapPerCallKb} / ${w.currentHeapPerCallKb} |`
+  )
+  return [
+    "## One commit against another",
+    "",
+    `${figures.calls} calls on each of two callgates at once: "against" is ${figures.against}, "current" is ${figures.current}; windows of ${figures.windowSeconds} s.`,
+    "",
+    "| window | calls open (against / current) | CPU ms per call-s, against | current | current / against | RSS per call KB (against / current) | heap + external per call KB |",
+    "|---|---|---|---|---|---|---|",
+    ...rows,
+    "",
+    `Pooled: the current build costs ${figures.ratio}x the CPU of the other; RSS per call ${figures.againstRssPerCallKb} against ${figures.currentRssPerCallKb} KB, heap + external ${figures.againstHeapPerCallKb} against ${figures.currentHeapPerCallKb} KB (medians).`,
     ""
   ].join("\n")
 }

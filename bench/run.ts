@@ -20,12 +20,16 @@ import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
 import { runRecordingBench } from "./recording.js"
 import { runTracingBench } from "./tracing.js"
+import { runVersusBench } from "./versus.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "shedding", "recording", "tracing"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "shedding", "recording", "tracing", "versus"] as const
 /** Calls both callgates carry at once in the tracing part (OTLP export of every span against tracing off). */
 const TRACING_CALLS = 50
 const QUICK_TRACING_CALLS = 20
+/** Calls each build carries at once in the versus part (the larger of the CPU steps). */
+const VERSUS_CALLS = 100
+const QUICK_VERSUS_CALLS = 20
 /** Calls both callgates carry at once in the recording part (recording on against off). */
 const RECORDING_CALLS = 50
 const QUICK_RECORDING_CALLS = 20
@@ -71,6 +75,8 @@ const USAGE = `Usage: npm run bench -- [options]
   --tsx                 run callgate and the bare relay from the sources through tsx (npm run dev)
                         instead of compiled JavaScript on plain node (npm start), the default
   --ref REF             build and measure commit REF (e.g. HEAD) instead of the working tree
+  --against REF         the versus part: the working tree (or --ref) and commit REF side by side, CPU
+                        per call-second and memory per call of each (only with --only versus)
   --out DIR             results directory (default bench/results)
   --help`
 
@@ -85,6 +91,7 @@ interface Settings {
   readonly fullRamp: boolean
   readonly tsx: boolean
   readonly ref: string | undefined
+  readonly against: string | undefined
   readonly out: string
 }
 
@@ -99,7 +106,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
     else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
     else flags.set(name, "true")
   }
-  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "out", "help"])
+  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "against", "out", "help"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
   if (flags.has("help")) {
     process.stdout.write(`${USAGE}\n`)
@@ -127,8 +134,10 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
           if (!(PARTS as ReadonlyArray<string>).includes(part)) throw new Error(`--only takes ${PARTS.join(", ")}; got "${part}"`)
           return part as Part
         })
-    : [...PARTS]
-  return { quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+    : PARTS.filter((part) => part !== "versus")
+  const against = flags.get("against")
+  if (parts.includes("versus") !== (against !== undefined)) throw new Error("the versus part and --against REF go together")
+  return { against, quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 
 const machine = (atStart: number): Machine => ({
@@ -243,6 +252,7 @@ const main = async () => {
         stepSeconds: settings.stepSeconds,
         settleSeconds: q ? 1.5 : 3,
         build,
+        ...(settings.profile ? { profileDir: settings.out } : {}),
         log
       })
     )
@@ -255,6 +265,19 @@ const main = async () => {
         stepSeconds: settings.stepSeconds,
         settleSeconds: q ? 1.5 : 3,
         build,
+        log
+      })
+    )
+  }
+  if (has("versus")) {
+    results.versus = await attempt(`versus (${settings.ref ?? "the working tree"} and ${settings.against}, side by side)`, () =>
+      runVersusBench({
+        against: settings.against!,
+        ref: settings.ref,
+        calls: q ? QUICK_VERSUS_CALLS : VERSUS_CALLS,
+        windows: q ? 1 : 3,
+        stepSeconds: settings.stepSeconds,
+        settleSeconds: q ? 1.5 : 3,
         log
       })
     )

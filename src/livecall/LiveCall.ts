@@ -3,7 +3,7 @@ import type { AgentConnector, AgentTarget } from "../agent/AgentConnector.js"
 import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
-import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
+import { mediaBytes } from "../frames/MediaBytes.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
 import { bytesPerMs, comfortNoiseFrames, MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
@@ -42,13 +42,6 @@ interface Held {
 }
 
 const faultError = (fault: LegFault) => new HardError({ kind: fault.kind, message: fault.message })
-
-/**
- * The one buffer every call decodes its audio into for the turn observer. Decoding and observing
- * are synchronous and observers copy what they keep (see TurnObserver), so no two calls ever use
- * it at once; one per process instead of 45 KB per call.
- */
-const sharedAudio = Buffer.allocUnsafeSlow(MAX_MEDIA_BYTES)
 
 /** The app's services a live call works with; LiveCalls builds this once and hands it to every call. */
 export interface LiveCallParts {
@@ -107,7 +100,6 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private agent: AgentLink | undefined
   private held: Array<Held> | undefined = []
   private ending: SessionEnding | undefined
-  private view: Uint8Array = sharedAudio.subarray(0, 0)
   private readonly startedAtMs = performance.now()
   /** Caller audio bytes in `held` (for the resume's heldAudioMs). */
   private heldBytes = 0
@@ -565,11 +557,12 @@ export class LiveCall implements CallerEvents, AgentEvents {
     if (mark !== undefined) this.carrier.sendMark(mark)
   }
 
-  /** Base64 to bytes in the shared buffer; the view is re-made only when the frame size changes. */
+  /**
+   * Base64 to bytes in the buffer every call shares (decoding and observing are synchronous and
+   * observers copy what they keep, see TurnObserver); decoded once for the observer and the recorder.
+   */
   private decode(payload: string): Uint8Array {
-    const length = sharedAudio.write(payload, 0, "base64")
-    if (length !== this.view.length) this.view = sharedAudio.subarray(0, length)
-    return this.toObserved(this.view)
+    return this.toObserved(mediaBytes(payload))
   }
 
   private hold(dtmf: boolean, value: string, atMs: number) {

@@ -1,6 +1,7 @@
 import { endianness } from "node:os"
-import { MAX_MEDIA_BYTES } from "../frames/MediaFields.js"
 import { MULAW_SILENCE, MULAW_TO_PCM } from "../audio/Mulaw.js"
+import { mediaBytes } from "../frames/MediaBytes.js"
+import { alawToLinear, type AudioFormat, MULAW_8K } from "../kernel/AudioFormat.js"
 import { FRAME_BYTES, SAMPLE_RATE } from "./Wav.js"
 
 /** A stretch the agent asked not to record, in ms from the start of the recording; `endMs` null while it lasts. */
@@ -9,28 +10,44 @@ export interface RecordingPause {
   endMs: number | null
 }
 
-/** Audio of the recording window, in sample frames (mu-law, both channels): 2.5 s, 40 KB per call. */
-export const WINDOW_SAMPLES = (SAMPLE_RATE * 5) / 2
+/** The recording window's length: 2.5 s of audio (40 KB per call for mu-law at 8 kHz, 160 KB for L16 at 16 kHz). */
+const WINDOW_MS = 2500
+/** Sample frames of the window at 8 kHz. */
+export const WINDOW_SAMPLES = (SAMPLE_RATE * WINDOW_MS) / 1000
 /** Agent frames waiting beyond the window (the carrier's playout buffer): 60 s of 20 ms frames at most. */
 const MAX_QUEUED_AGENT_FRAMES = 3000
-/** The longest frame recorded (1.25 s): a longer one would not fit the window beside the audio before it. */
-export const MAX_FRAME_SAMPLES = WINDOW_SAMPLES / 2
 /** The longest silence one jump of the carrier's timestamps inserts (longer jumps are shortened to it). */
-const MAX_JUMP_SAMPLES = SAMPLE_RATE * 5
-
+const MAX_JUMP_MS = 5000
 const LITTLE_ENDIAN = endianness() === "LE"
 
 const CALLER = 0
 const AGENT = 1
 
 /**
- * Every recording decodes a frame's base64 into this one buffer before copying it into its window:
- * copies are synchronous, so no two calls use it at once.
+ * How a format's bytes reach the window. Mu-law (Twilio, and most Telnyx calls) stays as its codes
+ * (one byte a sample, 0xFF is silence: a frame is one copy) and is expanded to PCM through a table
+ * at flush time, once a second for the whole batch. A-law has no code for zero (a window of A-law
+ * codes could not tell silence from its quietest sample), and L16 is PCM already: both are decoded
+ * as they arrive into a window of 16-bit samples, where silence is 0.
  */
-const scratch = Buffer.allocUnsafeSlow(MAX_MEDIA_BYTES)
+const MULAW = 0
+const ALAW = 1
+const L16 = 2
+type Codec = typeof MULAW | typeof ALAW | typeof L16
 
-/** Samples in a base64 mu-law payload, without decoding it. */
-const samplesIn = (payload: string): number => {
+/** Each A-law code's 16-bit sample (ITU-T G.711). */
+const ALAW_TO_PCM = Int16Array.from({ length: 256 }, (_, byte) => alawToLinear(byte))
+/**
+ * Each mu-law code's sample in the low and in the high half of a 32-bit lane: one sample frame of
+ * the file (caller low, agent high, on a little-endian machine) is `LOW[caller] | HIGH[agent]`.
+ */
+const MULAW_LOW = Int32Array.from(MULAW_TO_PCM, (sample) => sample & 0xffff)
+const MULAW_HIGH = Int32Array.from(MULAW_TO_PCM, (sample) => sample << 16)
+
+const codecOf = (format: AudioFormat): Codec => (format.encoding === "audio/x-alaw" ? ALAW : format.encoding === "audio/L16" ? L16 : MULAW)
+
+/** Bytes in a base64 payload, without decoding it. */
+const bytesIn = (payload: string): number => {
   const length = payload.length
   if (length === 0) return 0
   const padding = payload.charCodeAt(length - 1) === 61 ? (payload.charCodeAt(length - 2) === 61 ? 2 : 1) : 0
@@ -47,10 +64,11 @@ export interface FlushedAudio {
 
 /**
  * The audio of one recorded call, kept in step with the call on the carrier's clock
- * (docs/recording.md, "What is recorded, and the format"). Per frame everything is synchronous and copies the payload
- * into a window allocated once per call (no Effect, no Promise, no system call, no allocation);
- * `flush` (once a second, from the recorder's shared ticker) turns what is settled into PCM for one
- * positional write.
+ * (docs/recording.md, "What is recorded, and the format"). Per frame everything is synchronous and copies the frame's
+ * samples into a window allocated once per call (no Effect, no Promise, no system call, no
+ * allocation); `flush` (once a second, from the recorder's shared ticker) turns what is settled
+ * into PCM for one positional write. Positions are in samples at the call's rate (the carrier's:
+ * 8 kHz, or 16 kHz for Telnyx's L16 at 16 kHz).
  *
  * The clock: a caller frame is placed at its own timestamp (ms since the stream began), so a
  * stretch the carrier sent nothing for is silence; the carrier's clock is the end of the latest
@@ -60,8 +78,20 @@ export interface FlushedAudio {
  * was not played yet. Paused stretches (`pause`) are written as silence on both channels.
  */
 export class CallRecording {
-  /** Mu-law sample frames, interleaved caller/agent, for positions [base, base + WINDOW_SAMPLES) (ring). */
-  private readonly window = Buffer.allocUnsafeSlow(WINDOW_SAMPLES * 2).fill(MULAW_SILENCE)
+  /** Samples per second of the call's audio, and of the file. */
+  readonly sampleRate: number
+  private readonly codec: Codec
+  /** Bytes per sample in the carrier's format (2 for L16). */
+  private readonly width: number
+  private readonly windowSamples: number
+  /** The longest frame recorded (1.25 s): a longer one would not fit the window beside the audio before it. */
+  private readonly maxFrameSamples: number
+  private readonly maxJumpSamples: number
+  private readonly samplesPerMs: number
+  /** Mu-law calls: each channel's codes (caller, agent) for positions [base, base + windowSamples) (a ring). */
+  private readonly codes: ReadonlyArray<Uint8Array>
+  /** Other formats: each channel's 16-bit samples, as `codes`. */
+  private readonly pcm: ReadonlyArray<Int16Array>
   /** First sample position not yet handed to storage. */
   private base = 0
   /** The carrier's clock: the end of the latest caller frame, in samples. */
@@ -84,21 +114,35 @@ export class CallRecording {
   /** performance.now() of the last flush: the ticker flushes each recording once a second. */
   lastFlushAt = performance.now()
 
+  constructor(format: AudioFormat = MULAW_8K) {
+    this.sampleRate = format.sampleRate
+    this.codec = codecOf(format)
+    this.width = this.codec === L16 ? 2 : 1
+    this.samplesPerMs = this.sampleRate / 1000
+    this.windowSamples = this.samplesPerMs * WINDOW_MS
+    this.maxFrameSamples = this.windowSamples / 2
+    this.maxJumpSamples = this.samplesPerMs * MAX_JUMP_MS
+    const mulaw = this.codec === MULAW
+    this.codes = [new Uint8Array(mulaw ? this.windowSamples : 0).fill(MULAW_SILENCE), new Uint8Array(mulaw ? this.windowSamples : 0).fill(MULAW_SILENCE)]
+    this.pcm = [new Int16Array(mulaw ? 0 : this.windowSamples), new Int16Array(mulaw ? 0 : this.windowSamples)]
+  }
+
   // Per frame
 
   /** A caller frame: placed at `timestampMs` (or right after the previous one when it has none). */
   caller(payload: string, timestampMs: number): void {
-    const length = scratch.write(payload, 0, "base64")
+    const bytes = mediaBytes(payload)
+    const length = this.width === 1 ? bytes.length : bytes.length >> 1
     if (length === 0) return
-    if (length > MAX_FRAME_SAMPLES) {
+    if (length > this.maxFrameSamples) {
       this.droppedFrames++
       return
     }
-    let at = timestampMs >= 0 ? timestampMs * 8 + this.timestampShift : this.clock
-    if (at > this.clock + MAX_JUMP_SAMPLES) {
-      // The carrier's timestamps leapt: keep MAX_JUMP_SAMPLES of silence, and the rest of the stream in step after it.
-      this.timestampShift -= at - (this.clock + MAX_JUMP_SAMPLES)
-      at = this.clock + MAX_JUMP_SAMPLES
+    let at = timestampMs >= 0 ? timestampMs * this.samplesPerMs + this.timestampShift : this.clock
+    if (at > this.clock + this.maxJumpSamples) {
+      // The carrier's timestamps leapt: keep maxJumpSamples of silence, and the rest of the stream in step after it.
+      this.timestampShift -= at - (this.clock + this.maxJumpSamples)
+      at = this.clock + this.maxJumpSamples
     }
     let from = 0
     if (at < this.base) {
@@ -110,38 +154,36 @@ export class CallRecording {
       }
       at = this.base
     }
-    if (at + length - from > this.base + WINDOW_SAMPLES && !this.makeRoom(at, at + length - from)) {
+    if (at + length - from > this.base + this.windowSamples && !this.makeRoom(at, at + length - from)) {
       this.droppedFrames++
       return
     }
-    this.put(CALLER, at, from, length)
+    this.put(CALLER, bytes, at, from, length)
     if (at + length - from > this.clock) this.clock = at + length - from
     if (this.agentCursor < this.clock && this.agentQueueHead === this.agentQueue.length) this.agentCursor = this.clock
   }
 
   /** An agent frame as sent to the carrier to play. */
   agent(payload: string): void {
-    const samples = samplesIn(payload)
-    if (samples > MAX_FRAME_SAMPLES) {
+    const samples = this.samplesIn(payload)
+    if (samples > this.maxFrameSamples) {
       this.droppedFrames++
       return
     }
     if (this.agentQueueHead < this.agentQueue.length) return this.queueAgent(payload)
     if (this.agentCursor < this.clock) this.agentCursor = this.clock
-    if (this.agentCursor + samples > this.base + WINDOW_SAMPLES) return this.queueAgent(payload)
-    const length = scratch.write(payload, 0, "base64")
-    this.put(AGENT, this.agentCursor, 0, length)
-    this.agentCursor += length
+    if (this.agentCursor + samples > this.base + this.windowSamples) return this.queueAgent(payload)
+    this.putAgent(payload)
   }
 
   /** The carrier was told to drop the audio it has not played: so is the recording's. */
   clear(): void {
     this.agentQueue.length = 0
     this.agentQueueHead = 0
-    const end = Math.min(this.agentCursor, this.base + WINDOW_SAMPLES)
-    for (let position = Math.max(this.clock, this.base); position < end; position++) {
-      this.window[(position % WINDOW_SAMPLES) * 2 + AGENT] = MULAW_SILENCE
-    }
+    const end = Math.min(this.agentCursor, this.base + this.windowSamples)
+    const window = this.codec === MULAW ? this.codes[AGENT]! : this.pcm[AGENT]!
+    const silence = this.codec === MULAW ? MULAW_SILENCE : 0
+    for (let position = Math.max(this.clock, this.base); position < end; position++) window[position % this.windowSamples] = silence
     this.agentCursor = this.clock
   }
 
@@ -149,7 +191,7 @@ export class CallRecording {
   pause(paused: boolean): void {
     if (paused === this.pausedNow) return
     this.pausedNow = paused
-    const atMs = Math.round((this.clock / SAMPLE_RATE) * 1000)
+    const atMs = Math.round(this.clock / this.samplesPerMs)
     if (paused) this.pauses.push({ startMs: atMs, endMs: null })
     else this.pauses[this.pauses.length - 1]!.endMs = atMs
     this.metadataChanged = true
@@ -170,7 +212,7 @@ export class CallRecording {
     this.lastFlushAt = performance.now()
     if (final) {
       while (this.agentQueueHead < this.agentQueue.length) {
-        const out = this.settle(take, Math.max(this.clock, Math.min(this.agentCursor, this.base + WINDOW_SAMPLES)))
+        const out = this.settle(take, Math.max(this.clock, Math.min(this.agentCursor, this.base + this.windowSamples)))
         this.early = this.merge(this.early, out, take)
         this.drainAgentQueue()
       }
@@ -190,14 +232,39 @@ export class CallRecording {
 
   // Internals
 
-  /** Copies `scratch[from, length)` into `channel` at `at`, around the ring. */
-  private put(channel: number, at: number, from: number, length: number) {
-    const window = this.window
-    const start = at % WINDOW_SAMPLES
+  private samplesIn(payload: string): number {
+    return this.width === 1 ? bytesIn(payload) : bytesIn(payload) >> 1
+  }
+
+  /** An agent frame at the agent's cursor (which the caller made sure it fits after). */
+  private putAgent(payload: string) {
+    const bytes = mediaBytes(payload)
+    const samples = this.width === 1 ? bytes.length : bytes.length >> 1
+    this.put(AGENT, bytes, this.agentCursor, 0, samples)
+    this.agentCursor += samples
+  }
+
+  /** Samples [from, length) of a decoded frame into `channel` at `at`, around the ring. */
+  private put(channel: number, bytes: Buffer, at: number, from: number, length: number) {
+    const start = at % this.windowSamples
     // Up to the ring's end, then from its start: no wrap test per sample.
-    const split = from + Math.min(length - from, WINDOW_SAMPLES - start)
-    for (let i = from, index = start * 2 + channel; i < split; i++, index += 2) window[index] = scratch[i]!
-    for (let i = split, index = channel; i < length; i++, index += 2) window[index] = scratch[i]!
+    const split = from + Math.min(length - from, this.windowSamples - start)
+    if (this.codec === MULAW) {
+      const codes = this.codes[channel]!
+      // The usual frame (whole, not across the ring's end): one copy.
+      if (from === 0 && split === bytes.length) return codes.set(bytes, start)
+      for (let i = from, index = start; i < split; i++, index++) codes[index] = bytes[i]!
+      for (let i = split, index = 0; i < length; i++, index++) codes[index] = bytes[i]!
+    } else if (this.codec === ALAW) {
+      const pcm = this.pcm[channel]!
+      for (let i = from, index = start; i < split; i++, index++) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
+      for (let i = split, index = 0; i < length; i++, index++) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
+    } else {
+      // L16 is big-endian (as RTP carries it); an Int16Array lane wraps the 16 bits to a signed sample.
+      const pcm = this.pcm[channel]!
+      for (let i = from, index = start; i < split; i++, index++) pcm[index] = (bytes[2 * i]! << 8) | bytes[2 * i + 1]!
+      for (let i = split, index = 0; i < length; i++, index++) pcm[index] = (bytes[2 * i]! << 8) | bytes[2 * i + 1]!
+    }
   }
 
   /** PCM of [base, end) with the paused stretches silenced; the window is cleared behind it. */
@@ -206,25 +273,47 @@ export class CallRecording {
     if (end <= from) return undefined
     const samples = end - from
     const bytes = take(samples * FRAME_BYTES)
-    const window = this.window
-    const start = (from % WINDOW_SAMPLES) * 2
-    const first = Math.min(samples, WINDOW_SAMPLES - (from % WINDOW_SAMPLES))
-    if (LITTLE_ENDIAN && bytes.byteOffset % 2 === 0) {
-      // Straight into 16-bit lanes: one table look-up per sample.
-      const pcm = new Int16Array(bytes.buffer, bytes.byteOffset, samples * 2)
-      for (let i = 0, index = start; i < first * 2; i++, index++) pcm[i] = MULAW_TO_PCM[window[index]!]!
-      for (let i = first * 2, index = 0; i < samples * 2; i++, index++) pcm[i] = MULAW_TO_PCM[window[index]!]!
+    const start = from % this.windowSamples
+    const first = Math.min(samples, this.windowSamples - start)
+    if (this.codec === MULAW) {
+      const [caller, agent] = this.codes as [Uint8Array, Uint8Array]
+      if (LITTLE_ENDIAN && bytes.byteOffset % 4 === 0) {
+        // One 32-bit lane per sample frame: two table look-ups and one store.
+        const lanes = new Int32Array(bytes.buffer, bytes.byteOffset, samples)
+        for (let i = 0, j = start; i < first; i++, j++) lanes[i] = MULAW_LOW[caller[j]!]! | MULAW_HIGH[agent[j]!]!
+        for (let i = first, j = 0; i < samples; i++, j++) lanes[i] = MULAW_LOW[caller[j]!]! | MULAW_HIGH[agent[j]!]!
+      } else {
+        for (let i = 0; i < samples; i++) {
+          const j = i < first ? start + i : i - first
+          bytes.writeInt16LE(MULAW_TO_PCM[caller[j]!]!, i * FRAME_BYTES)
+          bytes.writeInt16LE(MULAW_TO_PCM[agent[j]!]!, i * FRAME_BYTES + 2)
+        }
+      }
+      for (const codes of this.codes) {
+        codes.fill(MULAW_SILENCE, start, start + first)
+        if (samples > first) codes.fill(MULAW_SILENCE, 0, samples - first)
+      }
     } else {
-      for (let i = 0; i < samples * 2; i++) {
-        const index = i < first * 2 ? start + i : i - first * 2
-        bytes.writeInt16LE(MULAW_TO_PCM[window[index]!]!, i * 2)
+      const [caller, agent] = this.pcm as [Int16Array, Int16Array]
+      if (LITTLE_ENDIAN && bytes.byteOffset % 4 === 0) {
+        const lanes = new Int32Array(bytes.buffer, bytes.byteOffset, samples)
+        for (let i = 0, j = start; i < first; i++, j++) lanes[i] = (caller[j]! & 0xffff) | (agent[j]! << 16)
+        for (let i = first, j = 0; i < samples; i++, j++) lanes[i] = (caller[j]! & 0xffff) | (agent[j]! << 16)
+      } else {
+        for (let i = 0; i < samples; i++) {
+          const j = i < first ? start + i : i - first
+          bytes.writeInt16LE(caller[j]!, i * FRAME_BYTES)
+          bytes.writeInt16LE(agent[j]!, i * FRAME_BYTES + 2)
+        }
+      }
+      for (const pcm of this.pcm) {
+        pcm.fill(0, start, start + first)
+        if (samples > first) pcm.fill(0, 0, samples - first)
       }
     }
-    window.fill(MULAW_SILENCE, start, start + first * 2)
-    if (samples > first) window.fill(MULAW_SILENCE, 0, (samples - first) * 2)
     for (const pause of this.pauses) {
-      const start = Math.max(from, Math.floor((pause.startMs * SAMPLE_RATE) / 1000))
-      const stop = Math.min(end, pause.endMs === null ? end : Math.ceil((pause.endMs * SAMPLE_RATE) / 1000))
+      const start = Math.max(from, Math.floor(pause.startMs * this.samplesPerMs))
+      const stop = Math.min(end, pause.endMs === null ? end : Math.ceil(pause.endMs * this.samplesPerMs))
       if (stop > start) bytes.fill(0, (start - from) * FRAME_BYTES, (stop - from) * FRAME_BYTES)
     }
     this.base = end
@@ -252,7 +341,7 @@ export class CallRecording {
   private makeRoom(at: number, needEnd: number): boolean {
     if (this.jumpedAtFlush === this.flushes) return false
     this.jumpedAtFlush = this.flushes
-    const settledEnd = Math.max(this.clock, Math.min(this.agentCursor, this.base + WINDOW_SAMPLES))
+    const settledEnd = Math.max(this.clock, Math.min(this.agentCursor, this.base + this.windowSamples))
     const out = this.settle((bytes) => Buffer.allocUnsafe(bytes), settledEnd)
     this.early = this.merge(this.early, out, (bytes) => Buffer.allocUnsafe(bytes))
     // The window starts again at the frame (the gap before it is never written), with room ahead.
@@ -261,7 +350,7 @@ export class CallRecording {
       // Agent audio that would land before the new window is part of the gap.
       if (this.agentCursor < this.base) this.agentCursor = this.base
     }
-    return needEnd <= this.base + WINDOW_SAMPLES
+    return needEnd <= this.base + this.windowSamples
   }
 
   private queueAgent(payload: string) {
@@ -278,11 +367,10 @@ export class CallRecording {
     while (this.agentQueueHead < queue.length) {
       if (this.agentCursor < this.clock) this.agentCursor = this.clock
       const payload = queue[this.agentQueueHead]!
-      if (this.agentCursor + samplesIn(payload) > this.base + WINDOW_SAMPLES) break
+      const samples = this.samplesIn(payload)
+      if (this.agentCursor + samples > this.base + this.windowSamples) break
       queue[this.agentQueueHead++] = ""
-      const length = scratch.write(payload, 0, "base64")
-      this.put(AGENT, this.agentCursor, 0, length)
-      this.agentCursor += length
+      this.putAgent(payload)
     }
     if (this.agentQueueHead === queue.length) {
       queue.length = 0

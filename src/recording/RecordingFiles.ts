@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto"
 import { open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import type { RecordingPause } from "./CallRecording.js"
-import { dataBytesOf, durationMsOf, HEADER_BYTES, wavHeader } from "./Wav.js"
+import { dataBytesOf, durationMsOf, HEADER_BYTES, sampleRateOf, wavHeader } from "./Wav.js"
 
 /**
  * A recording on disk (docs/recording.md, "Storage"): `DIR/<agentId>/<sessionId>.wav` and its
@@ -55,16 +55,18 @@ export const readMeta = async (path: string): Promise<RecordingMeta | undefined>
 
 /**
  * Finishes a WAV file: cut to `dataBytes` of audio (what the file holds, when undefined), the
- * header's sizes set, synced. Returns the audio's duration in ms.
+ * header's sizes set (its sample rate kept: the call's), synced. Returns the audio's duration in ms.
  */
 export const finishWav = async (path: string, dataBytes?: number): Promise<number> => {
   const handle = await open(path, "r+")
   try {
     const bytes = dataBytes ?? dataBytesOf((await handle.stat()).size)
+    const { buffer: header } = await handle.read(Buffer.alloc(HEADER_BYTES), 0, HEADER_BYTES, 0)
+    const sampleRate = sampleRateOf(header)
     await handle.truncate(HEADER_BYTES + bytes)
-    await handle.write(wavHeader(bytes), 0, HEADER_BYTES, 0)
+    await handle.write(wavHeader(bytes, sampleRate), 0, HEADER_BYTES, 0)
     await handle.sync()
-    return durationMsOf(bytes)
+    return durationMsOf(bytes, sampleRate)
   } finally {
     await handle.close()
   }

@@ -58,7 +58,7 @@ const FLUSH_EVERY_MS = 1000
 const ABANDONED_AFTER_MS = 60_000
 /** How long `finish` waits for the upload to the bucket before the session's end goes on without it. */
 const UPLOAD_WAIT = Duration.seconds(30)
-/** Output buffers of one flush: up to the window's audio as PCM. */
+/** Output buffers of one flush: up to the window's audio as PCM at 8 kHz (a second's at 16 kHz). */
 const POOL_BUFFER_BYTES = WINDOW_SAMPLES * FRAME_BYTES
 const MAX_POOLED = 64
 
@@ -210,11 +210,11 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
     const makeDir = (path: string) =>
       new Promise<void>((resolve, reject) => mkdir(dirname(path), { recursive: true }, (error) => (error !== null ? reject(error) : resolve())))
 
-    const openFile = (path: string) =>
+    const openFile = (path: string, sampleRate: number) =>
       new Promise<number>((resolve, reject) =>
         openFd(path, "w", 0o640, (openError, fd) => {
           if (openError !== null) return reject(openError)
-          writeFd(fd, wavHeader(PROVISIONAL_SIZE), 0, HEADER_BYTES, 0, (writeError) => (writeError !== null ? reject(writeError) : resolve(fd)))
+          writeFd(fd, wavHeader(PROVISIONAL_SIZE, sampleRate), 0, HEADER_BYTES, 0, (writeError) => (writeError !== null ? reject(writeError) : resolve(fd)))
         })
       )
 
@@ -234,12 +234,12 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         live.delete(info.sessionId)
         return false
       }
-      entry.leg.recording ??= new CallRecording()
+      const recording = (entry.leg.recording ??= new CallRecording(info.mediaFormat))
       try {
         // The sidecar first: a file a crash leaves is always found by its sidecar.
         await makeDir(entry.paths.meta)
         await saveMeta(entry, metaOf(entry, "recording", null, []))
-        entry.fd = await openFile(entry.paths.wav)
+        entry.fd = await openFile(entry.paths.wav, recording.sampleRate)
         return true
       } catch (error) {
         entry.leg.recording = undefined
@@ -257,7 +257,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
      */
     const tap = (info: SessionInfo, carrier: CarrierLeg): CarrierLeg => {
       const leg = new RecordingLeg(carrier)
-      if (modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = new CallRecording()
+      if (modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = new CallRecording(info.mediaFormat)
       const entry: Live = {
         info,
         leg,

@@ -1,11 +1,13 @@
 /**
  * The recording's file format (docs/recording.md, "What is recorded, and the format"): RIFF/WAVE, 16-bit linear PCM, two
- * channels (caller left, agent right), 8 kHz. The carriers send G.711 mu-law; each mu-law byte
- * decodes to exactly one 16-bit sample (`MULAW_TO_PCM` in audio/Mulaw.ts, ITU-T G.711), so nothing is lost, and
+ * channels (caller left, agent right), at the call's rate: 8 kHz, or 16 kHz for a Telnyx stream of
+ * L16 at 16 kHz. Each sample the carrier carries is exactly one 16-bit sample of the file (G.711
+ * mu-law and A-law through their tables, ITU-T G.711; L16 as it is), so nothing is lost, and
  * silence is zero: a stretch the recorder never wrote (a gap, a pause, a hole a crash left) reads
  * back as silence.
  */
 
+/** The rate of every call but Telnyx's L16 at 16 kHz. */
 export const SAMPLE_RATE = 8000
 export const CHANNELS = 2
 export const BYTES_PER_SAMPLE = 2
@@ -16,7 +18,7 @@ export const HEADER_BYTES = 44
 export const PROVISIONAL_SIZE = 0xffffffff
 
 /** A 44-byte canonical WAV header for `dataBytes` of audio (PROVISIONAL_SIZE while unknown). */
-export const wavHeader = (dataBytes: number): Buffer => {
+export const wavHeader = (dataBytes: number, sampleRate = SAMPLE_RATE): Buffer => {
   const header = Buffer.alloc(HEADER_BYTES)
   header.write("RIFF", 0, "ascii")
   header.writeUInt32LE(dataBytes === PROVISIONAL_SIZE ? PROVISIONAL_SIZE : dataBytes + 36, 4)
@@ -25,8 +27,8 @@ export const wavHeader = (dataBytes: number): Buffer => {
   header.writeUInt32LE(16, 16)
   header.writeUInt16LE(1, 20) // PCM
   header.writeUInt16LE(CHANNELS, 22)
-  header.writeUInt32LE(SAMPLE_RATE, 24)
-  header.writeUInt32LE(SAMPLE_RATE * FRAME_BYTES, 28)
+  header.writeUInt32LE(sampleRate, 24)
+  header.writeUInt32LE(sampleRate * FRAME_BYTES, 28)
   header.writeUInt16LE(FRAME_BYTES, 32)
   header.writeUInt16LE(BYTES_PER_SAMPLE * 8, 34)
   header.write("data", 36, "ascii")
@@ -39,7 +41,14 @@ export const dataBytesOf = (fileBytes: number): number =>
   Math.max(0, Math.floor((fileBytes - HEADER_BYTES) / FRAME_BYTES) * FRAME_BYTES)
 
 /** Milliseconds of audio in `dataBytes`. */
-export const durationMsOf = (dataBytes: number): number => Math.round((dataBytes / FRAME_BYTES / SAMPLE_RATE) * 1000)
+export const durationMsOf = (dataBytes: number, sampleRate = SAMPLE_RATE): number => Math.round((dataBytes / FRAME_BYTES / sampleRate) * 1000)
+
+/** The sample rate a header written by `wavHeader` names (a recording's own, provisional or final); SAMPLE_RATE when it names none. */
+export const sampleRateOf = (header: Buffer): number => {
+  if (header.length < HEADER_BYTES || header.toString("ascii", 0, 4) !== "RIFF" || header.toString("ascii", 12, 16) !== "fmt ") return SAMPLE_RATE
+  const rate = header.readUInt32LE(24)
+  return rate === 8000 || rate === 16000 ? rate : SAMPLE_RATE
+}
 
 export interface ParsedWav {
   readonly channels: number

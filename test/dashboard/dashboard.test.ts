@@ -347,7 +347,7 @@ describe("the dashboard, in chromium", () => {
     const row = page.locator("tr[data-session]")
     await row.getByText("active").waitFor()
     for (const turn of [1, 2]) {
-      const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 10_000 })
+      const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 60_000 })
       expect(result.answer.answered, `turn ${turn}`).toBe(true)
     }
     await call.hangup()
@@ -391,7 +391,7 @@ describe("the dashboard, in chromium", () => {
     }
     expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.recording).toBe("on")
     const call = await placeTwilioCall({ gatewayUrl: gateway.baseUrl, agentId, environmentId, streamVia: "gateway" })
-    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 10_000 })
+    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 60_000 })
     expect(result.answer.answered).toBe(true)
     await call.hangup()
     let recorded: { id: string; recording?: { durationMs: number } } | undefined

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
+import { alawToLinear } from "../../src/kernel/AudioFormat.js"
 import { CallRecording, type FlushedAudio, WINDOW_SAMPLES } from "../../src/recording/CallRecording.js"
 import { FRAME_BYTES } from "../../src/recording/Wav.js"
 
@@ -126,5 +127,42 @@ describe("CallRecording", () => {
     expect(file.channel("right", 0, 3200).every((s) => s === 0)).toBe(true)
     expect(file.channel("right", 3200, 160)).toEqual(pcm(frame(2, 19)))
     expect(file.channel("left", 3200, 160)).toEqual(pcm(frame(1, 20)))
+  })
+
+  it("L16 at 16 kHz: positions, pauses and silence at the call's rate; A-law silence is zero, its samples exact", () => {
+    const recording = new CallRecording({ encoding: "audio/L16", sampleRate: 16000 })
+    const file = new File()
+    /** 20 ms of 16 kHz L16 (big-endian), distinct per frame, negative samples included. */
+    const wide = (owner: number, n: number) => {
+      const bytes = Buffer.alloc(640)
+      for (let i = 0; i < 320; i++) bytes.writeInt16BE(((owner * 7919 + n * 131 + i * 97) % 60000) - 30000, i * 2)
+      return bytes.toString("base64")
+    }
+    const samplesOf = (payload: string) => Array.from({ length: 320 }, (_, i) => Buffer.from(payload, "base64").readInt16BE(i * 2))
+    // Chunks 1..10 (chunk 0 never sent), a pause over chunks 11..15 (220..320 ms by the clock), then the agent at the clock.
+    for (let n = 1; n <= 10; n++) recording.caller(wide(1, n), n * 20)
+    recording.pause(true)
+    for (let n = 11; n <= 15; n++) recording.caller(wide(1, n), n * 20)
+    recording.pause(false)
+    recording.agent(wide(2, 0))
+    for (let n = 16; n <= 20; n++) recording.caller(wide(1, n), n * 20)
+    file.lay(recording.flush(take, true))
+    expect(recording.pauses).toEqual([{ startMs: 220, endMs: 320 }])
+    expect(file.end).toBe(21 * 320)
+    expect(file.channel("left", 0, 320).every((s) => s === 0)).toBe(true)
+    for (const n of [1, 5, 10, 16, 20]) expect(file.channel("left", n * 320, 320), `chunk ${n}`).toEqual(samplesOf(wide(1, n)))
+    expect(file.channel("left", 11 * 320, 5 * 320).every((s) => s === 0)).toBe(true)
+    expect(file.channel("right", 0, 16 * 320).every((s) => s === 0)).toBe(true)
+    expect(file.channel("right", 16 * 320, 320)).toEqual(samplesOf(wide(2, 0)))
+
+    const alaw = new CallRecording({ encoding: "audio/x-alaw", sampleRate: 8000 })
+    const alawFile = new File()
+    const every = Buffer.from(Array.from({ length: 256 }, (_, byte) => byte)).toString("base64")
+    alaw.caller(every, 20)
+    alawFile.lay(alaw.flush(take, true))
+    // Nothing was sent for the first 20 ms, and nothing by the agent: zero, not A-law's quietest code (+-8).
+    expect(alawFile.channel("left", 0, 160).every((s) => s === 0)).toBe(true)
+    expect(alawFile.channel("right", 0, 160 + 256).every((s) => s === 0)).toBe(true)
+    expect(alawFile.channel("left", 160, 256)).toEqual(Array.from({ length: 256 }, (_, byte) => alawToLinear(byte)))
   })
 })

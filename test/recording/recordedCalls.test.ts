@@ -3,6 +3,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
+import { alawToLinear, linearToAlaw } from "../../src/kernel/AudioFormat.js"
 import { parseWav } from "../../src/recording/Wav.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 import {
@@ -177,6 +178,64 @@ describe("recorded calls", () => {
     // The answer starts where the caller's 40th chunk ends (820 ms).
     answer.forEach((payload, k) => expect(channel(samples, 1, 6560 + k * 160, 160), `agent frame ${k}`).toEqual(pcmOf(payload)))
     expect(silent(samples, 1, 0, 6560)).toBe(true)
+  })
+
+  // Telnyx streams in PCMA and L16: each channel holds the samples sent, decoded (A-law by G.711, L16 as it is), at the call's rate.
+  const alaw = { encoding: "PCMA", sampleRate: 8000 as const, bytesPerSample: 1, encode: linearToAlaw, decode: (bytes: Buffer) => Array.from(bytes, alawToLinear) }
+  const l16 = (sampleRate: 8000 | 16000) => ({
+    encoding: "L16",
+    sampleRate,
+    bytesPerSample: 2,
+    encode: (sample: number) => sample,
+    decode: (bytes: Buffer) => Array.from({ length: bytes.length / 2 }, (_, i) => bytes.readInt16BE(i * 2))
+  })
+  it.each([
+    ["PCMA", alaw],
+    ["L16 at 8 kHz", l16(8000)],
+    ["L16 at 16 kHz", l16(16000)]
+  ])("Telnyx %s: both channels hold the samples sent, sample for sample, at the call's rate", async (_name, format) => {
+    const { agentId, env, agent } = await recordedLine()
+    const callControlId = `v3:${uniqueId("cc")}`
+    const call = await telnyxCall(gateway, {
+      token: gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId: callControlId }),
+      callControlId,
+      encoding: format.encoding,
+      sampleRate: format.sampleRate
+    })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+    const perFrame = (format.sampleRate / 1000) * 20
+    /** Real speech in the call's format (at 16 kHz each sample held for two), stamped so that no two frames are alike. */
+    const framesIn = (owner: number, count: number, offset: number) =>
+      Array.from({ length: count }, (_, n) => {
+        const samples = pcmOf(speech[(offset + n) % speech.length]!).flatMap((sample) => (perFrame === 320 ? [sample, sample] : [sample]))
+        samples[0] = owner * 1000 + n
+        samples[1] = -(owner * 1000 + n)
+        const bytes = Buffer.alloc(samples.length * format.bytesPerSample)
+        samples.forEach((sample, i) => (format.bytesPerSample === 1 ? (bytes[i] = format.encode(sample)) : bytes.writeInt16BE(format.encode(sample), i * 2)))
+        return bytes.toString("base64")
+      })
+    const samplesOf = (payload: string) => format.decode(Buffer.from(payload, "base64"))
+    const caller = framesIn(1, 40, 0)
+    // Chunks 1..30 with pairs swapped (Telnyx's reordering), then the agent's answer, then chunks 31..40.
+    await callerSays(call, agent, range(1, 30).map((n) => caller[(n % 2 === 1 ? n + 1 : n - 1) - 1]!), range(1, 30).map((n) => (n % 2 === 1 ? n + 1 : n - 1)))
+    const answer = framesIn(2, 10, 200)
+    await agentSays(call, agent, answer)
+    await callerSays(call, agent, caller.slice(30, 40), range(31, 40))
+    call.stop()
+
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended.recording?.durationMs).toBe(820)
+    const wav = parseWav(Buffer.from(await (await get(gateway, recordingPath(agentId, sessionId))).arrayBuffer()))
+    expect([wav.channels, wav.sampleRate, wav.bitsPerSample]).toEqual([2, format.sampleRate, 16])
+    const { samples } = wav
+    expect(samples.length / 2).toBe(41 * perFrame)
+    expect(silent(samples, 0, 0, perFrame)).toBe(true)
+    for (const n of range(1, 40)) expect(channel(samples, 0, n * perFrame, perFrame), `caller chunk ${n}`).toEqual(samplesOf(caller[n - 1]!))
+    // The answer starts where the caller's 30th chunk ends (620 ms); the agent's channel is silent before it.
+    expect(silent(samples, 1, 0, 31 * perFrame)).toBe(true)
+    answer.forEach((payload, k) => expect(channel(samples, 1, (31 + k) * perFrame, perFrame), `agent frame ${k}`).toEqual(samplesOf(payload)))
   })
 
   it("Range requests, DELETE, and scoped keys: another agent's key finds nothing", async () => {

@@ -35,6 +35,9 @@ describe("the recordings sweep", () => {
   // Left "recording" by a lost instance: its file has not changed for two minutes; 1002 bytes of audio (a partial sample frame at the end).
   const abandoned = lay("ses_abandoned", { instanceId: "elsewhere", startedAt: new Date().toISOString(), state: "recording", pauses: [{ startMs: 10, endMs: null }] }, 1002)
   utimesSync(abandoned, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000))
+  // The same, of an L16 call at 16 kHz: the header the recording began with names its rate.
+  const wide = lay("ses_wide", { instanceId: "elsewhere", startedAt: new Date().toISOString(), state: "recording" }, 6400, wavHeader(PROVISIONAL_SIZE, 16000))
+  utimesSync(wide, new Date(Date.now() - 120_000), new Date(Date.now() - 120_000))
   // Still being written by another live instance (changed just now).
   const live = lay("ses_live", { instanceId: "elsewhere", startedAt: new Date().toISOString(), state: "recording" }, 800)
 
@@ -45,9 +48,9 @@ describe("the recordings sweep", () => {
   afterAll(() => gateway.close())
 
   it("deletes what is past the retention, finishes what a lost instance left, leaves live files alone", async () => {
-    await until(() => !existsSync(old), "the expired recording deleted")
+    // The WAV goes first, then its sidecar: wait for both.
+    await until(() => !existsSync(old) && !existsSync(join(dir, agentId, "ses_old.json")), "the expired recording deleted")
     await until(() => JSON.parse(readFileSync(join(dir, agentId, "ses_abandoned.json"), "utf8")).state === "complete", "the abandoned recording finished")
-    expect(existsSync(join(dir, agentId, "ses_old.json"))).toBe(false)
     expect(existsSync(fresh)).toBe(true)
 
     const finished = readFileSync(abandoned)
@@ -57,6 +60,11 @@ describe("the recordings sweep", () => {
     const meta = JSON.parse(readFileSync(join(dir, agentId, "ses_abandoned.json"), "utf8"))
     // 1000 bytes: 250 sample frames, 31 ms; the open pause closed at the end.
     expect(meta).toMatchObject({ state: "complete", durationMs: 31, pauses: [{ startMs: 10, endMs: 31 }] })
+
+    // The 16 kHz recording keeps its rate: 6400 bytes are 1600 sample frames, 100 ms.
+    await until(() => JSON.parse(readFileSync(join(dir, agentId, "ses_wide.json"), "utf8")).state === "complete", "the 16 kHz recording finished")
+    expect(JSON.parse(readFileSync(join(dir, agentId, "ses_wide.json"), "utf8")).durationMs).toBe(100)
+    expect(parseWav(readFileSync(wide)).sampleRate).toBe(16000)
 
     // Another sweep changes nothing more: the live file is still "recording", untouched.
     await gateway.run(Effect.flatMap(Recordings, (recordings) => recordings.sweep))

@@ -248,7 +248,7 @@ describe("turn timing and the no-response breaker on real calls", () => {
     // A call whose agent answers: the environment's occurrences are cleared.
     const answering = await t.answeringAgent(200)
     const answered = await t.placeCall()
-    const turn = await answered.call.turn(sentence(), { answerTimeoutMs: 5000 })
+    const turn = await answered.call.turn(sentence(), { answerTimeoutMs: 60_000 })
     expect(turn.answer.answered).toBe(true)
     await eventually(t.occurrences, (n) => n === 0, "the occurrences to be cleared")
     await answered.call.hangup()
@@ -287,7 +287,7 @@ describe("turn timing and the no-response breaker on real calls", () => {
       call.on("mark", ({ name }) => void marks.push(name))
       for (const audio of [sentence(), readUlawFile("test/fixtures/audio/caller-appointment.ulaw")]) {
         const bytesBefore = call.stats.agentBytes
-        const turn = await call.turn(audio, { answerTimeoutMs: 5000 })
+        const turn = await call.turn(audio, { answerTimeoutMs: 60_000 })
         // The agent's mark follows the last frame of its reply: once it is here, the whole reply is.
         await eventually(() => marks.length, (n) => n > simulated.length, "the agent's mark after its reply")
         expect(turn.answer.answered).toBe(true)

@@ -1,0 +1,117 @@
+/**
+ * One commit against another, side by side (docs/benchmarks.md, "One commit against another"):
+ * two callgates carrying the same number of calls at once, one built from the working tree (or
+ * `--ref`), one from `--against REF`, each with its own simulators. Both are measured in the same
+ * windows, so whatever else the machine does weighs on both alike and cannot tip the ratio: the
+ * way to tell "no regression" on a shared machine. Figures per side: CPU ms per call-second, and
+ * RSS and heap + external per call (after a full collection, against the side's own idle reading).
+ */
+import { join } from "node:path"
+import { BUILD_DIR, buildForBench } from "./build.js"
+import { type RelayLoadOptions, type StepFigures, startFeaturePair } from "./relayLoad.js"
+
+export interface VersusWindow {
+  readonly againstMsPerCallSecond: number
+  readonly currentMsPerCallSecond: number
+  /** Current over against. */
+  readonly ratio: number
+  readonly againstRssPerCallKb: number
+  readonly currentRssPerCallKb: number
+  readonly againstHeapPerCallKb: number
+  readonly currentHeapPerCallKb: number
+  readonly againstOpen: number
+  readonly currentOpen: number
+}
+
+export interface VersusBenchFigures {
+  readonly calls: number
+  readonly windowSeconds: number
+  /** What each side was built from. */
+  readonly current: string
+  readonly against: string
+  readonly windows: ReadonlyArray<VersusWindow>
+  /** CPU, pooled over the windows: current over against. */
+  readonly ratio: number
+  readonly againstRssPerCallKb: number
+  readonly currentRssPerCallKb: number
+  readonly againstHeapPerCallKb: number
+  readonly currentHeapPerCallKb: number
+}
+
+const round = (value: number, digits = 3) => Math.round(value * 10 ** digits) / 10 ** digits
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)]!
+}
+
+export const runVersusBench = async (options: {
+  readonly against: string
+  /** The current side: the working tree, or this commit. */
+  readonly ref?: string | undefined
+  readonly calls: number
+  readonly windows: number
+  readonly stepSeconds: number
+  readonly settleSeconds?: number
+  readonly log?: (line: string) => void
+}): Promise<VersusBenchFigures> => {
+  const log = options.log ?? (() => {})
+  // Builds of their own, beside the main run's (which other parts may be using).
+  log(`versus: compiling ${options.ref ?? "the working tree"} and ${options.against}`)
+  const current = await buildForBench(options.ref, `${BUILD_DIR}-versus-current`)
+  const against = await buildForBench(options.against, `${BUILD_DIR}-versus-against`)
+  const relayOptions: RelayLoadOptions = {
+    systems: ["gateway"],
+    steps: [options.calls],
+    stepSeconds: options.stepSeconds,
+    settleSeconds: options.settleSeconds ?? 3,
+    log
+  }
+  const { off, on } = await startFeaturePair("versus", {
+    buildOf: (side) => (side === "on" ? current.dir : against.dir),
+    envOf: () => ({ LOG_LEVEL: "warn" })
+  })
+  const rigs = [off.rig, on.rig] as const
+  try {
+    await Promise.all(rigs.map((rig) => rig.warmUp(relayOptions)))
+    const windows: Array<VersusWindow> = []
+    for (let i = 0; i < options.windows; i++) {
+      // Each side places the calls, measures one window, reads its memory and hangs up: at once.
+      const [a, c] = (await Promise.all(rigs.map((rig) => rig.measure(options.calls, relayOptions)))) as [StepFigures, StepFigures]
+      const window: VersusWindow = {
+        againstMsPerCallSecond: a.system.cpuMsPerCallSecond,
+        currentMsPerCallSecond: c.system.cpuMsPerCallSecond,
+        ratio: round(c.system.cpuMsPerCallSecond / a.system.cpuMsPerCallSecond),
+        againstRssPerCallKb: a.system.rssPerCallKb,
+        currentRssPerCallKb: c.system.rssPerCallKb,
+        againstHeapPerCallKb: a.system.heapPerCallKb,
+        currentHeapPerCallKb: c.system.heapPerCallKb,
+        againstOpen: a.openCalls,
+        currentOpen: c.openCalls
+      }
+      windows.push(window)
+      log(
+        `versus ${options.calls} calls, window ${i + 1}/${options.windows}: CPU ms per call-second ${options.against} ${window.againstMsPerCallSecond}, ` +
+          `current ${window.currentMsPerCallSecond} (${window.ratio}x); RSS per call ${window.againstRssPerCallKb} / ${window.currentRssPerCallKb} KB`
+      )
+    }
+    const sum = (pick: (w: VersusWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
+    return {
+      calls: options.calls,
+      windowSeconds: options.stepSeconds,
+      current: current.source,
+      against: against.source,
+      windows,
+      ratio: round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond)),
+      againstRssPerCallKb: median(windows.map((w) => w.againstRssPerCallKb)),
+      currentRssPerCallKb: median(windows.map((w) => w.currentRssPerCallKb)),
+      againstHeapPerCallKb: median(windows.map((w) => w.againstHeapPerCallKb)),
+      currentHeapPerCallKb: median(windows.map((w) => w.currentHeapPerCallKb))
+    }
+  } finally {
+    await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))
+    await Promise.all(rigs.map((rig) => rig.stop().catch(() => undefined)))
+  }
+}
+
+/** Where the two builds live (for the docs). */
+export const VERSUS_BUILDS = [join(`${BUILD_DIR}-versus-current`, "dist"), join(`${BUILD_DIR}-versus-against`, "dist")]
