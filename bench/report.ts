@@ -10,6 +10,7 @@ import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
+import type { RedisCostFigures } from "./redisCost.js"
 import type { SheddingBenchFigures, Spread } from "./shedding.js"
 import type { TracingBenchFigures } from "./tracing.js"
 import type { VersusBenchFigures } from "./versus.js"
@@ -64,6 +65,8 @@ export interface BenchResults {
   readonly tracing?: TracingBenchFigures | PartError
   /** The working tree (or --ref) against --against REF, side by side (versus.ts). */
   readonly versus?: VersusBenchFigures | PartError
+  /** Redis commands and CPU per call set-up and per call-second (redisCost.ts). */
+  readonly redis?: RedisCostFigures | PartError
 }
 
 export interface Comparison {
@@ -438,6 +441,7 @@ export const renderMarkdown = (r: BenchResults): string =>
     webhookSection(r.webhooks),
     recordingSection(r.recording),
     tracingSection(r.tracing),
+    redisSection(r.redis),
     versusSection(r.versus),
     breakerSection(r.breaker),
     fallbackSection(r.fallback),
@@ -506,6 +510,52 @@ const recordingSection = (figures: RecordingBenchFigures | PartError | undefined
     "",
     `Pooled: recording on costs ${figures.ratio}x the CPU of off; ${figures.recordingWritesPerCallSecond} recording writes per call per second; ` +
       `${figures.extraSyscwPerCallSecond} more write system calls per call per second than off (kernel count); ${Math.round(figures.recordedBytes / 1024)} KB recorded.`,
+    ""
+  ].join("\n")
+}
+
+/** What one Redis carries: commands and Redis CPU per call set-up and per call-second (docs/scaling.md, "Sizing Redis"). */
+const redisSection = (figures: RedisCostFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `## What one Redis carries\n\nFailed: ${figures.error}\n`
+  const { setups, steady, idle } = figures
+  const top = (list: RedisCostFigures["setups"]["byCommand"], count: number) =>
+    list
+      .slice(0, count)
+      .map(({ command, perUnit }) => `${command} ${perUnit}`)
+      .join(", ")
+  return [
+    "## What one Redis carries",
+    "",
+    `One callgate on its own redis-server ${figures.redisVersion} (no replica), session.ended delivered to an HTTPS receiver; Redis's own counters (\`INFO commandstats\`, \`INFO cpu\` used_cpu_sys + used_cpu_user) read around each phase. ` +
+      `Commands are every command Redis ran, those inside Lua scripts included; scripts are the EVALSHA round trips among them. ` +
+      `Subtracted from both phases: the idle instance's own cost (${idle.commandsPerSecond} commands and ${idle.cpuMsPerSecond} ms of Redis CPU a second, over ${idle.seconds} s), ` +
+      `and each idle dial-in agent socket's (${figures.idleAgentSocket.commandsPerSecond} commands and ${figures.idleAgentSocket.cpuMsPerSecond} ms a second, measured with ${figures.idleAgentSocket.pool}: the registry republishes every idle socket). ` +
+      `Set-ups run in batches of the pool's size, so each republishes up to ${figures.idleAgentSocket.pool} idle sockets.`,
+    "",
+    "| | calls | commands | scripts | Redis CPU ms |",
+    "|---|---|---|---|---|",
+    `| per call set-up (and ending) | ${setups.calls} placed${setups.failed > 0 ? ` (${setups.failed} failed)` : ""}, ${setups.delivered} session.ended | ${setups.commandsPerSetup} | ${setups.scriptsPerSetup} | ${setups.cpuMsPerSetup} |`,
+    `| per call-second | ${steady.calls} for ${steady.seconds} s | ${steady.commandsPerCallSecond} | ${steady.scriptsPerCallSecond} | ${steady.cpuMsPerCallSecond} (from the commands: ${steady.cpuMsPerCallSecondFromCommands}) |`,
+    ...(figures.withReplica !== undefined
+      ? [
+          `| per call set-up, a replica attached (REDIS_WAIT_REPLICAS=auto waits for it) | ${figures.withReplica.setups.calls} placed${figures.withReplica.setups.failed > 0 ? ` (${figures.withReplica.setups.failed} failed)` : ""}, ${figures.withReplica.setups.delivered} session.ended | ${figures.withReplica.setups.commandsPerSetup} | ${figures.withReplica.setups.scriptsPerSetup} | ${figures.withReplica.setups.cpuMsPerSetup} |`
+        ]
+      : []),
+    "",
+    `Per set-up, by command: ${top(setups.byCommand, 16)}.`,
+    "",
+    `Per call-second, by command: ${top(steady.byCommand, 10)}.`,
+    "",
+    ...(figures.withReplica !== undefined
+      ? [
+          `With the replica, per set-up, by command: ${top(figures.withReplica.setups.byCommand, 16)} (the primary's own figures; idle with the replica ${figures.withReplica.idle.commandsPerSecond} commands and ${figures.withReplica.idle.cpuMsPerSecond} ms a second, subtracted).`,
+          ""
+        ]
+      : []),
+    `The set-up phase's calls were up ${setups.callSeconds} call-seconds in all (estimated from the ramp), subtracted at the per call-second rate. ` +
+      `Per call-second CPU "from the commands" is the commands at the set-up phase's Redis CPU per command: a cross-check where the calls' own CPU is lost in the idle instance's. ` +
+      `One fully busy Redis core would carry ${figures.oneCore.setupsPerSecond} call set-ups a second, or ${figures.oneCore.concurrentCalls} concurrent calls at the larger per call-second figure (CPU alone, no headroom).`,
     ""
   ].join("\n")
 }
