@@ -15,6 +15,8 @@ serveWorker({
         return (await import("./fallback.js")).runFallbackBench(options)
       case "shedding":
         return (await import("./shedding.js")).runSheddingBench(options)
+      case "failover":
+        return (await import("./failover.js")).runFailoverBench(options)
       default:
         throw new Error(`unknown bench part ${part}`)
     }

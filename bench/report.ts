@@ -4,6 +4,7 @@
  * issue's targets, the fleet's scaling efficiency, and the webhook, breaker, fallback and shedding figures.
  */
 import type { BreakerBenchFigures } from "./breaker.js"
+import type { FailoverBenchFigures } from "./failover.js"
 import type { FallbackBenchFigures } from "./fallback.js"
 import type { FleetBenchFigures, FleetMeasurement } from "./fleet.js"
 import { EFFICIENCY_GOAL } from "./fleetScaling.js"
@@ -59,6 +60,8 @@ export interface BenchResults {
   readonly fallback?: FallbackBenchFigures | PartError
   /** Shedding at the entry while the breaker is open: the shed call's entry answer, and the silence before the fallback with shedding on and off (shedding.ts). */
   readonly shedding?: SheddingBenchFigures | PartError
+  /** Agent failover on one instance: from the agent leg's end to the new agent's start (failover.ts). */
+  readonly failover?: FailoverBenchFigures | PartError
   /** Recording on (disk) against off, side by side (recording.ts). */
   readonly recording?: RecordingBenchFigures | PartError
   /** Tracing on (OTLP export, 100 % sampling) against off, side by side (tracing.ts). */
@@ -419,6 +422,22 @@ const sheddingSection = (f: SheddingBenchFigures | PartError | undefined) => {
   ].join("\n")
 }
 
+const failoverSection = (f: FailoverBenchFigures | PartError | undefined) => {
+  if (f === undefined) return ""
+  if (isError(f)) return `### Agent failover\n\nDid not run: ${f.error.split("\n")[0]}\n`
+  return [
+    "### Agent failover, same instance (target p99 < 250 ms)",
+    "",
+    `${f.failovers} of ${f.calls} live calls had their agent socket dropped (no close frame); ${f.reattached} were taken over by another agent` +
+      `${f.missing > 0 ? `, ${f.missing} were not` : ""}. From the drop to the new agent's \`start\`: **p50 ${f.p50} ms, p99 ${f.p99} ms**, max ${f.max} ms. ` +
+      `Carrier requests meanwhile: ${f.carrierRequests} (a fallback would make one).` +
+      (f.gatewayHistogram !== null
+        ? ` callgate's own callgate_agent_failover_gap_seconds: p50 <= ${f.gatewayHistogram.p50AtMostMs} ms, p99 <= ${f.gatewayHistogram.p99AtMostMs} ms (${f.gatewayHistogram.count}).`
+        : ""),
+    ""
+  ].join("\n")
+}
+
 export const renderMarkdown = (r: BenchResults): string =>
   [
     `# callgate benchmark, ${r.startedAt}`,
@@ -445,7 +464,8 @@ export const renderMarkdown = (r: BenchResults): string =>
     versusSection(r.versus),
     breakerSection(r.breaker),
     fallbackSection(r.fallback),
-    sheddingSection(r.shedding)
+    sheddingSection(r.shedding),
+    failoverSection(r.failover)
   ]
     .filter((section) => section !== "")
     .join("\n")
