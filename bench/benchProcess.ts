@@ -5,8 +5,10 @@
  * messages; a child whose parent goes away exits by itself.
  */
 import { type ChildProcess, execFileSync, fork, spawn, spawnSync } from "node:child_process"
-import { readdirSync, readFileSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 /** The repository root: `--import tsx` resolves from here. */
@@ -199,22 +201,32 @@ export const childPidsOf = (pid: number): ReadonlyArray<number> =>
   })
 
 /**
- * A private `redis-server` on a free loopback port (nothing persisted), on `cpus` when given.
+ * A private `redis-server` on a free loopback port (nothing persisted), on `cpus` when given; with
+ * `replicaOf`, a replica of the one on that port.
  * Stops by itself with the benchmark.
  */
-export const startRedis = async (options: { readonly cpus?: string } = {}): Promise<{ readonly url: string; readonly pid: number; readonly stop: () => void }> => {
+export const startRedis = async (
+  options: { readonly cpus?: string; readonly replicaOf?: number } = {}
+): Promise<{ readonly url: string; readonly port: number; readonly pid: number; readonly stop: () => void }> => {
   if (spawnSync("redis-server", ["--version"]).status !== 0) throw new Error("redis-server is not installed; set REDIS_URL")
   const port = await freePort()
-  const command = ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+  // Its own directory: a replica writes the RDB its primary sends (never into the repository).
+  const dir = mkdtempSync(join(tmpdir(), "callgate-bench-redis-"))
+  const command = [
+    "redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+    ...(options.replicaOf !== undefined ? ["--replicaof", "127.0.0.1", String(options.replicaOf)] : [])
+  ]
   const [file, ...rest] = options.cpus === undefined ? command : ["taskset", "-c", options.cpus, ...command]
   const child = track(spawn(file!, rest, { stdio: "ignore" }))
   for (let i = 0; i < 200; i++) {
     if (spawnSync("redis-cli", ["-p", String(port), "ping"], { encoding: "utf8" }).stdout?.trim() === "PONG") {
-      return { url: `redis://127.0.0.1:${port}`, pid: child.pid!, stop: () => child.kill("SIGTERM") }
+      child.once("exit", () => rmSync(dir, { recursive: true, force: true }))
+      return { url: `redis://127.0.0.1:${port}`, port, pid: child.pid!, stop: () => child.kill("SIGTERM") }
     }
     await sleep(50)
   }
   child.kill("SIGKILL")
+  rmSync(dir, { recursive: true, force: true })
   throw new Error("redis-server did not start")
 }
 

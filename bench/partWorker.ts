@@ -13,6 +13,8 @@ serveWorker({
         return (await import("./breaker.js")).runBreakerBench(options)
       case "fallback":
         return (await import("./fallback.js")).runFallbackBench(options)
+      case "failover":
+        return (await import("./failover.js")).runFailoverBench(options)
       default:
         throw new Error(`unknown bench part ${part}`)
     }

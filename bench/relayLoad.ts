@@ -415,7 +415,7 @@ export class RelayRig {
    * Places `calls` calls and lets them settle. Agents first: callgate hands each call an idle
    * dial-in socket; the relay pairs by key.
    */
-  async load(calls: number, options: RelayLoadOptions): Promise<{ readonly failed: number; readonly errors: ReadonlyArray<string> }> {
+  async load(calls: number, options: RelayLoadOptions): Promise<{ readonly open: number; readonly failed: number; readonly errors: ReadonlyArray<string> }> {
     // Placing the calls takes calls / rampPerSecond seconds; four times that (and a minute) is a generator in trouble.
     const rampBudgetMs = 60_000 + (4000 * calls) / (options.rampPerSecond ?? 100)
     await this.agents.request("grow", { to: calls + this.options.spareAgents }, rampBudgetMs + 60_000)
@@ -426,6 +426,11 @@ export class RelayRig {
     )
     await sleep((options.settleSeconds ?? 3) * 1000)
     return grown
+  }
+
+  /** Makes sure `sockets` dial-in agent sockets are open and idle (those of ended calls reopen). */
+  async offerAgents(sockets: number): Promise<void> {
+    await this.agents.request("grow", { to: sockets }, 120_000)
   }
 
   /** Starts a measurement window: the simulators record what they send; CPU is read from /proc. */

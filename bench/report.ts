@@ -4,12 +4,14 @@
  * issue's targets, the fleet's scaling efficiency, and the webhook, breaker and fallback figures.
  */
 import type { BreakerBenchFigures } from "./breaker.js"
+import type { FailoverBenchFigures } from "./failover.js"
 import type { FallbackBenchFigures } from "./fallback.js"
 import type { FleetBenchFigures, FleetMeasurement } from "./fleet.js"
 import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
+import type { RedisCostFigures } from "./redisCost.js"
 import type { TracingBenchFigures } from "./tracing.js"
 import type { VersusBenchFigures } from "./versus.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
@@ -55,12 +57,16 @@ export interface BenchResults {
   readonly webhooks?: WebhookBenchFigures | PartError
   readonly breaker?: BreakerBenchFigures | PartError
   readonly fallback?: FallbackBenchFigures | PartError
+  /** Agent failover on one instance: from the agent leg's end to the new agent's start (failover.ts). */
+  readonly failover?: FailoverBenchFigures | PartError
   /** Recording on (disk) against off, side by side (recording.ts). */
   readonly recording?: RecordingBenchFigures | PartError
   /** Tracing on (OTLP export, 100 % sampling) against off, side by side (tracing.ts). */
   readonly tracing?: TracingBenchFigures | PartError
   /** The working tree (or --ref) against --against REF, side by side (versus.ts). */
   readonly versus?: VersusBenchFigures | PartError
+  /** Redis commands and CPU per call set-up and per call-second (redisCost.ts). */
+  readonly redis?: RedisCostFigures | PartError
 }
 
 export interface Comparison {
@@ -383,6 +389,22 @@ const fallbackSection = (f: FallbackBenchFigures | PartError | undefined) => {
   ].join("\n")
 }
 
+const failoverSection = (f: FailoverBenchFigures | PartError | undefined) => {
+  if (f === undefined) return ""
+  if (isError(f)) return `### Agent failover\n\nDid not run: ${f.error.split("\n")[0]}\n`
+  return [
+    "### Agent failover, same instance (target p99 < 250 ms)",
+    "",
+    `${f.failovers} of ${f.calls} live calls had their agent socket dropped (no close frame); ${f.reattached} were taken over by another agent` +
+      `${f.missing > 0 ? `, ${f.missing} were not` : ""}. From the drop to the new agent's \`start\`: **p50 ${f.p50} ms, p99 ${f.p99} ms**, max ${f.max} ms. ` +
+      `Carrier requests meanwhile: ${f.carrierRequests} (a fallback would make one).` +
+      (f.gatewayHistogram !== null
+        ? ` callgate's own callgate_agent_failover_gap_seconds: p50 <= ${f.gatewayHistogram.p50AtMostMs} ms, p99 <= ${f.gatewayHistogram.p99AtMostMs} ms (${f.gatewayHistogram.count}).`
+        : ""),
+    ""
+  ].join("\n")
+}
+
 export const renderMarkdown = (r: BenchResults): string =>
   [
     `# callgate benchmark, ${r.startedAt}`,
@@ -405,9 +427,11 @@ export const renderMarkdown = (r: BenchResults): string =>
     webhookSection(r.webhooks),
     recordingSection(r.recording),
     tracingSection(r.tracing),
+    redisSection(r.redis),
     versusSection(r.versus),
     breakerSection(r.breaker),
-    fallbackSection(r.fallback)
+    fallbackSection(r.fallback),
+    failoverSection(r.failover)
   ]
     .filter((section) => section !== "")
     .join("\n")
@@ -472,6 +496,52 @@ const recordingSection = (figures: RecordingBenchFigures | PartError | undefined
     "",
     `Pooled${figures.skippedWindows > 0 ? ` (without the ${figures.skippedWindows} window(s) in which fewer than 90 % of the calls were up)` : ""}: recording on costs ${figures.ratio}x the CPU of off; ${figures.recordingWritesPerCallSecond} recording writes per call per second; ` +
       `${figures.extraSyscwPerCallSecond} more write system calls per call per second than off (kernel count); ${Math.round(figures.recordedBytes / 1024)} KB recorded.`,
+    ""
+  ].join("\n")
+}
+
+/** What one Redis carries: commands and Redis CPU per call set-up and per call-second (docs/scaling.md, "Sizing Redis"). */
+const redisSection = (figures: RedisCostFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `## What one Redis carries\n\nFailed: ${figures.error}\n`
+  const { setups, steady, idle } = figures
+  const top = (list: RedisCostFigures["setups"]["byCommand"], count: number) =>
+    list
+      .slice(0, count)
+      .map(({ command, perUnit }) => `${command} ${perUnit}`)
+      .join(", ")
+  return [
+    "## What one Redis carries",
+    "",
+    `One callgate on its own redis-server ${figures.redisVersion} (no replica), session.ended delivered to an HTTPS receiver; Redis's own counters (\`INFO commandstats\`, \`INFO cpu\` used_cpu_sys + used_cpu_user) read around each phase. ` +
+      `Commands are every command Redis ran, those inside Lua scripts included; scripts are the EVALSHA round trips among them. ` +
+      `Subtracted from both phases: the idle instance's own cost (${idle.commandsPerSecond} commands and ${idle.cpuMsPerSecond} ms of Redis CPU a second, over ${idle.seconds} s), ` +
+      `and each idle dial-in agent socket's (${figures.idleAgentSocket.commandsPerSecond} commands and ${figures.idleAgentSocket.cpuMsPerSecond} ms a second, measured with ${figures.idleAgentSocket.pool}: the registry republishes every idle socket). ` +
+      `Set-ups run in batches of the pool's size, so each republishes up to ${figures.idleAgentSocket.pool} idle sockets.`,
+    "",
+    "| | calls | commands | scripts | Redis CPU ms |",
+    "|---|---|---|---|---|",
+    `| per call set-up (and ending) | ${setups.calls} placed${setups.failed > 0 ? ` (${setups.failed} failed)` : ""}, ${setups.delivered} session.ended | ${setups.commandsPerSetup} | ${setups.scriptsPerSetup} | ${setups.cpuMsPerSetup} |`,
+    `| per call-second | ${steady.calls} for ${steady.seconds} s | ${steady.commandsPerCallSecond} | ${steady.scriptsPerCallSecond} | ${steady.cpuMsPerCallSecond} (from the commands: ${steady.cpuMsPerCallSecondFromCommands}) |`,
+    ...(figures.withReplica !== undefined
+      ? [
+          `| per call set-up, a replica attached (REDIS_WAIT_REPLICAS=auto waits for it) | ${figures.withReplica.setups.calls} placed${figures.withReplica.setups.failed > 0 ? ` (${figures.withReplica.setups.failed} failed)` : ""}, ${figures.withReplica.setups.delivered} session.ended | ${figures.withReplica.setups.commandsPerSetup} | ${figures.withReplica.setups.scriptsPerSetup} | ${figures.withReplica.setups.cpuMsPerSetup} |`
+        ]
+      : []),
+    "",
+    `Per set-up, by command: ${top(setups.byCommand, 16)}.`,
+    "",
+    `Per call-second, by command: ${top(steady.byCommand, 10)}.`,
+    "",
+    ...(figures.withReplica !== undefined
+      ? [
+          `With the replica, per set-up, by command: ${top(figures.withReplica.setups.byCommand, 16)} (the primary's own figures; idle with the replica ${figures.withReplica.idle.commandsPerSecond} commands and ${figures.withReplica.idle.cpuMsPerSecond} ms a second, subtracted).`,
+          ""
+        ]
+      : []),
+    `The set-up phase's calls were up ${setups.callSeconds} call-seconds in all (estimated from the ramp), subtracted at the per call-second rate. ` +
+      `Per call-second CPU "from the commands" is the commands at the set-up phase's Redis CPU per command: a cross-check where the calls' own CPU is lost in the idle instance's. ` +
+      `One fully busy Redis core would carry ${figures.oneCore.setupsPerSecond} call set-ups a second, or ${figures.oneCore.concurrentCalls} concurrent calls at the larger per call-second figure (CPU alone, no headroom).`,
     ""
   ].join("\n")
 }

@@ -6,6 +6,7 @@
  *   npm run bench                          # the default run (about 20 minutes on 2 cores)
  *   npm run bench -- --quick               # a 3 minute smoke run
  *   npm run bench -- --only fleet          # the fleet's scaling efficiency alone
+ *   npm run bench -- --only redis          # Redis commands and CPU per call set-up and per call-second
  *   npm run bench -- --steps 100,200,400 --step-seconds 30 --only gateway,baseline --profile
  *
  * See docs/benchmarks.md for what each figure means.
@@ -19,11 +20,12 @@ import { buildForBench } from "./build.js"
 import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
 import { runRecordingBench } from "./recording.js"
+import { runRedisCostBench } from "./redisCost.js"
 import { runTracingBench } from "./tracing.js"
 import { runVersusBench } from "./versus.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "recording", "tracing", "versus"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "failover", "recording", "tracing", "versus", "redis"] as const
 /** Calls both callgates carry at once in the tracing part (OTLP export of every span against tracing off). */
 const TRACING_CALLS = 50
 const QUICK_TRACING_CALLS = 20
@@ -33,6 +35,9 @@ const QUICK_VERSUS_CALLS = 20
 /** Calls both callgates carry at once in the recording part (recording on against off). */
 const RECORDING_CALLS = 50
 const QUICK_RECORDING_CALLS = 20
+/** The redis part (what one Redis carries): calls held steady, call set-ups placed at a rate and hung up, then the set-ups again with a replica. */
+const REDIS_SETUPS = { setups: 120, perSecond: 20, steadyCalls: 60, idleSeconds: 10 }
+const QUICK_REDIS_SETUPS = { setups: 40, perSecond: 20, steadyCalls: 20, idleSeconds: 5 }
 
 /**
  * The default ramp: steps of 25 calls from 25 to 200, around where both systems' knee lies on a
@@ -197,7 +202,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("recording") || has("tracing"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("failover") || has("recording") || has("tracing") || has("redis"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -282,6 +287,11 @@ const main = async () => {
       })
     )
   }
+  if (has("redis")) {
+    results.redis = await attempt("redis (one callgate on its own redis-server: commands and Redis CPU per call set-up and per call-second)", () =>
+      runRedisCostBench({ ...(q ? QUICK_REDIS_SETUPS : REDIS_SETUPS), replica: true, steadySeconds: settings.stepSeconds, build, log })
+    )
+  }
   if (has("webhooks")) {
     results.webhooks = await attempt("webhooks", () =>
       runPart("webhooks", q ? { backlog: 1000, rate: 100, seconds: 3 } : { backlog: 10_000, rate: 100, seconds: 10 }, 300_000)
@@ -295,6 +305,12 @@ const main = async () => {
   if (has("fallback")) {
     results.fallback = await attempt("fallback", () =>
       runPart("fallback", { ...(q ? { calls: 20, breakerCalls: 4 } : { calls: 100, breakerCalls: 20 }), build }, 180_000)
+    )
+  }
+
+  if (has("failover")) {
+    results.failover = await attempt("failover", () =>
+      runPart("failover", { ...(q ? { calls: 20, failovers: 10 } : { calls: 100, failovers: 50 }), build }, 180_000)
     )
   }
 

@@ -106,7 +106,11 @@ export interface Environment {
   readonly errorFallbackOccurrenceThreshold: number
   readonly errorFallbackTimeWindow: number
   readonly errorFallbackShedNewCalls: boolean
+  /** Spoken when a phone-fallback transfer fails, before the hang-up; null: none. */
+  readonly transferFailedMessage: string | null
   readonly errorFallbackWebhookSecret: string | null
+  /** Seconds (0 to 30, default 5) a call whose agent leg ended abnormally waits for another agent before the error fallback runs. */
+  readonly agentFailoverTimeout: number
   readonly agentUrl: string | null
   readonly maxConcurrentOutboundCalls: number
   /** Calls live at once across the fleet, inbound and outbound; null: no limit. */
@@ -143,6 +147,26 @@ export interface FallbackRecord {
   readonly detail: string | null
 }
 
+export interface TransferRecord {
+  readonly to: string
+  readonly initiatedBy: "agent" | "fallback"
+  readonly status: "answered" | "busy" | "no-answer" | "failed" | "canceled"
+  readonly ringMs: number
+  readonly talkMs: number
+  readonly startedAt: string
+  readonly endedAt: string
+  readonly carrierStatus: string | null
+  readonly transferFailedMessage: boolean
+}
+
+/** One agent leg of a session (docs/reliability.md, "Agent failover"). */
+export interface AgentLeg {
+  readonly startedAt: string
+  readonly endedAt: string | null
+  readonly endReason: string | null
+  readonly instanceId: string
+}
+
 /** queued and ringing: an outbound call placed and not answered yet (docs/calls.md, "Placing outbound calls"). */
 export type SessionStatus = "queued" | "ringing" | "active" | "completed" | "failed" | "timeout"
 
@@ -161,6 +185,14 @@ export interface Session {
   readonly endReason: string | null
   readonly turns: ReadonlyArray<Turn>
   readonly fallback: FallbackRecord | null
+  /** The call's transfers with their outcomes (docs/fallback.md, "Transfer outcomes"). */
+  readonly transfers?: ReadonlyArray<TransferRecord>
+  /** A transfer ringing or talking whose outcome has not come yet. */
+  readonly pendingTransfer?: { readonly to: string; readonly initiatedBy: "agent" | "fallback"; readonly startedAt: string; readonly answeredAt: string | null }
+  /** The agents that held the call, in order (more than one after a failover); absent before an agent was connected. */
+  readonly agentLegs?: ReadonlyArray<AgentLeg>
+  /** How many times the call moved to another agent. */
+  readonly agentFailovers?: number
   /** Present once the call's recording is complete. */
   readonly recording?: { readonly url: string; readonly durationMs: number; readonly pauses: ReadonlyArray<{ readonly startMs: number; readonly endMs: number }> }
 }

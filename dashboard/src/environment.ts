@@ -219,6 +219,8 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
   const [threshold, setThreshold] = useState(String(env.errorFallbackOccurrenceThreshold))
   const [windowSeconds, setWindowSeconds] = useState(String(env.errorFallbackTimeWindow))
   const [shed, setShed] = useState(env.errorFallbackShedNewCalls)
+  const [failedMessage, setFailedMessage] = useState(env.transferFailedMessage ?? "")
+  const [failoverTimeout, setFailoverTimeout] = useState(String(env.agentFailoverTimeout))
   const [error, setError] = useState<unknown>(null)
   const [status, setStatus] = useState<string | null>(null)
   const [confirmRegenerate, setConfirmRegenerate] = useState(false)
@@ -234,7 +236,9 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
         errorFallbackTimeout: numberOrText(timeout),
         errorFallbackOccurrenceThreshold: numberOrText(threshold),
         errorFallbackTimeWindow: numberOrText(windowSeconds),
-        errorFallbackShedNewCalls: shed
+        errorFallbackShedNewCalls: shed,
+        transferFailedMessage: failedMessage.trim() === "" ? null : failedMessage.trim(),
+        agentFailoverTimeout: numberOrText(failoverTimeout)
       })
       setStatus("Saved.")
       props.onSaved(next)
@@ -260,7 +264,9 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
     "errorFallbackTimeout",
     "errorFallbackOccurrenceThreshold",
     "errorFallbackTimeWindow",
-    "errorFallbackShedNewCalls"
+    "errorFallbackShedNewCalls",
+    "transferFailedMessage",
+    "agentFailoverTimeout"
   ]
   const input = (id: string, current: string, set: (text: string) => void, min: number, max: number) =>
     (describedBy: string | undefined, invalid: boolean) =>
@@ -297,11 +303,22 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
       hint="Seconds (60 to 3600) over which occurrences are counted.">
       ${input("fallback-window", windowSeconds, setWindowSeconds, 60, 3600)}
     <//>
+    <${Field} id="agent-failover-timeout" label="Agent Failover Timeout" field="agentFailoverTimeout" errors=${errors}
+      hint="Seconds (0 to 30, default 5) a call whose agent dropped waits for another agent of this environment before the error fallback runs. 0 runs the fallback at once.">
+      ${input("agent-failover-timeout", failoverTimeout, setFailoverTimeout, 0, 30)}
+    <//>
     <${Field} id="fallback-shed" label="Shed new calls while the breaker is open" field="errorFallbackShedNewCalls" errors=${errors}
       hint="While tripped, new callers get the error fallback at once (one probe call per interval still goes to an agent).">
       ${(describedBy: string | undefined, invalid: boolean) =>
         html`<input id="fallback-shed" type="checkbox" checked=${shed} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
           onChange=${(e: Event) => setShed((e.target as HTMLInputElement).checked)} />`}
+    <//>
+    <${Field} id="fallback-transfer-failed-message" label="Transfer Failed Message" field="transferFailedMessage" errors=${errors}
+      hint="Spoken to the caller when the Phone transfer is busy, not answered or fails, before the hang-up. Empty: hang up at once.">
+      ${(describedBy: string | undefined, invalid: boolean) =>
+        html`<input id="fallback-transfer-failed-message" type="text" maxlength="1000" value=${failedMessage}
+          aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+          onInput=${(e: Event) => setFailedMessage((e.target as HTMLInputElement).value)} />`}
     <//>
     <${ErrorLine} error=${error} fields=${fields} />
     ${env.errorFallbackType === "webhook" && env.errorFallbackWebhookSecret !== null
@@ -495,7 +512,7 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
           <dl class="facts">
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
             <dt>Error fallback</dt>
-            <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s</dd>
+            <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s; agent failover ${env.agentFailoverTimeout > 0 ? `within ${env.agentFailoverTimeout} s` : "off"}</dd>
             <dt>Call limits</dt>
             <dd data-testid="limits-summary">${env.maxConcurrentCalls === null ? "no limit" : `${env.maxConcurrentCalls} calls`}; ${env.maxConcurrentOutboundCalls} outbound</dd>
             <dt>Recording</dt>

@@ -43,7 +43,16 @@ const domainErrors: { readonly [Tag in DomainError["_tag"]]: (error: Extract<Dom
     const first = e.details[0]
     return ApiError.of("VALIDATION_FAILED", first ? `${first.field} ${first.message}` : undefined, e.details)
   },
-  StoreError: () => ApiError.of("UNAVAILABLE", "The store is unavailable; retry later."),
+  StoreError: (e) => {
+    const unconfirmed = e.notReplicated
+    // The primary took it, so a blind retry of a create makes a second one: say so.
+    return unconfirmed === undefined
+      ? ApiError.of("UNAVAILABLE", "The store is unavailable; retry later.")
+      : ApiError.of(
+          "UNAVAILABLE",
+          `No Redis replica confirmed this change within ${unconfirmed.timeoutMs} ms: it reached the primary but a failover could lose it. Check whether it took effect, then retry.`
+        )
+  },
   DeliveryNotFound: (e) => ApiError.of("NOT_FOUND", `Webhook delivery ${e.deliveryId} was not found.`),
   DeliveryNotRetryable: (e) => ApiError.of("CONFLICT", `Webhook delivery ${e.deliveryId} cannot be retried: ${e.why}.`),
   SessionNotFound: (e) => ApiError.of("NOT_FOUND", `Session ${e.sessionId} of agent ${e.agentId} was not found.`),

@@ -7,6 +7,17 @@ import { Cause, Data, Duration, Effect, Option, Schedule } from "effect"
  */
 export const STORE_UNREACHABLE = "the store is unreachable"
 
+/**
+ * The cause a store adapter gives a write the primary took but fewer replicas than asked confirmed
+ * in time (docs/scaling.md, "Nothing acknowledged is lost"): it may be lost in a failover, so it
+ * counts as failed, and being idempotent it is simply written again.
+ */
+export class NotReplicated extends Error {
+  constructor(readonly wanted: number, readonly confirmed: number, readonly timeoutMs: number) {
+    super(`the write was not confirmed by ${wanted} replica(s) within ${timeoutMs} ms (${confirmed} did)`)
+  }
+}
+
 /** The store could not be reached or answered something it should not have. Never carries data. */
 export class StoreError extends Data.TaggedError("StoreError")<{
   readonly operation: string
@@ -19,6 +30,11 @@ export class StoreError extends Data.TaggedError("StoreError")<{
   /** Failed because the store cannot be reached, which its connection has already logged. */
   get unreachable(): boolean {
     return this.cause instanceof Error && this.cause.message === STORE_UNREACHABLE
+  }
+
+  /** The primary took the write but no replica confirmed it in time (NotReplicated). */
+  get notReplicated(): NotReplicated | undefined {
+    return this.cause instanceof NotReplicated ? this.cause : undefined
   }
 }
 

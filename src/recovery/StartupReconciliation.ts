@@ -25,7 +25,7 @@ export const StartupReconciliationLive = Layer.scopedDiscard(
       )
       return
     }
-    yield* Effect.logInfo("instance", { instanceId, store: storeAddress(config.redisUrl), dataDir: config.dataDir })
+    yield* Effect.logInfo("instance", { instanceId, store: storeAddress(config), dataDir: config.dataDir })
     let warned = false
     yield* Effect.gen(function* () {
       yield* journal.replayed

@@ -1,20 +1,13 @@
 import { createRequire } from "node:module"
 import { Effect } from "effect"
 import { Cluster, type Redis } from "ioredis"
-import { StoreError } from "../kernel/StoreError.js"
+import { NotReplicated, StoreError } from "../kernel/StoreError.js"
 
 /**
  * `REDIS_WAIT_REPLICAS`: `auto` waits for one replica when the primary that took the write has one
  * connected; a number always waits for that many (0: never).
  */
 export type WaitReplicas = "auto" | number
-
-/** A write the primary took but no replica confirmed in time: it may be lost in a failover. */
-export class NotReplicated extends Error {
-  constructor(readonly wanted: number, readonly confirmed: number, readonly timeoutMs: number) {
-    super(`the write was not confirmed by ${wanted} replica(s) within ${timeoutMs} ms (${confirmed} did)`)
-  }
-}
 
 /** A key's Cluster hash slot: ioredis's own (untyped) helper, the package it routes commands with. */
 const calculateSlot = createRequire(import.meta.url)("cluster-key-slot") as (key: string) => number

@@ -31,8 +31,14 @@ const encodeSpool = Schema.encodeSync(Spool)
 const REPLAY_CONCURRENCY = 16
 
 /** The store's address for logs: scheme, host, port and database, never the credentials. */
-export const storeAddress = (redisUrl: Option.Option<Redacted.Redacted<string>>): string =>
-  Option.match(redisUrl, {
+export const storeAddress = (
+  config: Pick<AppConfig, "redisUrl" | "redisClusterNodes" | "redisSentinels" | "redisSentinelName">
+): string => {
+  if (Option.isSome(config.redisSentinels)) {
+    return `Redis Sentinel primary ${Option.getOrElse(config.redisSentinelName, () => "")} (sentinels ${config.redisSentinels.value})`
+  }
+  if (Option.isSome(config.redisClusterNodes)) return `Redis Cluster ${Redacted.value(config.redisClusterNodes.value)}`
+  return Option.match(config.redisUrl, {
     onNone: () => "the embedded in-memory store",
     onSome: (url) => {
       try {
@@ -43,6 +49,7 @@ export const storeAddress = (redisUrl: Option.Option<Redacted.Redacted<string>>)
       }
     }
   })
+}
 
 export const spoolFile = (dataDir: string, instanceId: string) => join(dataDir, `session-ends.${instanceId}.json`)
 
@@ -64,7 +71,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
     const sessions = yield* Sessions
     const outbox = yield* Outbox
     const metrics = yield* Metrics
-    const address = storeAddress(config.redisUrl)
+    const address = storeAddress(config)
     const file = spoolFile(config.dataDir, instanceId)
 
     /** Jobs not yet through, by session id: tried inline, retrying in the background, or replayed. */
@@ -83,8 +90,13 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         const { session } = job
         const written = yield* sessions.update(session.agentId, session.id, (current) => {
           if (isOpenStatus(current.status)) {
+            // A transfer this end leaves ringing stays pending until its outcome (TransferOutcomes);
+            // one whose carrier request failed is dropped with this end.
+            const { pendingTransfer, ...rest } = current
+            const stillPending = session.pendingTransfer !== undefined && pendingTransfer !== undefined
             return {
-              ...current,
+              ...rest,
+              ...(stillPending ? { pendingTransfer } : {}),
               status: session.status,
               endReason: session.endReason,
               endedAt: session.endedAt,
@@ -104,7 +116,8 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         const stored = Option.isSome(written)
           ? written.value
           : yield* Effect.as(sessions.record({ ...session, turns: job.turns ?? session.turns }), session)
-        yield* outbox.enqueue(sessionEndedEvent(stored))
+        // A transfer still pending sends session.ended with its outcome (docs/fallback.md, "Transfer outcomes").
+        if (stored.pendingTransfer === undefined) yield* outbox.enqueue(sessionEndedEvent(stored))
         if (session.instanceId !== undefined) {
           yield* sessions.disown(session.instanceId, { agentId: session.agentId, sessionId: session.id })
         }
@@ -157,10 +170,15 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
           return first.right
         }
         if (kept === 0) {
-          yield* Effect.logError(
-            `the store at ${address} is unreachable: session ends are kept in memory and retried until it answers`,
-            { error: first.left.message }
-          )
+          const unconfirmed = first.left.notReplicated
+          yield* unconfirmed === undefined
+            ? Effect.logError(`the store at ${address} is unreachable: session ends are kept in memory and retried until it answers`, {
+                error: first.left.message
+              })
+            : Effect.logError(
+                `no replica of the store at ${address} confirmed a session end within ${unconfirmed.timeoutMs} ms: session ends are kept in memory and retried until one does`,
+                { error: unconfirmed.message }
+              )
         }
         yield* keep(job)
         return job.session

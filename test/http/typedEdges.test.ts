@@ -8,7 +8,7 @@ import { ApiError } from "../../src/http/ApiError.js"
 import { apiRoute } from "../../src/http/ApiRoute.js"
 import { type DomainError, toApiError } from "../../src/http/DomainErrors.js"
 import { HardError } from "../../src/kernel/HardError.js"
-import { StoreError } from "../../src/kernel/StoreError.js"
+import { NotReplicated, StoreError } from "../../src/kernel/StoreError.js"
 import { RecordingInProgress, RecordingNotFound, RecordingUnavailable } from "../../src/recording/Recordings.js"
 import { InvalidSessionCursor, SessionNotFound } from "../../src/sessions/Sessions.js"
 import { DeliveryNotFound, DeliveryNotRetryable } from "../../src/webhooks/Deliveries.js"
@@ -37,6 +37,16 @@ describe("typed edges", () => {
     expect(answer.status).toBeGreaterThanOrEqual(400)
     expect(answer.status).not.toBe(500)
     expect(answer.message).not.toBe("")
+  })
+
+  it("a write no replica confirmed is a 503 that says so, and that it may have taken effect", () => {
+    const answer = toApiError(new StoreError({ operation: "environment.insert (replication)", cause: new NotReplicated(1, 0, 500) }))
+    expect(answer.status).toBe(503)
+    expect(answer.code).toBe("UNAVAILABLE")
+    expect(answer.message).toBe(
+      "No Redis replica confirmed this change within 500 ms: it reached the primary but a failover could lose it. Check whether it took effect, then retry."
+    )
+    expect(toApiError(new StoreError({ operation: "get", cause: new Error("down") })).message).toBe("The store is unavailable; retry later.")
   })
 
   it("an ApiError is answered as it is", () => {

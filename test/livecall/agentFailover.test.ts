@@ -6,8 +6,11 @@ import { WebSocketServer } from "ws"
 import { freePort } from "../support/redisServer.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CallKind } from "../../src/kernel/Carrier.js"
+import { CheckpointAgent } from "../../examples/agents/checkpoint-agent.js"
+import { speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
 import { repoRoot } from "../support/gatewayProcess.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
+import { completeTransfer } from "../fallback/liveCalls.js"
 import {
   audioFrames,
   type CarrierCall,
@@ -42,10 +45,16 @@ interface WorkerProcess {
   readonly waitFor: (check: (received: Array<any>) => boolean, what: string) => Promise<void>
 }
 
-const spawnWorker = async (gateway: Gateway, agentId: string, environmentId: string, checkpoint?: object): Promise<WorkerProcess> => {
+const spawnWorker = async (
+  gateway: Gateway,
+  agentId: string,
+  environmentId: string,
+  options: { readonly checkpoint?: object; readonly capacity?: number } = {}
+): Promise<WorkerProcess> => {
   const url = `${gateway.wsBase}/v1/agents/${agentId}/environments/${environmentId}/connect`
-  const args = ["--import", "tsx", "test/support/agentWorker.ts", url, ADMIN_KEY, ...(checkpoint !== undefined ? [JSON.stringify(checkpoint)] : [])]
-  const child = spawn(process.execPath, args, {
+  const capacity = options.capacity ?? 1
+  const checkpoint = options.checkpoint !== undefined ? JSON.stringify(options.checkpoint) : "-"
+  const child = spawn(process.execPath, ["--import", "tsx", "test/support/agentWorker.ts", url, ADMIN_KEY, checkpoint, String(capacity)], {
     cwd: repoRoot,
     stdio: ["ignore", "pipe", "inherit"]
   })
@@ -62,7 +71,7 @@ const spawnWorker = async (gateway: Gateway, agentId: string, environmentId: str
     events: (event) => received.filter((m) => m.event === event),
     waitFor: (check, what) => until(() => check(received), what, 60_000)
   }
-  await worker.waitFor((r) => r.some((m) => m.event === "open"), "the worker's socket to open")
+  await worker.waitFor((r) => r.filter((m) => m.event === "open").length === capacity, "the worker's sockets to open")
   return worker
 }
 
@@ -73,6 +82,9 @@ const placeCall = async (gateway: Gateway, kind: CallKind, agentId: string, envi
   call.start()
   return { call, callId }
 }
+
+/** A caller turn of real speech, then silence at a live line's pace, until stopped. */
+const speakThenListen = (call: CarrierCall, callId: string) => speakThenListenOn({ kind: "twilio", callId, carrier: call, agent: undefined })
 
 /** Waits until the session's checkpoint is in the store. */
 const checkpointStored = async (gateway: Gateway, agentId: string, sessionId: string) => {
@@ -106,7 +118,7 @@ describe("agent failover", () => {
     const agentId = uniqueId("agent")
     const env = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: "+14155550199" })
     const context = { step: "collect_date", slots: { party: 4 } }
-    const first = await spawnWorker(gateway, agentId, env.id, context)
+    const first = await spawnWorker(gateway, agentId, env.id, { checkpoint: context })
     workers.push(first)
     await until(() => gateway.idleAgents(agentId, env.id) === 1, "the first worker to be idle")
     const second = await spawnWorker(gateway, agentId, env.id)
@@ -206,6 +218,8 @@ describe("agent failover", () => {
     const sessionId = sessionIdOf(agent)
     agent.ws.terminate()
     await call.peer.waitForEvent("clear")
+    // The phone fallback's session.ended waits for the transfer's outcome (docs/fallback.md, "Transfer outcomes").
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
@@ -223,6 +237,7 @@ describe("agent failover", () => {
     await agent.waitForEvent("start")
     const sessionId = sessionIdOf(agent)
     agent.ws.terminate()
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 0 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
@@ -274,6 +289,129 @@ describe("agent failover", () => {
     await call.peer.waitClosed()
   })
 
+
+  it("an agent that misses two response deadlines in a row while another is idle: the call moves to it, and both misses count for the breaker", async () => {
+    const agentId = uniqueId("agent")
+    // Threshold 5: two misses do not trip the breaker; the move is the failover's doing.
+    const env = await gateway.createEnvironment(agentId, { errorFallbackTimeout: 1, errorFallbackOccurrenceThreshold: 5 })
+    const stalled = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { call, callId } = await placeCall(gateway, "twilio", agentId, env.id)
+    await stalled.waitForEvent("start")
+    const sessionId = sessionIdOf(stalled)
+    const idle = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "another idle agent")
+    // A caller turn of real speech, then a live line's silence; the agent says nothing.
+    const stopTalking = speakThenListen(call, callId)
+    try {
+      await idle.waitForEvent("resume", 1, 30_000)
+      expect(idle.events("resume")[0].resume.previousEndReason).toBe("agent_unresponsive")
+      expect(idle.events("resume")[0].resume.turns.map((t: any) => t.index)).toEqual([1])
+      const closed = await stalled.waitClosed()
+      expect(closed.code).toBe(1000)
+      const metrics = await (await fetch(`${gateway.httpBase}/metrics`)).text()
+      const occurrences = new RegExp(`callgate_breaker_occurrences_total\\{[^}]*environment="${env.id}"[^}]*\\} (\\d+)`).exec(metrics)
+      expect(Number(occurrences?.[1])).toBeGreaterThanOrEqual(2)
+    } finally {
+      stopTalking()
+    }
+    call.stop()
+    expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "completed", endReason: "caller_hangup", agentFailovers: 1 })
+    expect(gateway.twilio.callUpdates(callId)).toEqual([])
+    idle.close()
+  })
+
+  it("the example checkpoint agent takes a call over: resume restores its digits from the previous agent's checkpoint", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const first = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { call } = await placeCall(gateway, "twilio", agentId, env.id)
+    await first.waitForEvent("start")
+    const sessionId = sessionIdOf(first)
+    first.send({ event: "checkpoint", checkpoint: { digits: "42" } })
+    await checkpointStored(gateway, agentId, sessionId)
+    first.ws.terminate()
+    await call.peer.waitForEvent("clear")
+    call.dtmf("7")
+    const example = new CheckpointAgent({ gatewayUrl: gateway.httpBase, agentId, environmentId: env.id, apiKey: ADMIN_KEY })
+    const resumed = new Promise<{ digits: string; previousEndReason: string }>((resolve) => example.once("resumed", resolve))
+    const checkpointed = new Promise<string>((resolve) => example.once("checkpointed", ({ digits }) => resolve(digits)))
+    await example.start()
+    try {
+      expect(await resumed).toMatchObject({ digits: "42", previousEndReason: "agent_disconnected" })
+      // The digit typed during the hold reaches it after `resume`: it goes on from the checkpoint.
+      expect(await checkpointed).toBe("427")
+      call.stop()
+      expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "completed", agentFailovers: 1 })
+    } finally {
+      await example.close()
+    }
+  })
+})
+
+describe("agent failover: a rolling restart", () => {
+  let gateway: Gateway
+  const workers: Array<WorkerProcess> = []
+  beforeAll(async () => {
+    // These test callers send a frame now and then, not every 20 ms as a carrier does: the idle
+    // limit must outlast the whole restart.
+    gateway = await startGateway({ env: { CARRIER_IDLE_TIMEOUT: "300s" } })
+  })
+  afterAll(async () => {
+    for (const worker of workers) worker.child.kill("SIGKILL")
+    await gateway.close()
+  })
+
+  it("4 agent workers of 2 sockets under 8 live calls, each killed (SIGKILL) while holding its calls and then restarted, one at a time: every call goes on, none falls back", async () => {
+    const agentId = uniqueId("agent")
+    // A restarting worker process may take a few seconds to connect on a busy machine.
+    const env = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: "+14155550199", agentFailoverTimeout: 30 })
+    const pool: Array<WorkerProcess> = []
+    for (let i = 0; i < 4; i++) {
+      const worker = await spawnWorker(gateway, agentId, env.id, { capacity: 2 })
+      workers.push(worker)
+      pool.push(worker)
+    }
+    await until(() => gateway.idleAgents(agentId, env.id) === 8, "eight idle sockets")
+    const calls = new Map<string, { call: CarrierCall; callId: string }>()
+    const placed: Array<{ call: CarrierCall; callId: string }> = []
+    for (let i = 0; i < 8; i++) placed.push(await placeCall(gateway, "twilio", agentId, env.id))
+    await until(() => pool.every((w) => w.events("start").length === 2), "two calls on every worker")
+    // Which call each session is: the caller's first frame carries the call's index.
+    for (const [index, entry] of placed.entries()) entry.call.media(speech[index]!)
+    await until(() => pool.every((w) => w.events("media").length === 2), "each call's first frame at its worker")
+    for (const worker of pool) {
+      for (const media of worker.events("media")) {
+        const start = worker.received.find((m) => m.event === "start" && m._socket === media._socket)
+        calls.set(start.start.customParameters.sessionId, placed[speech.indexOf(media.media.payload)]!)
+      }
+    }
+    expect(calls.size).toBe(8)
+
+    for (let round = 0; round < 4; round++) {
+      const old = pool[round]!
+      const held = old.events("start").map((m) => m.start.customParameters.sessionId as string)
+      old.child.kill("SIGKILL")
+      for (const sessionId of held) await calls.get(sessionId)!.call.peer.waitForEvent("clear")
+      // The callers go on talking while their agent restarts.
+      for (const sessionId of held) calls.get(sessionId)!.call.media(speech[50 + round]!)
+      const restarted = await spawnWorker(gateway, agentId, env.id, { capacity: 2 })
+      workers.push(restarted)
+      pool[round] = restarted
+      await restarted.waitFor((r) => r.filter((m) => m.event === "media").length === 2, "the held frames at the restarted worker")
+      expect(restarted.events("start").map((m) => m.start.customParameters.sessionId).sort()).toEqual([...held].sort())
+      expect(restarted.events("start").every((m) => m.start.customParameters.resumed === "true")).toBe(true)
+      expect(restarted.events("resume")).toHaveLength(2)
+      expect(restarted.events("media").map((m) => m.media.payload)).toEqual([speech[50 + round], speech[50 + round]])
+    }
+
+    for (const { call } of calls.values()) call.stop()
+    const ended = await Promise.all([...calls.keys()].map((sessionId) => gateway.outbox.forSession(sessionId)))
+    expect(ended.map((e) => `${e.status}/${e.endReason}`)).toEqual(Array(8).fill("completed/caller_hangup"))
+    expect(ended.map((e) => e.agentFailovers)).toEqual(Array(8).fill(1))
+    for (const { callId } of calls.values()) expect(gateway.twilio.callUpdates(callId)).toEqual([])
+  })
 })
 
 /** A dial-out agent server on a fixed port, which can die (its sockets destroyed) and come back. */
@@ -294,12 +432,36 @@ const agentServerOn = async (port: number) => {
   }
 }
 
-describe("agent failover: dial-out", () => {
+describe("agent failover: dial-out, and AGENT_FAILOVER_MAX_PER_SESSION", () => {
   let gateway: Gateway
   beforeAll(async () => {
-    gateway = await startGateway({ env: { AGENT_CONNECT_TIMEOUT: "500ms", AGENT_ALLOW_PRIVATE_NETWORKS: "true" } })
+    gateway = await startGateway({ env: { AGENT_CONNECT_TIMEOUT: "500ms", AGENT_ALLOW_PRIVATE_NETWORKS: "true", AGENT_FAILOVER_MAX_PER_SESSION: "1" } })
   })
   afterAll(() => gateway.close())
+
+  it("past AGENT_FAILOVER_MAX_PER_SESSION failovers, the next abnormal end runs the fallback at once, even with an agent idle", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { errorFallbackType: "phone", errorFallbackValue: "+14155550199" })
+    const agents = [await dialInAgent(gateway, agentId, env.id)]
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { callId } = await placeCall(gateway, "twilio", agentId, env.id)
+    await agents[0]!.waitForEvent("start")
+    const sessionId = sessionIdOf(agents[0]!)
+    for (let i = 1; i <= 2; i++) {
+      agents.push(await dialInAgent(gateway, agentId, env.id))
+      await until(() => gateway.idleAgents(agentId, env.id) === i, "the spare agents")
+    }
+    agents[0]!.ws.terminate()
+    await until(() => agents.filter((a) => a.events("resume").length === 1).length === 1, "the first failover")
+    const second = agents.find((a) => a.events("resume").length === 1)!
+    second.ws.terminate()
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
+    await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
+    // The spare agent was never handed the call.
+    expect(gateway.idleAgents(agentId, env.id)).toBe(1)
+    for (const agent of agents) agent.close()
+  })
 
   it("the agent server dies mid-call and comes back within the timeout: callgate dials again and the new connection gets start, resume and the held audio", async () => {
     const agentId = uniqueId("agent")

@@ -58,7 +58,7 @@ describe("PUBLIC_URL", () => {
     // The stream URL is followed exactly as the TwiML gives it (as Twilio would).
     const call = await placeTwilioCall({ gatewayUrl: gateway.baseUrl, agentId: "demo-agent", environmentId, streamVia: "twiml" })
     expect(call.entry!.stream.url).toBe(`ws://127.0.0.1:${port}/telephony/twilio/stream`)
-    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 10_000 })
+    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 60_000 })
     expect(result.answer.answered).toBe(true)
     expect(await call.hangup()).toMatchObject({ by: "simulator", code: 1000 })
   })

@@ -62,7 +62,7 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     const echoed: Array<string> = []
     call.on("markEchoed", ({ name }) => echoed.push(name))
     for (const turn of [1, 2]) {
-      const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 5000 })
+      const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 60_000 })
       expect(result.answer.answered, `turn ${turn} answered`).toBe(true)
       if (result.answer.answered) expect(result.answer.latencyMs).toBeGreaterThan(0)
       expect(result.agentBytes).toBe(reply.length)
@@ -120,7 +120,7 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
       callControlId
     })
     calls.push(call)
-    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 5000 })
+    const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 60_000 })
     expect(result.answer.answered).toBe(true)
     expect(result.agentBytes).toBe(reply.length)
     expect(call.stats.protocolErrors).toBe(0)
