@@ -410,6 +410,31 @@ describe("agent failover: a rolling restart", () => {
   })
 })
 
+describe("agent failover: missed pings", () => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    gateway = await startGateway({ env: { AGENT_PING_INTERVAL: "1s" } })
+  })
+  afterAll(() => gateway.close())
+
+  it("an agent that stops answering pings mid-call is cut, and the call moves to an idle agent", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const silent = await dialInAgent(gateway, agentId, env.id, ADMIN_KEY, { autoPong: false })
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { call } = await placeCall(gateway, "twilio", agentId, env.id)
+    await silent.waitForEvent("start")
+    const sessionId = sessionIdOf(silent)
+    const spare = await dialInAgent(gateway, agentId, env.id)
+    await spare.waitForEvent("resume", 1, 30_000)
+    expect(spare.events("resume")[0].resume.previousEndReason).toBe("agent_disconnected")
+    call.stop()
+    expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "completed", agentFailovers: 1 })
+    silent.close()
+    spare.close()
+  })
+})
+
 /** A dial-out agent server on a fixed port, which can die (its sockets destroyed) and come back. */
 const agentServerOn = async (port: number) => {
   const server = createServer()
