@@ -367,10 +367,12 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackTimeWindow: 600,
         agentUrl: "wss://agent.example.com/media"
       })
+      await t.adjustClock("1 millis") // the clone is created after its source
       const answer = await call(t.app, "POST", `${environmentUrl(agentId, source.id)}/clone`, { body: { name: "staging" } })
       expect(answer.status).toBe(201)
       const clone = answer.json.data
       expect(clone.id).not.toBe(source.id)
+      expect(clone.createdAt).toBe(await clockNow())
       expect(clone).toMatchObject({
         agentId,
         name: "staging",

@@ -1,5 +1,6 @@
-import { Effect } from "effect"
+import { Clock, Effect } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { nowIso } from "../../src/kernel/Time.js"
 import { Outbox } from "../../src/webhooks/Outbox.js"
 import { OutboxStore } from "../../src/webhooks/OutboxStore.js"
 import type { SessionEndedEvent } from "../../src/webhooks/SessionEndedEvent.js"
@@ -14,7 +15,8 @@ describe.each<StoreKind>(["memory", "redis"])("/v1 webhook deliveries (%s store)
 
   beforeAll(async () => {
     // No delivery worker runs here: enqueued deliveries stay pending until a test settles them.
-    t = await makeTestApp(kind)
+    // On the TestClock: a delivery's times are the Clock's, so "due now" is an exact time.
+    t = await makeTestApp(kind, {}, { clock: "test" })
     agentId = uniqueId("agent")
     const created = await t.app.inject({
       method: "POST",
@@ -36,6 +38,7 @@ describe.each<StoreKind>(["memory", "redis"])("/v1 webhook deliveries (%s store)
       }
       events.push(event)
       await t.runtime.runPromise(Effect.flatMap(Outbox, (outbox) => outbox.enqueue(event)))
+      await t.adjustClock("1 millis") // distinct createdAt milliseconds
     }
   })
   afterAll(() => t.close())
@@ -49,7 +52,7 @@ describe.each<StoreKind>(["memory", "redis"])("/v1 webhook deliveries (%s store)
     t.runtime.runPromise(
       Effect.gen(function* () {
         const store = yield* OutboxStore
-        const now = Date.now()
+        const now = yield* Clock.currentTimeMillis
         for (;;) {
           const batch = yield* store.claim(now + 1000, 10_000, 100, { perHost: 1000, held: new Map() })
           const mine = batch.claims.find((c) => c.delivery.id === deliveryId)
@@ -144,7 +147,7 @@ describe.each<StoreKind>(["memory", "redis"])("/v1 webhook deliveries (%s store)
     const requeued = res.json().data
     expect(requeued).toMatchObject({ id: target.id, state: "pending", reason: null })
     expect(requeued.attempts).toHaveLength(1)
-    expect(Math.abs(Date.parse(requeued.nextAttemptAt) - Date.now())).toBeLessThan(10_000)
+    expect(requeued.nextAttemptAt).toBe(await t.runtime.runPromise(nowIso))
     expect((await retry(target.id)).statusCode).toBe(409)
   })
 
