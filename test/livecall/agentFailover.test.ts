@@ -7,10 +7,9 @@ import { freePort } from "../support/redisServer.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CallKind } from "../../src/kernel/Carrier.js"
 import { CheckpointAgent } from "../../examples/agents/checkpoint-agent.js"
-import { speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
+import { completeTransfer, speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
 import { repoRoot } from "../support/gatewayProcess.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
-import { completeTransfer } from "../fallback/liveCalls.js"
 import {
   audioFrames,
   type CarrierCall,
@@ -480,6 +479,8 @@ describe("agent failover: dial-out, and AGENT_FAILOVER_MAX_PER_SESSION", () => {
     await until(() => agents.filter((a) => a.events("resume").length === 1).length === 1, "the first failover")
     const second = agents.find((a) => a.events("resume").length === 1)!
     second.ws.terminate()
+    // The phone fallback's session.ended waits for the transfer's outcome (docs/fallback.md, "Transfer outcomes").
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
