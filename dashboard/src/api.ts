@@ -107,6 +107,8 @@ export interface Environment {
   readonly errorFallbackTimeWindow: number
   readonly errorFallbackShedNewCalls: boolean
   readonly errorFallbackWebhookSecret: string | null
+  /** Seconds (0 to 30, default 5) a call whose agent leg ended abnormally waits for another agent before the error fallback runs. */
+  readonly agentFailoverTimeout: number
   readonly agentUrl: string | null
   readonly maxConcurrentOutboundCalls: number
   /** Calls live at once across the fleet, inbound and outbound; null: no limit. */
@@ -143,6 +145,14 @@ export interface FallbackRecord {
   readonly detail: string | null
 }
 
+/** One agent leg of a session (docs/reliability.md, "Agent failover"). */
+export interface AgentLeg {
+  readonly startedAt: string
+  readonly endedAt: string | null
+  readonly endReason: string | null
+  readonly instanceId: string
+}
+
 /** queued and ringing: an outbound call placed and not answered yet (docs/calls.md, "Placing outbound calls"). */
 export type SessionStatus = "queued" | "ringing" | "active" | "completed" | "failed" | "timeout"
 
@@ -161,6 +171,10 @@ export interface Session {
   readonly endReason: string | null
   readonly turns: ReadonlyArray<Turn>
   readonly fallback: FallbackRecord | null
+  /** The agents that held the call, in order (more than one after a failover); absent before an agent was connected. */
+  readonly agentLegs?: ReadonlyArray<AgentLeg>
+  /** How many times the call moved to another agent. */
+  readonly agentFailovers?: number
   /** Present once the call's recording is complete. */
   readonly recording?: { readonly url: string; readonly durationMs: number; readonly pauses: ReadonlyArray<{ readonly startMs: number; readonly endMs: number }> }
 }

@@ -219,6 +219,7 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
   const [threshold, setThreshold] = useState(String(env.errorFallbackOccurrenceThreshold))
   const [windowSeconds, setWindowSeconds] = useState(String(env.errorFallbackTimeWindow))
   const [shed, setShed] = useState(env.errorFallbackShedNewCalls)
+  const [failoverTimeout, setFailoverTimeout] = useState(String(env.agentFailoverTimeout))
   const [error, setError] = useState<unknown>(null)
   const [status, setStatus] = useState<string | null>(null)
   const [confirmRegenerate, setConfirmRegenerate] = useState(false)
@@ -234,7 +235,8 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
         errorFallbackTimeout: numberOrText(timeout),
         errorFallbackOccurrenceThreshold: numberOrText(threshold),
         errorFallbackTimeWindow: numberOrText(windowSeconds),
-        errorFallbackShedNewCalls: shed
+        errorFallbackShedNewCalls: shed,
+        agentFailoverTimeout: numberOrText(failoverTimeout)
       })
       setStatus("Saved.")
       props.onSaved(next)
@@ -260,7 +262,8 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
     "errorFallbackTimeout",
     "errorFallbackOccurrenceThreshold",
     "errorFallbackTimeWindow",
-    "errorFallbackShedNewCalls"
+    "errorFallbackShedNewCalls",
+    "agentFailoverTimeout"
   ]
   const input = (id: string, current: string, set: (text: string) => void, min: number, max: number) =>
     (describedBy: string | undefined, invalid: boolean) =>
@@ -296,6 +299,10 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
     <${Field} id="fallback-window" label="Error Fallback Time Window" field="errorFallbackTimeWindow" errors=${errors}
       hint="Seconds (60 to 3600) over which occurrences are counted.">
       ${input("fallback-window", windowSeconds, setWindowSeconds, 60, 3600)}
+    <//>
+    <${Field} id="agent-failover-timeout" label="Agent Failover Timeout" field="agentFailoverTimeout" errors=${errors}
+      hint="Seconds (0 to 30, default 5) a call whose agent dropped waits for another agent of this environment before the error fallback runs. 0 runs the fallback at once.">
+      ${input("agent-failover-timeout", failoverTimeout, setFailoverTimeout, 0, 30)}
     <//>
     <${Field} id="fallback-shed" label="Shed new calls while the breaker is open" field="errorFallbackShedNewCalls" errors=${errors}
       hint="While tripped, new callers get the error fallback at once (one probe call per interval still goes to an agent).">
@@ -495,7 +502,7 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
           <dl class="facts">
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
             <dt>Error fallback</dt>
-            <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s</dd>
+            <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s; agent failover ${env.agentFailoverTimeout > 0 ? `within ${env.agentFailoverTimeout} s` : "off"}</dd>
             <dt>Call limits</dt>
             <dd data-testid="limits-summary">${env.maxConcurrentCalls === null ? "no limit" : `${env.maxConcurrentCalls} calls`}; ${env.maxConcurrentOutboundCalls} outbound</dd>
             <dt>Recording</dt>

@@ -1,7 +1,7 @@
 import { html } from "htm/preact"
 import { useEffect, useMemo, useRef, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { type AgentList, api, type Delivery, type Environment, fetchRecording, type Session, session as keyStore } from "./api.js"
+import { type AgentLeg, type AgentList, api, type Delivery, type Environment, fetchRecording, type Session, session as keyStore } from "./api.js"
 import { barsPath, Chart, Confirm, ErrorLine, href, ms, SecretOnce, time, usePoll } from "./components.js"
 
 // ---- Sign-in ----
@@ -335,6 +335,21 @@ const RecordingPlayer = (props: { agentId: string; session: Session }) => {
   </div>`
 }
 
+/** The agents that held the call (docs/reliability.md, "Agent failover"): one row per leg, the failovers counted. */
+const AgentLegs = (props: { legs: ReadonlyArray<AgentLeg>; failovers: number }) => {
+  const { legs, failovers } = props
+  if (legs.length === 0) return html`<p data-testid="agent-failovers">No agent has held this call.</p>`
+  return html`<p data-testid="agent-failovers">${failovers === 0 ? "No failover: one agent held the call." : `${failovers} failover${failovers === 1 ? "" : "s"}: the call moved to another agent.`}</p>
+    <div class="table-scroll"><table class="list" data-testid="agent-legs">
+      <thead><tr><th scope="col">Leg</th><th scope="col">Started</th><th scope="col">Ended</th><th scope="col">End reason</th><th scope="col">Instance</th></tr></thead>
+      <tbody>
+        ${legs.map(
+          (leg, n) => html`<tr key=${n}><td>${n + 1}</td><td>${time(leg.startedAt)}</td><td>${leg.endedAt === null ? "holding the call" : time(leg.endedAt)}</td><td>${leg.endReason ?? "—"}</td><td class="mono">${leg.instanceId}</td></tr>`
+        )}
+      </tbody>
+    </table></div>`
+}
+
 export const SessionPage = (props: { agentId: string; sessionId: string }) => {
   const { agentId, sessionId } = props
   const [session, setSession] = useState<Session | null>(null)
@@ -418,6 +433,7 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
             <dt>Started</dt><dd>${time(session.createdAt)}</dd>
             <dt>Ended</dt><dd>${time(session.endedAt)}</dd>
           </dl>
+          ${session.agentLegs !== undefined ? html`<h2>Agent legs</h2><${AgentLegs} legs=${session.agentLegs} failovers=${session.agentFailovers ?? 0} />` : null}
           <h2>Recording</h2>
           <${RecordingPlayer} agentId=${agentId} session=${session} />
           <h2>Turns</h2>

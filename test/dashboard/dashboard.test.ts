@@ -4,6 +4,7 @@ import { join } from "node:path"
 import { gzipSync } from "node:zlib"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { WebSocket } from "ws"
 import { buildDashboard } from "../../dashboard/build.mjs"
 import { type AnsweringAgent, startAnsweringAgent } from "../../examples/agents/answering-agent.js"
 import { readUlawFile, silence } from "../../sim/AudioSource.js"
@@ -218,12 +219,13 @@ describe("the dashboard, in chromium", () => {
     await dialog.waitFor()
     // Focus moved into the dialog.
     expect(await dialog.evaluate((element) => element.contains(document.activeElement))).toBe(true)
-    for (const label of ["Error Fallback Type", "Error Fallback Value", "Error Fallback Timeout", "Error Fallback Occurrence Threshold", "Error Fallback Time Window"]) {
+    for (const label of ["Error Fallback Type", "Error Fallback Value", "Error Fallback Timeout", "Error Fallback Occurrence Threshold", "Error Fallback Time Window", "Agent Failover Timeout"]) {
       await dialog.getByLabel(label, { exact: true }).waitFor()
     }
     expect(await dialog.getByLabel("Error Fallback Timeout").inputValue()).toBe("0")
     expect(await dialog.getByLabel("Error Fallback Occurrence Threshold").inputValue()).toBe("5")
     expect(await dialog.getByLabel("Error Fallback Time Window").inputValue()).toBe("300")
+    expect(await dialog.getByLabel("Agent Failover Timeout").inputValue()).toBe("5")
     await dialog.getByText("0 turns the no-response trigger off").waitFor()
     const value = dialog.getByLabel("Error Fallback Value")
     expect(await value.isDisabled()).toBe(true)
@@ -238,7 +240,17 @@ describe("the dashboard, in chromium", () => {
     expect(await value.getAttribute("aria-describedby")).toContain(await valueError.getAttribute("id"))
     await shot(page, "failover-error")
 
+    // Agent Failover Timeout goes through the API's validation too (0 to 30).
     await value.fill("+14155550100")
+    const failoverTimeout = dialog.getByLabel("Agent Failover Timeout")
+    await failoverTimeout.fill("31")
+    await dialog.getByRole("button", { name: "Save" }).click()
+    const failoverError = dialog.locator(".field.invalid").filter({ has: page.getByLabel("Agent Failover Timeout") }).locator(".field-error")
+    await failoverError.getByText("must be an integer from 0 to 30").waitFor()
+    expect(await failoverTimeout.getAttribute("aria-describedby")).toContain(await failoverError.getAttribute("id"))
+    expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.agentFailoverTimeout).toBe(5)
+
+    await failoverTimeout.fill("12")
     await dialog.getByLabel("Error Fallback Timeout").fill("3")
     await dialog.getByLabel("Error Fallback Occurrence Threshold").fill("2")
     await dialog.getByLabel("Error Fallback Time Window").fill("120")
@@ -251,8 +263,10 @@ describe("the dashboard, in chromium", () => {
       errorFallbackValue: "+14155550100",
       errorFallbackTimeout: 3,
       errorFallbackOccurrenceThreshold: 2,
-      errorFallbackTimeWindow: 120
+      errorFallbackTimeWindow: 120,
+      agentFailoverTimeout: 12
     })
+    await page.getByTestId("fallback-summary").getByText("agent failover within 12 s").waitFor()
     await shot(page, "failover")
 
     // Escape closes it and focus returns to the button that opened it.
@@ -374,12 +388,62 @@ describe("the dashboard, in chromium", () => {
     expect(page.url()).not.toContain(ADMIN_KEY)
 
     // The session's own page: the turns chart with the timeout line, the fallback record, its deliveries.
+    const sessionId = (await row.getAttribute("data-session"))!
     await row.getByRole("link").first().click()
     await page.getByTestId("turns").locator("tbody tr").nth(1).waitFor()
     await page.locator(".chart canvas").first().waitFor()
     await page.getByText("The error fallback did not run.").waitFor()
+    // One agent held the call: one leg, on the one instance, ended with the session; no failover.
+    const legs = page.getByTestId("agent-legs").locator("tbody tr")
+    await legs.first().waitFor()
+    expect(await legs.count()).toBe(1)
+    const stored = (await v1("GET", `/v1/agents/${agentId}/sessions/${sessionId}`)).json.data
+    expect(stored.agentLegs).toHaveLength(1)
+    expect(await legs.first().locator("td").nth(4).textContent()).toBe(stored.agentLegs[0].instanceId)
+    expect(await legs.first().locator("td").nth(3).textContent()).toBe(stored.agentLegs[0].endReason ?? "—")
+    await page.getByTestId("agent-failovers").getByText("No failover: one agent held the call.").waitFor()
     await page.getByTestId("deliveries").getByText("delivered").waitFor()
     await shot(page, "session")
+  })
+
+  it("a call whose agent vanished and another took over shows both agent legs and 1 failover", async () => {
+    const created = await v1("POST", `/v1/agents/${agentId}/environments`, { name: "failover line" })
+    const failoverEnv = created.json.data.id as string
+    // The first agent: a bare socket, the oldest idle one, so it takes the call; it vanishes mid-call.
+    const first = new WebSocket(`${gateway.baseUrl.replace(/^http/, "ws")}/v1/agents/${agentId}/environments/${failoverEnv}/connect`, {
+      headers: { authorization: `Bearer ${ADMIN_KEY}` }
+    })
+    first.on("error", () => {})
+    const started = new Promise<string>((resolve) =>
+      first.on("message", (data) => {
+        const message = JSON.parse(data.toString())
+        if (message.event === "start") resolve(message.start.customParameters.sessionId)
+      })
+    )
+    await new Promise((resolve) => first.once("open", resolve))
+    const second = await startAnsweringAgent({ gatewayUrl: gateway.baseUrl, agentId, environmentId: failoverEnv, apiKey: ADMIN_KEY, reply, responseLatencyMs: 150 })
+    try {
+      await second.ready()
+      const taken = new Promise((resolve) => second.once("call", resolve))
+      const call = await placeTwilioCall({ gatewayUrl: gateway.baseUrl, agentId, environmentId: failoverEnv, from: "+15551110001", to: "+15551110002", streamVia: "gateway" })
+      const sessionId = await started
+      first.terminate()
+      await taken
+      await call.hangup()
+      await page.goto(`${gateway.baseUrl}/dashboard#/agents/${encodeURIComponent(agentId)}/sessions/${encodeURIComponent(sessionId)}`)
+      await page.getByTestId("agent-failovers").getByText("1 failover: the call moved to another agent.").waitFor()
+      const legs = page.getByTestId("agent-legs").locator("tbody tr")
+      await legs.nth(1).locator("td").nth(2).filter({ hasNotText: "holding the call" }).waitFor()
+      expect(await legs.count()).toBe(2)
+      expect(await legs.first().locator("td").nth(3).textContent()).toBe("agent_disconnected")
+      const stored = (await v1("GET", `/v1/agents/${agentId}/sessions/${sessionId}`)).json.data
+      expect(stored.agentFailovers).toBe(1)
+      for (const n of [0, 1]) expect(await legs.nth(n).locator("td").nth(4).textContent()).toBe(stored.agentLegs[n].instanceId)
+      await shot(page, "session-failover")
+    } finally {
+      first.terminate()
+      await second.close()
+    }
   })
 
   it("Recording: switched on from the environment page; a recorded call's session page plays its WAV", async () => {

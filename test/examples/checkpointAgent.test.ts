@@ -1,13 +1,14 @@
+import type { Socket } from "node:net"
 import { Effect, Option } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { WebSocket } from "ws"
 import { type CheckpointAgent, startCheckpointAgent } from "../../examples/agents/checkpoint-agent.js"
 import { SessionStore } from "../../src/sessions/SessionStore.js"
 import { twilioDialect } from "../../sim/CarrierDialect.js"
-import { AGENT_NUMBER, CALLER, createEnvironment } from "../fallback/liveCalls.js"
-import { type Gateway, startGateway, twilioCall, until } from "../livecall/callHarness.js"
+import { AGENT_NUMBER, CALLER, createEnvironment, getSession, waitForEnded } from "../fallback/liveCalls.js"
+import { dialInAgent, type Gateway, sessionIdOf, startGateway, twilioCall, until } from "../livecall/callHarness.js"
 import { startFakeGateway } from "../sim/fakeGateway.js"
-import { uniqueId } from "../support/testApp.js"
+import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 
 /** The example agent of docs/calls.md, "Checkpoints": it checkpoints each digit and resumes from a checkpoint. */
 describe("examples/agents/checkpoint-agent.ts", () => {
@@ -23,7 +24,7 @@ describe("examples/agents/checkpoint-agent.ts", () => {
       gatewayUrl: gateway.httpBase,
       agentId: env.agentId,
       environmentId: env.environmentId,
-      apiKey: "test-admin-key-0123456789"
+      apiKey: ADMIN_KEY
     })
     try {
       await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the example agent to be idle")
@@ -47,6 +48,47 @@ describe("examples/agents/checkpoint-agent.ts", () => {
       }
       expect(Option.getOrNull(stored)).toEqual({ digits: "42#" })
       carrier.stop()
+    } finally {
+      await agent.close()
+    }
+  })
+
+  it("against callgate: the agent holding the call dies; the example agent takes it over, resumes from the checkpoint and goes on from it", async () => {
+    const env = await createEnvironment(gateway, {})
+    // The first agent: a bare socket that checkpoints, then vanishes (no close handshake).
+    const first = await dialInAgent(gateway, env.agentId, env.environmentId)
+    await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the first agent to be idle")
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const token = gateway.issueToken({ agentId: env.agentId, environmentId: env.environmentId, kind: "twilio", callId: callSid, from: CALLER, to: AGENT_NUMBER })
+    const carrier = await twilioCall(gateway, { token, callSid })
+    carrier.start()
+    await first.waitForEvent("start")
+    const sessionId = sessionIdOf(first)
+    first.send({ event: "checkpoint", checkpoint: { digits: "42" } })
+    const deadline = Date.now() + 30_000
+    while (Option.isNone(await gateway.run(Effect.flatMap(SessionStore, (store) => store.checkpointOf(env.agentId, sessionId))))) {
+      if (Date.now() > deadline) throw new Error("the first agent's checkpoint never reached the store")
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+
+    const agent = await startCheckpointAgent({ gatewayUrl: gateway.httpBase, agentId: env.agentId, environmentId: env.environmentId, apiKey: ADMIN_KEY })
+    try {
+      await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the example agent to be idle")
+      const resumed = new Promise<{ digits: string; previousEndReason: string }>((resolve) => agent.once("resumed", resolve))
+      const checkpointed: Array<string> = []
+      agent.on("checkpointed", ({ digits }) => checkpointed.push(digits))
+      ;(first.ws as unknown as { _socket: Socket })._socket.destroy()
+      expect(await resumed).toEqual(expect.objectContaining({ digits: "42", previousEndReason: "agent_disconnected" }))
+      carrier.dtmf("7")
+      await until(() => checkpointed.length === 1, "the example agent's checkpoint")
+      expect(checkpointed).toEqual(["427"])
+      carrier.stop()
+      const ended = await waitForEnded(gateway, callSid)
+      expect(ended).toMatchObject({ status: "completed", endReason: "caller_hangup" })
+      expect(await getSession(gateway, env.agentId, sessionId)).toMatchObject({ agentFailovers: 1 })
+      expect(Option.getOrNull(await gateway.run(Effect.flatMap(SessionStore, (store) => store.checkpointOf(env.agentId, sessionId))))).toEqual({
+        digits: "427"
+      })
     } finally {
       await agent.close()
     }
