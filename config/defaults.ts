@@ -91,6 +91,8 @@ export const defaults = {
   BREAKER_STORE_TIMEOUT: "250ms",
   /** While a breaker is open, one new call per this interval goes to an agent as the probe; the others are shed. */
   BREAKER_PROBE_INTERVAL: "30s",
+  /** How long a transfer (the phone fallback, an agent's transfer) rings before it counts as not answered. */
+  TRANSFER_RING_TIMEOUT: "30s",
   /**
    * Where this instance keeps what must outlive it on local disk: its generated instance id and the spool of
    * session ends the store could not take before a stop (docs/reliability.md).

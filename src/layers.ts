@@ -28,6 +28,7 @@ import { MemorySessionStoreLive } from "./sessions/MemorySessionStore.js"
 import { AfterStream } from "./recovery/AfterStream.js"
 import { OrphanReconciler } from "./recovery/OrphanReconciler.js"
 import { SessionEndJournal } from "./sessions/SessionEndJournal.js"
+import { TransferOutcomes } from "./sessions/TransferOutcomes.js"
 import { StartupReconciliationLive } from "./recovery/StartupReconciliation.js"
 import { CallSettlement } from "./livecall/CallSettlement.js"
 import { LiveCallDrain, LiveCallDrainLive } from "./livecall/LiveCallDrain.js"
@@ -183,7 +184,7 @@ const CallsLive = CarrierStreams.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
   Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
   Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, CallCheckpoints.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default, FailoverMetrics.Default)),
-  Layer.provideMerge(SessionEndJournal.Default),
+  Layer.provideMerge(Layer.mergeAll(SessionEndJournal.Default, TransferOutcomes.Default)),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))
 )

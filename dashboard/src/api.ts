@@ -106,6 +106,8 @@ export interface Environment {
   readonly errorFallbackOccurrenceThreshold: number
   readonly errorFallbackTimeWindow: number
   readonly errorFallbackShedNewCalls: boolean
+  /** Spoken when a phone-fallback transfer fails, before the hang-up; null: none. */
+  readonly transferFailedMessage: string | null
   readonly errorFallbackWebhookSecret: string | null
   /** Seconds (0 to 30, default 5) a call whose agent leg ended abnormally waits for another agent before the error fallback runs. */
   readonly agentFailoverTimeout: number
@@ -145,6 +147,18 @@ export interface FallbackRecord {
   readonly detail: string | null
 }
 
+export interface TransferRecord {
+  readonly to: string
+  readonly initiatedBy: "agent" | "fallback"
+  readonly status: "answered" | "busy" | "no-answer" | "failed" | "canceled"
+  readonly ringMs: number
+  readonly talkMs: number
+  readonly startedAt: string
+  readonly endedAt: string
+  readonly carrierStatus: string | null
+  readonly transferFailedMessage: boolean
+}
+
 /** One agent leg of a session (docs/reliability.md, "Agent failover"). */
 export interface AgentLeg {
   readonly startedAt: string
@@ -171,6 +185,10 @@ export interface Session {
   readonly endReason: string | null
   readonly turns: ReadonlyArray<Turn>
   readonly fallback: FallbackRecord | null
+  /** The call's transfers with their outcomes (docs/fallback.md, "Transfer outcomes"). */
+  readonly transfers?: ReadonlyArray<TransferRecord>
+  /** A transfer ringing or talking whose outcome has not come yet. */
+  readonly pendingTransfer?: { readonly to: string; readonly initiatedBy: "agent" | "fallback"; readonly startedAt: string; readonly answeredAt: string | null }
   /** The agents that held the call, in order (more than one after a failover); absent before an agent was connected. */
   readonly agentLegs?: ReadonlyArray<AgentLeg>
   /** How many times the call moved to another agent. */

@@ -219,6 +219,7 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
   const [threshold, setThreshold] = useState(String(env.errorFallbackOccurrenceThreshold))
   const [windowSeconds, setWindowSeconds] = useState(String(env.errorFallbackTimeWindow))
   const [shed, setShed] = useState(env.errorFallbackShedNewCalls)
+  const [failedMessage, setFailedMessage] = useState(env.transferFailedMessage ?? "")
   const [failoverTimeout, setFailoverTimeout] = useState(String(env.agentFailoverTimeout))
   const [error, setError] = useState<unknown>(null)
   const [status, setStatus] = useState<string | null>(null)
@@ -236,6 +237,7 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
         errorFallbackOccurrenceThreshold: numberOrText(threshold),
         errorFallbackTimeWindow: numberOrText(windowSeconds),
         errorFallbackShedNewCalls: shed,
+        transferFailedMessage: failedMessage.trim() === "" ? null : failedMessage.trim(),
         agentFailoverTimeout: numberOrText(failoverTimeout)
       })
       setStatus("Saved.")
@@ -263,6 +265,7 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
     "errorFallbackOccurrenceThreshold",
     "errorFallbackTimeWindow",
     "errorFallbackShedNewCalls",
+    "transferFailedMessage",
     "agentFailoverTimeout"
   ]
   const input = (id: string, current: string, set: (text: string) => void, min: number, max: number) =>
@@ -309,6 +312,13 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
       ${(describedBy: string | undefined, invalid: boolean) =>
         html`<input id="fallback-shed" type="checkbox" checked=${shed} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
           onChange=${(e: Event) => setShed((e.target as HTMLInputElement).checked)} />`}
+    <//>
+    <${Field} id="fallback-transfer-failed-message" label="Transfer Failed Message" field="transferFailedMessage" errors=${errors}
+      hint="Spoken to the caller when the Phone transfer is busy, not answered or fails, before the hang-up. Empty: hang up at once.">
+      ${(describedBy: string | undefined, invalid: boolean) =>
+        html`<input id="fallback-transfer-failed-message" type="text" maxlength="1000" value=${failedMessage}
+          aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+          onInput=${(e: Event) => setFailedMessage((e.target as HTMLInputElement).value)} />`}
     <//>
     <${ErrorLine} error=${error} fields=${fields} />
     ${env.errorFallbackType === "webhook" && env.errorFallbackWebhookSecret !== null

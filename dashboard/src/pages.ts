@@ -466,6 +466,20 @@ export const SessionPage = (props: { agentId: string; sessionId: string }) => {
                 <dt>Webhook status</dt><dd>${session.fallback.webhookStatus ?? "—"}</dd>
                 <dt>Detail</dt><dd>${session.fallback.detail ?? "—"}</dd>
               </dl>`}
+          <h2>Transfers</h2>
+          ${(session.transfers ?? []).length === 0 && session.pendingTransfer === undefined
+            ? html`<p>The call was not transferred.</p>`
+            : html`<div class="table-scroll"><table class="list" data-testid="transfers">
+                <thead><tr><th scope="col">To</th><th scope="col">By</th><th scope="col">Outcome</th><th scope="col">Rang</th><th scope="col">Talked</th><th scope="col">Carrier said</th><th scope="col">Message spoken</th></tr></thead>
+                <tbody>
+                  ${(session.transfers ?? []).map(
+                    (t, i) => html`<tr key=${i}><td>${t.to}</td><td>${t.initiatedBy}</td><td>${t.status}</td><td>${ms(t.ringMs)}</td><td>${ms(t.talkMs)}</td><td>${t.carrierStatus ?? "— (no outcome came: closed by callgate)"}</td><td>${t.transferFailedMessage ? "yes" : "no"}</td></tr>`
+                  )}
+                  ${session.pendingTransfer !== undefined
+                    ? html`<tr key="pending"><td>${session.pendingTransfer.to}</td><td>${session.pendingTransfer.initiatedBy}</td><td>${session.pendingTransfer.answeredAt === null ? "ringing" : "talking"}</td><td>—</td><td>—</td><td>—</td><td>—</td></tr>`
+                    : null}
+                </tbody>
+              </table></div>`}
           <h2>session.ended deliveries</h2>
           ${deliveries.length === 0
             ? html`<p>None${env?.webhookUrl === null ? ": the environment has no webhook" : ""}.</p>`

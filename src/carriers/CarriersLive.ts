@@ -16,7 +16,7 @@ export const CarriersLive = Layer.effect(
     const carrierOf = (call: Pick<CallRef, "kind">) => (call.kind === "twilio" ? twilio : telnyx)
     return Carriers.of({
       hangup: (call) => carrierOf(call).hangup(call),
-      transfer: (call, to, callerId) => carrierOf(call).transfer(call, to, callerId),
+      transfer: (call, to, callerId, tracking) => carrierOf(call).transfer(call, to, callerId, tracking),
       applyTwiml: (call, twiml) => carrierOf(call).applyTwiml(call, twiml),
       place: (dial) => carrierOf(dial).place(dial),
       cancel: (call) => carrierOf(call).cancel(call)

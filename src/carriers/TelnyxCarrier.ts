@@ -1,7 +1,7 @@
 import { Effect, Either, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
-import { type CallRef, CarrierError, type CarriersShape, type OutboundDial } from "../kernel/Carrier.js"
+import { type CallRef, CarrierError, type CarriersShape, type OutboundDial, type TransferTracking } from "../kernel/Carrier.js"
 import { TelnyxCallCommands } from "./TelnyxCallCommands.js"
 import { TelnyxRest } from "./TelnyxRest.js"
 import { TelnyxTwimlRunner } from "./TelnyxTwimlRunner.js"
@@ -25,14 +25,17 @@ export class TelnyxCarrier extends Effect.Service<TelnyxCarrier>()("callgate/Tel
         ? Effect.zipRight(runner.cancel(call.callId), rest.hangup(call.callId))
         : rest.texmlUpdate("hangup", call, { Status: "completed" }, true)
 
-    const transfer = (call: CallRef, to: string, callerId?: string) => {
+    const transfer = (call: CallRef, to: string, callerId?: string, tracking?: TransferTracking) => {
       if (!isE164(to)) {
         return Effect.fail(new CarrierError({ provider: "telnyx", operation: "transfer", detail: "the destination is not an E.164 number", retryable: false }))
       }
       const from = callerId !== undefined && isE164(callerId) ? callerId : undefined
       return call.kind === "telnyx-call-control"
-        ? Effect.zipRight(runner.cancel(call.callId), rest.transfer(call.callId, to, from))
-        : rest.texmlUpdate("transfer", call, { Texml: dialTwiml(to, from) }, false)
+        ? Effect.zipRight(
+            runner.cancel(call.callId),
+            rest.transfer(call.callId, to, from, tracking?.timeoutSeconds, tracking?.callControlEventsUrl)
+          )
+        : rest.texmlUpdate("transfer", call, { Texml: dialTwiml(to, from, tracking) }, false)
     }
 
     const applyTwiml = (call: CallRef, twiml: string): Effect.Effect<void, CarrierError> => {

@@ -111,11 +111,18 @@ export class TelnyxRest extends Effect.Service<TelnyxRest>()("callgate/TelnyxRes
     const hangup = (callControlId: string) =>
       command("hangup", callControlId, (actions, command_id, signal) => actions.hangup(callControlId, { command_id }, { signal }))
 
-    const transfer = (callControlId: string, to: string, from?: string, timeoutSecs?: number) =>
+    /** `webhookUrl`: where the new leg's webhooks go (call.answered, call.bridged, call.hangup: docs/fallback.md, "Transfer outcomes"). */
+    const transfer = (callControlId: string, to: string, from?: string, timeoutSecs?: number, webhookUrl?: string) =>
       command("transfer", callControlId, (actions, command_id, signal) =>
         actions.transfer(
           callControlId,
-          { to, ...(from !== undefined ? { from } : {}), ...(timeoutSecs !== undefined ? { timeout_secs: timeoutSecs } : {}), command_id },
+          {
+            to,
+            ...(from !== undefined ? { from } : {}),
+            ...(timeoutSecs !== undefined ? { timeout_secs: timeoutSecs } : {}),
+            ...(webhookUrl !== undefined ? { webhook_url: webhookUrl, webhook_url_method: "POST" as const } : {}),
+            command_id
+          },
           { signal }
         )
       )

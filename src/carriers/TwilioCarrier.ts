@@ -3,7 +3,7 @@ import twilio from "twilio"
 import { AppConfig } from "../config/AppConfig.js"
 import { isE164 } from "../environments/EnvironmentSchema.js"
 import { Metrics } from "../observability/Metrics.js"
-import { type CallRef, CarrierError, type CarriersShape, type OutboundDial } from "../kernel/Carrier.js"
+import { type CallRef, CarrierError, type CarriersShape, type OutboundDial, type TransferTracking } from "../kernel/Carrier.js"
 import { dialTwiml } from "../twiml/TwimlBuilder.js"
 import { MAX_TWILIO_TWIML_CHARS } from "../twiml/TwimlDocument.js"
 import {
@@ -107,9 +107,9 @@ export class TwilioCarrier extends Effect.Service<TwilioCarrier>()("callgate/Twi
 
     const hangup = (call: CallRef) => updateCall("hangup", call, { status: "completed" }, true)
 
-    const transfer = (call: CallRef, to: string, callerId?: string) =>
+    const transfer = (call: CallRef, to: string, callerId?: string, tracking?: TransferTracking) =>
       isE164(to)
-        ? applyDocument("transfer", call, dialTwiml(to, callerId !== undefined && isE164(callerId) ? callerId : undefined))
+        ? applyDocument("transfer", call, dialTwiml(to, callerId !== undefined && isE164(callerId) ? callerId : undefined, tracking))
         : Effect.fail(new CarrierError({ provider: "twilio", operation: "transfer", detail: "the destination is not an E.164 number", retryable: false }))
 
     const applyTwiml = (call: CallRef, twiml: string) => applyDocument("applyTwiml", call, twiml)

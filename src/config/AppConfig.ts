@@ -240,6 +240,8 @@ const settings = Config.all({
   breakerStoreTimeout: duration("BREAKER_STORE_TIMEOUT"),
   /** While an environment's breaker is open, one new call per this interval goes to an agent as the probe (docs/fallback.md, "Shedding"). */
   breakerProbeInterval: duration("BREAKER_PROBE_INTERVAL"),
+  /** How long a transfer rings before it counts as not answered (the `<Dial timeout>`, Telnyx `timeout_secs`; docs/fallback.md, "Transfer outcomes"). */
+  transferRingTimeout: duration("TRANSFER_RING_TIMEOUT"),
   dataDir: Config.string("DATA_DIR").pipe(
     Config.withDefault(defaults.DATA_DIR),
     check("DATA_DIR", "must not be empty", (text: string) => text.trim().length > 0)

@@ -69,6 +69,7 @@ export const applyPatch = (
   if (patch.agentAudioFormat !== undefined) next.agentAudioFormat = patch.agentAudioFormat
   if (patch.recording !== undefined) next.recording = patch.recording
   if (patch.errorFallbackShedNewCalls !== undefined) next.errorFallbackShedNewCalls = patch.errorFallbackShedNewCalls
+  if (patch.transferFailedMessage !== undefined) next.transferFailedMessage = patch.transferFailedMessage
   const checkDestination = (field: string, value: string | null | undefined, kind: "agent" | "webhook") => {
     const problem = typeof value === "string" ? destinationProblem(value, kind, policy) : undefined
     if (problem !== undefined) problems.push({ field, message: problem })

@@ -130,6 +130,8 @@ export const StoredEnvironment = Schema.Struct({
   recording: Schema.optional(RecordingMode),
   /** Absent on environments stored before shedding existed: true. */
   errorFallbackShedNewCalls: Schema.optional(Schema.Boolean),
+  /** Absent on environments stored before transfer outcomes existed: none. */
+  transferFailedMessage: Schema.optional(Schema.NullOr(Schema.String)),
   /** Absent on environments stored before agent failover existed: the default (5 s) applies. */
   agentFailoverTimeout: Schema.optional(Schema.Number)
 })
@@ -163,6 +165,10 @@ export const EnvironmentView = Schema.Struct({
     description:
       "While the environment's breaker is open, new calls get the error fallback in the entry answer itself, except one probe call per BREAKER_PROBE_INTERVAL (docs/fallback.md, \"Shedding\"); default true, false sends every call to an agent"
   }),
+  transferFailedMessage: Schema.NullOr(Schema.String).annotations({
+    description:
+      "Spoken (<Say>) to a caller whose phone-fallback transfer was busy, not answered or failed, before the hang-up (docs/fallback.md, \"Transfer outcomes\"); null, the default: the call is hung up at once"
+  }),
   agentUrl: Schema.NullOr(Schema.String),
   agentFailoverTimeout: Schema.Number.annotations({
     description:
@@ -181,6 +187,12 @@ export const EnvironmentView = Schema.Struct({
 }).annotations({ identifier: "Environment" })
 export type EnvironmentView = typeof EnvironmentView.Type
 
+/** What a caller hears when a phone-fallback transfer fails: plain text for `<Say>`. */
+const TransferFailedMessage = Schema.String.pipe(
+  Schema.minLength(1, { message: () => "must be 1 to 1000 characters, or null" }),
+  Schema.maxLength(1000, { message: () => "must be 1 to 1000 characters, or null" })
+)
+
 const patchFields = {
   name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))),
   webhookUrl: Schema.optional(Schema.NullOr(HttpsUrl)),
@@ -198,6 +210,7 @@ const patchFields = {
   errorFallbackOccurrenceThreshold: Schema.optional(FallbackThreshold),
   errorFallbackTimeWindow: Schema.optional(FallbackWindow),
   errorFallbackShedNewCalls: Schema.optional(Schema.Boolean),
+  transferFailedMessage: Schema.optional(Schema.NullOr(TransferFailedMessage)),
   errorFallbackWebhookSecret: Schema.optional(
     Schema.Null.annotations({
       description: "Only null is accepted: clears the secret, so fallback requests go unsigned.",

@@ -74,6 +74,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       errorFallbackTimeWindow: env.errorFallbackTimeWindow,
       errorFallbackWebhookSecret: Option.getOrNull(openSecret(env, "errorFallbackWebhookSecret")),
       errorFallbackShedNewCalls: env.errorFallbackShedNewCalls ?? true,
+      transferFailedMessage: env.transferFailedMessage ?? null,
       agentUrl: env.agentUrl,
       agentFailoverTimeout: env.agentFailoverTimeout ?? DEFAULT_AGENT_FAILOVER_TIMEOUT,
       maxConcurrentOutboundCalls: env.maxConcurrentOutboundCalls ?? DEFAULT_MAX_CONCURRENT_OUTBOUND_CALLS,

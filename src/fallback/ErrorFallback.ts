@@ -4,7 +4,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import type { HardError } from "../kernel/HardError.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
-import { Carriers, type CarrierError, type CarrierShape } from "../kernel/Carrier.js"
+import { Carriers, type CarrierError, type CarrierShape, type TransferTracking } from "../kernel/Carrier.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { SessionFencing } from "../kernel/SessionFencing.js"
@@ -27,7 +27,15 @@ export interface RescueOutcome {
   readonly endReason?: string | undefined
   /** Stored as the session's `fallback` field. */
   readonly fallback?: FallbackRecord | undefined
+  /** The phone fallback's transfer was accepted and its outcome is tracked: session.ended waits for it. */
+  readonly transferPending?: boolean | undefined
 }
+
+/**
+ * Records a transfer as pending on the session before the carrier is asked, and says where the
+ * carrier is to report its outcome (TransferOutcomes.begin); undefined: the transfer runs untracked.
+ */
+export type TransferTracker = (to: string, failedMessage: string | null) => Effect.Effect<TransferTracking | undefined>
 
 interface Decision {
   readonly outcome: FallbackOutcome
@@ -35,6 +43,7 @@ interface Decision {
   readonly detail?: string
   /** The REST request failed and the answer waits for the carrier's `<Redirect>`. */
   readonly redirected?: boolean
+  readonly transferPending?: boolean
 }
 
 /** How long an answer waits for its call's `<Redirect>` before it is forgotten. */
@@ -126,7 +135,13 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
      * with a `<Redirect>` after its stream falls back to it when a request fails), `redirect` when
      * `carrier` answers the carrier's `<Redirect>` request itself.
      */
-    const rescueWith = (session: SessionInfo, error: HardError, carrier: CarrierShape, via: "rest" | "redirect" = "redirect"): Effect.Effect<RescueOutcome> =>
+    const rescueWith = (
+      session: SessionInfo,
+      error: HardError,
+      carrier: CarrierShape,
+      via: "rest" | "redirect" = "redirect",
+      tracker?: TransferTracker
+    ): Effect.Effect<RescueOutcome> =>
       Effect.gen(function* () {
         if (!(yield* fenced(session))) return {}
         const hasRedirect = via === "rest" && (session.call.kind === "twilio" || session.call.kind === "telnyx-texml")
@@ -154,8 +169,10 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
 
         const decide = Effect.gen(function* () {
           if (type === "phone" && Option.isSome(value)) {
-            const moved = yield* carrierRequest("transfer", carrier.transfer(session.call, value.value, agentNumberOf(session))).pipe(Effect.either)
-            if (moved._tag === "Right") return decision({ outcome: "transferred" })
+            const failedMessage = Option.match(environment, { onNone: () => null, onSome: (env) => env.stored.transferFailedMessage ?? null })
+            const tracking = tracker === undefined ? undefined : yield* tracker(value.value, failedMessage)
+            const moved = yield* carrierRequest("transfer", carrier.transfer(session.call, value.value, agentNumberOf(session), tracking)).pipe(Effect.either)
+            if (moved._tag === "Right") return decision({ outcome: "transferred", transferPending: tracking !== undefined })
             if (hasRedirect && redirectable(moved.left)) {
               keepForRedirect(session.sessionId, dialTwiml(value.value, agentNumberOf(session)))
               return decision({ outcome: "transferred", redirected: true, detail: moved.left.message })
@@ -237,7 +254,7 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
           ...(decided.webhookStatus !== undefined ? { "callgate.rescue.webhook_status": decided.webhookStatus } : {})
         })
         yield* Effect.logInfo("error fallback ran", { trigger: error.kind, type, outcome: decided.outcome, via: record.via })
-        return { fallback: record }
+        return { fallback: record, ...(decided.transferPending === true ? { transferPending: true } : {}) }
       }).pipe(
         Effect.annotateLogs({ sessionId: session.sessionId, agentId: session.agentId, environmentId: session.environmentId }),
         // A rescue never fails: a defect here still ends the call.
@@ -252,7 +269,9 @@ export class ErrorFallback extends Effect.Service<ErrorFallback>()("callgate/Err
         })
       )
 
-    const rescue = (session: SessionInfo, error: HardError): Effect.Effect<RescueOutcome> => rescueWith(session, error, carriers, "rest")
+    /** `tracker`: a live call's phone fallback reports its transfer's outcome (docs/fallback.md, "Transfer outcomes"). */
+    const rescue = (session: SessionInfo, error: HardError, tracker?: TransferTracker): Effect.Effect<RescueOutcome> =>
+      rescueWith(session, error, carriers, "rest", tracker)
 
     /** The answer kept for the session's `<Redirect>` after its REST rescue failed (once), if any. */
     const takeRedirectAnswer = (sessionId: string): string | undefined => {

@@ -44,12 +44,25 @@ export class CarrierError extends Data.TaggedError("CarrierError")<{
   }
 }
 
+/**
+ * How a transfer reports back (docs/fallback.md, "Transfer outcomes"): Twilio and TeXML get
+ * `<Dial action=outcomeUrl timeout>` with `<Number statusCallback=progressUrl>`; Telnyx Call Control
+ * gets `timeout_secs` and `webhook_url=callControlEventsUrl` for the new leg's webhooks.
+ */
+export interface TransferTracking {
+  readonly outcomeUrl: string
+  readonly progressUrl: string
+  readonly callControlEventsUrl: string
+  /** TRANSFER_RING_TIMEOUT in whole seconds, within the carriers' 5 to 600. */
+  readonly timeoutSeconds: number
+}
+
 /** What callgate asks of a carrier for one live call (a rescue may answer it without REST: AfterStreamEntry). */
 export interface CarrierShape {
   /** Ends the call. Already ended counts as done. */
   readonly hangup: (call: CallRef) => Effect.Effect<void, CarrierError>
   /** Moves the call to `to` (E.164); `callerId` is shown to the callee where the carrier allows. */
-  readonly transfer: (call: CallRef, to: string, callerId?: string) => Effect.Effect<void, CarrierError>
+  readonly transfer: (call: CallRef, to: string, callerId?: string, tracking?: TransferTracking) => Effect.Effect<void, CarrierError>
   /**
    * Hands the call over to a TwiML/TeXML `<Response>` document. For Call Control calls the
    * supported verbs are translated to call commands.

@@ -15,5 +15,15 @@ export const EntryPaths = {
   /** Where Twilio reports the progress of calls callgate placed. */
   twilioStatus: "/telephony/twilio/status",
   /** Where Twilio posts the asynchronous answering-machine verdict (AnsweredBy) of calls callgate placed. */
-  twilioAmd: "/telephony/twilio/amd"
+  twilioAmd: "/telephony/twilio/amd",
+  /**
+   * Where a transfer reports back (docs/fallback.md, "Transfer outcomes"): Twilio and TeXML post the
+   * `<Dial action>` (the outcome, answered with what the caller hears next) and the dialled number's
+   * status callbacks; Telnyx Call Control posts the new leg's webhooks.
+   */
+  twilioTransferOutcome: "/telephony/twilio/transfer-outcome",
+  twilioTransferProgress: "/telephony/twilio/transfer-progress",
+  telnyxTransferOutcome: "/telephony/telnyx/transfer-outcome",
+  telnyxTransferProgress: "/telephony/telnyx/transfer-progress",
+  telnyxTransferEvents: "/telephony/telnyx/transfer-events"
 } as const

@@ -9,6 +9,8 @@ import { Carriers, type CarrierError } from "../kernel/Carrier.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Recordings } from "../recording/Recordings.js"
 import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
+import { TransferOutcomes } from "../sessions/TransferOutcomes.js"
+import type { PendingTransfer } from "../sessions/SessionSchema.js"
 import type { LiveCall } from "./LiveCall.js"
 import type { SessionEnding } from "./SessionEnding.js"
 import { HardError } from "../kernel/HardError.js"
@@ -39,6 +41,20 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
     const journal = yield* SessionEndJournal
     const { instanceId } = yield* InstanceIdentity
     const recordings = yield* Recordings
+    const transfers = yield* TransferOutcomes
+
+    /**
+     * Records a transfer of the call as pending before the carrier is asked (docs/fallback.md,
+     * "Transfer outcomes"); `pending` keeps what was recorded, for the session's end.
+     */
+    const trackTransfer = (info: SessionInfo, initiatedBy: "agent" | "fallback", pending: { current?: PendingTransfer }) =>
+      (to: string, failedMessage: string | null) =>
+        transfers.begin({ agentId: info.agentId, sessionId: info.sessionId }, { to, initiatedBy, failedMessage }, info.call.kind).pipe(
+          Effect.map((begun) => {
+            pending.current = begun?.pending
+            return begun?.tracking
+          })
+        )
 
     const ended = new Counter({
       name: "callgate_sessions_ended_total",
@@ -92,18 +108,21 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           Effect.ignore
         )
 
-    const runRescue = (info: SessionInfo, error: HardError) =>
-      fallback.rescue(info, error).pipe(
+    const runRescue = (info: SessionInfo, error: HardError) => {
+      const pending: { current?: PendingTransfer } = {}
+      return fallback.rescue(info, error, trackTransfer(info, "fallback", pending)).pipe(
         Effect.catchAllCause((cause) =>
-          Effect.as(Effect.logError("the rescue failed", cause), { endReason: undefined, fallback: undefined })
+          Effect.as(Effect.logError("the rescue failed", cause), { endReason: undefined, fallback: undefined, transferPending: undefined })
         ),
         Effect.map((outcome): Omit<SessionEnd, "endedAt"> => ({
           status: "failed",
           endReason: outcome.endReason ?? error.kind,
-          fallback: outcome.fallback
+          fallback: outcome.fallback,
+          ...(outcome.transferPending === true && pending.current !== undefined ? { pendingTransfer: pending.current } : {})
         })),
         Effect.tap(() => Effect.logWarning("session hit a hard error", { kind: error.kind, error: error.message }))
       )
+    }
 
     /** Acts on how the call ended; returns what the record says. */
     const actOn = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Omit<SessionEnd, "endedAt">> => {
@@ -120,14 +139,22 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
             Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
             Effect.as({ status: "timeout" as const, endReason: "max_duration" })
           )
-        case "Transfer":
-          return carrierAction("transfer", carriers.transfer(info.call, ending.to, info.direction === "inbound" ? (info.to ?? undefined) : (info.from ?? undefined))).pipe(
+        case "Transfer": {
+          const pending: { current?: PendingTransfer } = {}
+          const callerId = info.direction === "inbound" ? (info.to ?? undefined) : (info.from ?? undefined)
+          return trackTransfer(info, "agent", pending)(ending.to, null).pipe(
+            Effect.flatMap((tracking) => carrierAction("transfer", carriers.transfer(info.call, ending.to, callerId, tracking))),
             Effect.flatMap((result) =>
               result._tag === "Right"
-                ? Effect.succeed({ status: "completed" as const, endReason: "agent_transfer" })
+                ? Effect.succeed({
+                    status: "completed" as const,
+                    endReason: "agent_transfer",
+                    ...(pending.current !== undefined ? { pendingTransfer: pending.current } : {})
+                  })
                 : runRescue(info, new HardError({ kind: "transfer_failed", message: `The agent's transfer failed: ${result.left.message}` }))
             )
           )
+        }
         case "Twiml":
           return carrierAction("applyTwiml", carriers.applyTwiml(info.call, ending.twiml)).pipe(
             Effect.flatMap((result) =>
@@ -177,6 +204,7 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
             endReason: end.endReason,
             endedAt: end.endedAt.toISOString(),
             fallback: end.fallback ?? null,
+            ...(end.pendingTransfer !== undefined ? { pendingTransfer: end.pendingTransfer } : {}),
             ...verdictFields(relay.answeredBy),
             ...(relay.agentLegs().length > 0 ? { agentLegs: relay.agentLegs(end.endReason) } : {}),
             agentFailovers: relay.failoverCount,

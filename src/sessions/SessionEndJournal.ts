@@ -90,8 +90,13 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         const { session } = job
         const written = yield* sessions.update(session.agentId, session.id, (current) => {
           if (isOpenStatus(current.status)) {
+            // A transfer this end leaves ringing stays pending until its outcome (TransferOutcomes);
+            // one whose carrier request failed is dropped with this end.
+            const { pendingTransfer, ...rest } = current
+            const stillPending = session.pendingTransfer !== undefined && pendingTransfer !== undefined
             return {
-              ...current,
+              ...rest,
+              ...(stillPending ? { pendingTransfer } : {}),
               status: session.status,
               endReason: session.endReason,
               endedAt: session.endedAt,
@@ -111,7 +116,8 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         const stored = Option.isSome(written)
           ? written.value
           : yield* Effect.as(sessions.record({ ...session, turns: job.turns ?? session.turns }), session)
-        yield* outbox.enqueue(sessionEndedEvent(stored))
+        // A transfer still pending sends session.ended with its outcome (docs/fallback.md, "Transfer outcomes").
+        if (stored.pendingTransfer === undefined) yield* outbox.enqueue(sessionEndedEvent(stored))
         if (session.instanceId !== undefined) {
           yield* sessions.disown(session.instanceId, { agentId: session.agentId, sessionId: session.id })
         }

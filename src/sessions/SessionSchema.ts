@@ -2,7 +2,7 @@ import { Schema } from "effect"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
 import { FallbackRecord } from "../fallback/FallbackRecord.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
-import { AnsweredBy, SessionRecording } from "../webhooks/SessionEndedEvent.js"
+import { AnsweredBy, SessionRecording, TransferRecord } from "../webhooks/SessionEndedEvent.js"
 
 /**
  * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
@@ -15,6 +15,22 @@ export type SessionStatus = typeof SessionStatus.Type
 
 /** Statuses of a session that has not ended: an outbound call placed (queued, ringing), or a live call. */
 export const isOpenStatus = (status: SessionStatus): boolean => status === "queued" || status === "ringing" || status === "active"
+
+/**
+ * A transfer callgate asked the carrier for whose outcome has not come yet (docs/fallback.md,
+ * "Transfer outcomes"). Written before the carrier request, so an outcome that comes back at once
+ * always finds it; what the caller hears if it fails travels with it, so any instance can answer.
+ */
+export const PendingTransfer = Schema.Struct({
+  to: Schema.String,
+  initiatedBy: Schema.Literal("agent", "fallback"),
+  startedAt: Schema.String.annotations({ description: "ISO 8601: when callgate asked the carrier to transfer" }),
+  answeredAt: Schema.NullOr(Schema.String).annotations({ description: "ISO 8601: when the carrier reported the number answered" }),
+  failedMessage: Schema.NullOr(Schema.String).annotations({
+    description: "The environment's transferFailedMessage when the transfer began (fallback transfers only)"
+  })
+}).annotations({ identifier: "PendingTransfer" })
+export type PendingTransfer = typeof PendingTransfer.Type
 
 /** One agent leg of a session: the agent that held the call from `startedAt` to `endedAt` (docs/reliability.md, "Agent failover"). */
 export const AgentLeg = Schema.Struct({
@@ -63,6 +79,12 @@ export const Session = Schema.Struct({
   accountSid: Schema.optional(Schema.String.annotations({ description: "The carrier account of the call, when its REST path needs it" })),
   recording: Schema.optional(SessionRecording.annotations({ description: "The call's recording, once its file is complete (docs/recording.md)" })),
   answeredBy: Schema.optional(AnsweredBy),
+  transfers: Schema.optional(
+    Schema.Array(TransferRecord).annotations({ description: "The call's transfers with their outcomes (docs/fallback.md, \"Transfer outcomes\")" })
+  ),
+  pendingTransfer: Schema.optional(
+    PendingTransfer.annotations({ description: "A transfer ringing or talking whose outcome has not come yet; session.ended waits for it" })
+  ),
   answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" })),
   agentLegs: Schema.optional(
     Schema.Array(AgentLeg).annotations({

@@ -5,7 +5,7 @@ import { isE164 } from "../environments/EnvironmentSchema.js"
 import type { FallbackRecord } from "../fallback/FallbackRecord.js"
 import type { TurnRecord } from "../turns/TurnRecord.js"
 import type { SessionEndedEvent } from "../webhooks/SessionEndedEvent.js"
-import { DEFAULT_PAGE_SIZE, isOpenStatus, type Session, type SessionListQuery, type SessionStatus } from "./SessionSchema.js"
+import { DEFAULT_PAGE_SIZE, isOpenStatus, type PendingTransfer, type Session, type SessionListQuery, type SessionStatus } from "./SessionSchema.js"
 import { type SessionCursor, type SessionRef, SessionStore } from "./SessionStore.js"
 
 export class SessionNotFound extends Data.TaggedError("SessionNotFound")<{
@@ -30,6 +30,8 @@ export interface SessionEnd {
   readonly endReason: string
   readonly endedAt: Date
   readonly fallback?: FallbackRecord | undefined
+  /** A transfer the ending left ringing (TransferOutcomes): session.ended waits for its outcome. */
+  readonly pendingTransfer?: PendingTransfer | undefined
   /** The turns the session's observer saw, when it had one. */
   readonly turns?: ReadonlyArray<TurnRecord> | undefined
 }
@@ -60,6 +62,7 @@ export const sessionEndedEvent = (session: Session): SessionEndedEvent => {
     ...(session.endReason !== null ? { endReason: session.endReason } : {}),
     ...(session.recording !== undefined ? { recording: session.recording } : {}),
     ...(session.answeredBy !== undefined ? { answeredBy: session.answeredBy } : {}),
+    ...(session.transfers !== undefined && session.transfers.length > 0 ? { transfers: session.transfers } : {}),
     ...(session.agentFailovers !== undefined ? { agentFailovers: session.agentFailovers } : {})
   }
 }

@@ -20,10 +20,35 @@ export const sayAndHangupTwiml = (sentence: string): string => {
   return response.toString()
 }
 
-/** A document that moves the call to `to`, showing `callerId` where given. */
-export const dialTwiml = (to: string, callerId?: string): string => {
+/** Where a tracked `<Dial>` reports: its `action` (the outcome), its number's status callbacks, its ring timeout. */
+export interface DialTracking {
+  readonly outcomeUrl: string
+  readonly progressUrl: string
+  readonly timeoutSeconds: number
+}
+
+/**
+ * A document that moves the call to `to`, showing `callerId` where given. Tracked
+ * (docs/fallback.md, "Transfer outcomes"): `<Dial action timeout>` and `<Number statusCallback
+ * statusCallbackEvent="initiated ringing answered completed">`, so the carrier reports the outcome
+ * and asks callgate what the caller hears after it.
+ */
+export const dialTwiml = (to: string, callerId?: string, tracking?: DialTracking): string => {
   const response = new twilio.twiml.VoiceResponse()
-  response.dial(callerId !== undefined ? { callerId } : {}, to)
+  if (tracking === undefined) {
+    response.dial(callerId !== undefined ? { callerId } : {}, to)
+    return response.toString()
+  }
+  const dial = response.dial({
+    ...(callerId !== undefined ? { callerId } : {}),
+    action: tracking.outcomeUrl,
+    method: "POST",
+    timeout: tracking.timeoutSeconds
+  })
+  dial.number(
+    { statusCallback: tracking.progressUrl, statusCallbackMethod: "POST", statusCallbackEvent: ["initiated", "ringing", "answered", "completed"] },
+    to
+  )
   return response.toString()
 }
 

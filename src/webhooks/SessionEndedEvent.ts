@@ -15,6 +15,32 @@ export const AnsweredBy = Schema.Literal("human", "machine", "fax", "unknown").a
   description: "Who answered an outbound call placed with machineDetection: human, machine, fax or unknown"
 })
 
+/**
+ * One transfer of the call and its outcome as the carrier reported it (docs/fallback.md, "Transfer
+ * outcomes"): who asked for it, how long the number rang, how long the caller talked there.
+ */
+export const TransferRecord = Schema.Struct({
+  to: Schema.String.annotations({ description: "The number dialled, E.164" }),
+  initiatedBy: Schema.Literal("agent", "fallback").annotations({
+    description: "agent: the agent's transfer event; fallback: the environment's phone fallback"
+  }),
+  status: Schema.Literal("answered", "busy", "no-answer", "failed", "canceled").annotations({
+    description: "answered (and talked), busy, no-answer (rang out: TRANSFER_RING_TIMEOUT), failed (could not be placed), canceled (the caller hung up while it rang)"
+  }),
+  ringMs: Schema.Number.annotations({ description: "From the transfer request to the answer (or to the end, when not answered)" }),
+  talkMs: Schema.Number.annotations({ description: "From the answer to the hang-up; 0 when not answered" }),
+  startedAt: Schema.String.annotations({ description: "ISO 8601: when callgate asked the carrier to transfer" }),
+  endedAt: Schema.String.annotations({ description: "ISO 8601: when the outcome was known" }),
+  carrierStatus: Schema.NullOr(Schema.String).annotations({
+    description:
+      "The carrier's own word (Twilio/TeXML DialCallStatus, Telnyx hangup_cause); null when no outcome came within the bound and callgate closed it (docs/fallback.md, \"When the outcome never comes\")"
+  }),
+  transferFailedMessage: Schema.Boolean.annotations({
+    description: "True when the environment's transferFailedMessage was spoken to the caller before the hang-up"
+  })
+}).annotations({ identifier: "TransferRecord" })
+export type TransferRecord = typeof TransferRecord.Type
+
 /** The `session.ended` payload (docs/webhooks.md, "The request"). */
 export const SessionEndedEvent = Schema.Struct({
   event: Schema.Literal("session.ended"),
@@ -32,6 +58,11 @@ export const SessionEndedEvent = Schema.Struct({
   endReason: Schema.optional(Schema.String),
   recording: Schema.optional(SessionRecording.annotations({ description: "Present when the call was recorded and its file is complete" })),
   answeredBy: Schema.optional(AnsweredBy),
+  transfers: Schema.optional(
+    Schema.Array(TransferRecord).annotations({
+      description: "The call's transfers with their outcomes; present when the call was transferred. session.ended is sent once the last one's outcome is known"
+    })
+  ),
   agentFailovers: Schema.optional(
     Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally (docs/reliability.md, \"Agent failover\")" })
   )

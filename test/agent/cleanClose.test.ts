@@ -7,6 +7,7 @@ import {
   CALL_KINDS,
   CALLER_SPEECH,
   carrierRequestsFor,
+  completeTransfer,
   createEnvironment,
   endedEventsFor,
   expectCarrierRequest,
@@ -55,18 +56,22 @@ describe.each(CALL_KINDS)("an agent closing its socket mid-call: %s", (kind) => 
   it("1006 (the socket destroyed, no close handshake): a hard error, the fallback transfers", async () => {
     const { env, call, agent } = await midCall()
     ;(agent.ws as unknown as { _socket: Socket })._socket.destroy()
+    // The phone fallback's session.ended waits for the transfer's outcome: the number answers.
+    await completeTransfer(gateway, call, env.agentId)
     const ended = await waitForEnded(gateway, call.callId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected" })
     const session = await getSession(gateway, env.agentId, ended.sessionId)
     expect(session.fallback).toMatchObject({ trigger: "agent_disconnected", type: "phone", outcome: "transferred" })
     const requests = carrierRequestsFor(gateway, call.callId)
-    expect(requests).toHaveLength(1)
-    expectCarrierRequest(gateway, call, requests[0]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER })
+    expect(requests[0]).toBeDefined()
+    expectCarrierRequest(gateway, call, requests[0]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER, tracked: { agentId: env.agentId, sessionId: ended.sessionId } })
   })
 
   it("1011 (internal error): a hard error, the fallback transfers", async () => {
     const { env, call, agent } = await midCall()
     agent.ws.close(1011, "the bot crashed")
+    // The phone fallback's session.ended waits for the transfer's outcome: the number answers.
+    await completeTransfer(gateway, call, env.agentId)
     const ended = await waitForEnded(gateway, call.callId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected" })
     const session = await getSession(gateway, env.agentId, ended.sessionId)
@@ -77,15 +82,21 @@ describe.each(CALL_KINDS)("an agent closing its socket mid-call: %s", (kind) => 
       errorMessage: "The agent closed its connection during the call (code 1011)"
     })
     const requests = carrierRequestsFor(gateway, call.callId)
-    expect(requests).toHaveLength(1)
-    expectCarrierRequest(gateway, call, requests[0]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER })
+    expect(requests[0]).toBeDefined()
+    expectCarrierRequest(gateway, call, requests[0]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER, tracked: { agentId: env.agentId, sessionId: ended.sessionId } })
   })
 
   it("1001 (going away): a hard error, the fallback transfers", async () => {
-    const { call, agent } = await midCall()
+    const { env, call, agent } = await midCall()
     agent.ws.close(1001)
+    // The phone fallback's session.ended waits for the transfer's outcome: the number answers.
+    await completeTransfer(gateway, call, env.agentId)
     const ended = await waitForEnded(gateway, call.callId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected" })
-    expectCarrierRequest(gateway, call, carrierRequestsFor(gateway, call.callId)[0]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER })
+    expectCarrierRequest(gateway, call, carrierRequestsFor(gateway, call.callId)[0]!, {
+      dial: FALLBACK_NUMBER,
+      callerId: AGENT_NUMBER,
+      tracked: { agentId: env.agentId, sessionId: ended.sessionId }
+    })
   })
 })

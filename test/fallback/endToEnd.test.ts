@@ -13,6 +13,7 @@ import {
   CALLER,
   CALLER_SPEECH,
   carrierRequestsFor,
+  completeTransfer,
   createEnvironment,
   endedEventsFor,
   expectCarrierRequest,
@@ -165,6 +166,8 @@ describe.each(CALL_KINDS)("error fallback end to end: %s calls", (kind) => {
       const call = await placeCall(gateway, env, kind, trigger !== "no_idle_agent")
       const cleanup = await fire(trigger, call)
       try {
+        // A phone fallback's session.ended waits for the transfer's outcome (docs/fallback.md, "Transfer outcomes").
+        if (type === "phone") await completeTransfer(gateway, call, env.agentId)
         const ended = await waitForEnded(gateway, call.callId)
         expect(ended).toMatchObject({ status: "failed", endReason: trigger, callId: call.callId })
 
@@ -199,13 +202,18 @@ describe.each(CALL_KINDS)("error fallback end to end: %s calls", (kind) => {
             expectCarrierRequest(gateway, call, carrierRequestsFor(gateway, call.callId)[0]!, { twiml: WEBHOOK_TWIML })
           }
         } else {
+          // The transfer's carrier request, then (Call Control) the hang-up of the caller's leg after the answered transfer.
+          const count = type === "phone" && kind === "telnyx-call-control" ? 2 : 1
+          await until(() => carrierRequestsFor(gateway, call.callId).length >= count, "the carrier requests")
           const requests = carrierRequestsFor(gateway, call.callId)
-          expect(requests).toHaveLength(1)
+          expect(requests).toHaveLength(count)
           expectCarrierRequest(
             gateway,
             call,
             requests[0]!,
-            type === "disabled" ? { hangup: true } : { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER }
+            type === "disabled"
+              ? { hangup: true }
+              : { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER, tracked: { agentId: env.agentId, sessionId: ended.sessionId } }
           )
         }
 
@@ -275,11 +283,19 @@ describe.each(["telnyx-texml", "telnyx-call-control"] as const)("the agent's tra
     const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: "+14155550777" })
     const call = await placeCall(gateway, env, kind)
     call.agent!.send({ event: "transfer", transfer: { to: FALLBACK_NUMBER } })
+    await completeTransfer(gateway, call, env.agentId)
     const ended = await waitForEnded(gateway, call.callId)
     expect(ended).toMatchObject({ status: "completed", endReason: "agent_transfer" })
+    // Call Control: the transfer, then the hang-up of what is left of the caller's leg once it ended.
+    const count = kind === "telnyx-call-control" ? 2 : 1
+    await until(() => carrierRequestsFor(gateway, call.callId).length >= count, "the carrier requests")
     const requests = carrierRequestsFor(gateway, call.callId)
-    expect(requests).toHaveLength(1)
-    expectCarrierRequest(gateway, call, requests[0]!, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER })
+    expect(requests).toHaveLength(count)
+    expectCarrierRequest(gateway, call, requests[0]!, {
+      dial: FALLBACK_NUMBER,
+      callerId: AGENT_NUMBER,
+      tracked: { agentId: env.agentId, sessionId: ended.sessionId }
+    })
     const session = await getSession(gateway, env.agentId, ended.sessionId)
     expect(session).toMatchObject({ status: "completed", endReason: "agent_transfer", fallback: null })
     await call.carrier.peer.waitClosed()

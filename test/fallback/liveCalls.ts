@@ -181,7 +181,7 @@ export const expectCarrierRequest = (
   gateway: Gateway,
   call: { kind: CallKind; callId: string },
   request: RecordedRequest,
-  action: { hangup: true } | { dial: string; callerId: string } | { twiml: string }
+  action: { hangup: true } | { dial: string; callerId: string; tracked?: TransferRef } | { twiml: string }
 ) => {
   expect(request.method).toBe("POST")
   if (call.kind === "twilio") {
@@ -192,7 +192,7 @@ export const expectCarrierRequest = (
       "hangup" in action
         ? { Status: "completed" }
         : "dial" in action
-          ? { Twiml: `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${action.callerId}">${action.dial}</Dial></Response>` }
+          ? { Twiml: dialDocument("twilio", action.dial, action.callerId, action.tracked) }
           : { Twiml: action.twiml }
     )
     return
@@ -204,7 +204,7 @@ export const expectCarrierRequest = (
       "hangup" in action
         ? { Status: "completed" }
         : "dial" in action
-          ? { Texml: `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${action.callerId}">${action.dial}</Dial></Response>` }
+          ? { Texml: dialDocument("telnyx", action.dial, action.callerId, action.tracked) }
           : { Texml: action.twiml }
     )
     return
@@ -215,8 +215,135 @@ export const expectCarrierRequest = (
   expect(request.json).toEqual(
     "hangup" in action
       ? { command_id: expect.stringMatching(UUID) }
-      : { to: action.dial, from: action.callerId, command_id: expect.stringMatching(UUID) }
+      : action.tracked === undefined
+        ? { to: action.dial, from: action.callerId, command_id: expect.stringMatching(UUID) }
+        : {
+          to: action.dial,
+          from: action.callerId,
+          timeout_secs: 30,
+          webhook_url: `${PUBLIC_URL}/telephony/telnyx/transfer-events?${transferQuery(action.tracked)}`,
+          webhook_url_method: "POST",
+          command_id: expect.stringMatching(UUID)
+        }
   )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transfers and their outcomes (docs/fallback.md, "Transfer outcomes")
+
+/** The call harness's PUBLIC_URL: where callgate tells carriers to report. */
+export const PUBLIC_URL = "https://callgate.test"
+
+export interface TransferRef {
+  readonly agentId: string
+  readonly sessionId: string
+}
+
+const transferQuery = (ref: TransferRef) => new URLSearchParams({ agentId: ref.agentId, sessionId: ref.sessionId }).toString()
+
+/** The tracked `<Dial>` callgate sends for a transfer, exactly (attributes in the SDK's order, `&` escaped). */
+export const trackedDial = (provider: "twilio" | "telnyx", to: string, callerId: string, ref: TransferRef, timeoutSeconds = 30) => {
+  const query = transferQuery(ref).replace(/&/g, "&amp;")
+  return (
+    `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${callerId}" ` +
+    `action="${PUBLIC_URL}/telephony/${provider}/transfer-outcome?${query}" method="POST" timeout="${timeoutSeconds}">` +
+    `<Number statusCallback="${PUBLIC_URL}/telephony/${provider}/transfer-progress?${query}" statusCallbackMethod="POST" ` +
+    `statusCallbackEvent="initiated ringing answered completed">${to}</Number></Dial></Response>`
+  )
+}
+
+/** A `<Dial>` callgate wrote: tracked for its own transfers, plain for one that came in a fallback webhook's markup. */
+const dialDocument = (provider: "twilio" | "telnyx", to: string, callerId: string, ref: TransferRef | undefined) =>
+  ref === undefined
+    ? `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${callerId}">${to}</Dial></Response>`
+    : trackedDial(provider, to, callerId, ref)
+
+export type TransferOutcome = "answered" | "busy" | "no-answer" | "failed"
+
+/** What each carrier reports for an outcome: Twilio/TeXML DialCallStatus, Telnyx hangup_cause. */
+export const CARRIER_WORDS: Record<TransferOutcome, { readonly dial: string; readonly hangupCause: string }> = {
+  answered: { dial: "completed", hangupCause: "normal_clearing" },
+  busy: { dial: "busy", hangupCause: "user_busy" },
+  "no-answer": { dial: "no-answer", hangupCause: "timeout" },
+  failed: { dial: "failed", hangupCause: "unspecified" }
+}
+
+/** Posts a form to callgate as Twilio (X-Twilio-Signature over the PUBLIC_URL address) or TeXML (Ed25519) would. */
+export const postCarrierForm = async (gateway: Gateway, kind: CallKind, path: string, form: Record<string, string>) => {
+  const body = new URLSearchParams(form).toString()
+  const headers: Record<string, string> =
+    kind === "twilio" ? { "x-twilio-signature": gateway.twilio.sign(`${PUBLIC_URL}${path}`, form) } : gateway.telnyx.signWebhook(body)
+  return fetch(`${gateway.httpBase}${path}`, { method: "POST", headers: { "content-type": "application/x-www-form-urlencoded", ...headers }, body })
+}
+
+/** Posts a Call Control webhook of the transfer's new leg, signed as Telnyx signs it. */
+export const postLegEvent = async (gateway: Gateway, ref: TransferRef, eventType: string, payload: Record<string, unknown>) => {
+  const body = gateway.telnyx.callControlEvent(eventType, payload)
+  return fetch(`${gateway.httpBase}/telephony/telnyx/transfer-events?${transferQuery(ref)}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...gateway.telnyx.signWebhook(body) },
+    body
+  })
+}
+
+/** The transfer request callgate sent for the call (the carrier's REST), once it is there. */
+export const transferRequestOf = async (gateway: Gateway, call: { kind: CallKind; callId: string }) => {
+  const isTransfer = (r: RecordedRequest) =>
+    call.kind === "telnyx-call-control" ? decodeURIComponent(r.path).endsWith("/actions/transfer") : JSON.stringify(r.form ?? {}).includes("<Dial")
+  await until(() => carrierRequestsFor(gateway, call.callId).some(isTransfer), `the transfer request of ${call.callId}`)
+  return carrierRequestsFor(gateway, call.callId).find(isTransfer)!
+}
+
+/**
+ * The carrier reports the transfer's outcome as it would: Twilio/TeXML the number's progress
+ * (ringing, and in-progress when answered) then the `<Dial action>` with DialCallStatus (and
+ * DialCallDuration); Call Control the new leg's call.initiated, call.answered and call.hangup.
+ * Answers the `<Dial action>`'s response text (the caller's next TwiML), or "" for Call Control.
+ */
+export const reportTransferOutcome = async (
+  gateway: Gateway,
+  call: { kind: CallKind; callId: string },
+  ref: TransferRef,
+  outcome: TransferOutcome,
+  options: { readonly talkSeconds?: number; readonly reportAnswer?: boolean } = {}
+): Promise<string> => {
+  const words = CARRIER_WORDS[outcome]
+  const reportAnswer = options.reportAnswer ?? true
+  if (call.kind === "telnyx-call-control") {
+    const leg = { call_control_id: `v3:leg-b-${ref.sessionId}`, to: FALLBACK_NUMBER, from: AGENT_NUMBER }
+    expect((await postLegEvent(gateway, ref, "call.initiated", leg)).status).toBe(200)
+    if (outcome === "answered" && reportAnswer) expect((await postLegEvent(gateway, ref, "call.answered", leg)).status).toBe(200)
+    expect((await postLegEvent(gateway, ref, "call.hangup", { ...leg, hangup_cause: words.hangupCause })).status).toBe(200)
+    return ""
+  }
+  const provider = call.kind === "twilio" ? "twilio" : "telnyx"
+  const query = transferQuery(ref)
+  const progress = `/telephony/${provider}/transfer-progress?${query}`
+  const base = { CallSid: `CA-leg-b-${ref.sessionId}`, ParentCallSid: call.callId }
+  expect((await postCarrierForm(gateway, call.kind, progress, { ...base, CallStatus: "ringing" })).status).toBe(204)
+  if (outcome === "answered" && reportAnswer) {
+    expect((await postCarrierForm(gateway, call.kind, progress, { ...base, CallStatus: "in-progress" })).status).toBe(204)
+  }
+  const response = await postCarrierForm(gateway, call.kind, `/telephony/${provider}/transfer-outcome?${query}`, {
+    CallSid: call.callId,
+    DialCallSid: base.CallSid,
+    DialCallStatus: words.dial,
+    ...(outcome === "answered" ? { DialCallDuration: String(options.talkSeconds ?? 42) } : {})
+  })
+  expect(response.status).toBe(200)
+  return response.text()
+}
+
+/** The tracked transfer request callgate sent for the call (its own transfer, not a webhook's markup), if any yet. */
+export const trackedTransferOf = (gateway: Gateway, call: { kind: CallKind; callId: string }) =>
+  carrierRequestsFor(gateway, call.callId).find((r) => /transfer-(outcome|events)/.test(JSON.stringify(r.form ?? r.json ?? {})))
+
+/** Moves a fallback or agent transfer of `call` to `outcome` as its carrier would report it; answers the caller's next TwiML. */
+export const completeTransfer = async (gateway: Gateway, call: { kind: CallKind; callId: string }, agentId: string, outcome: TransferOutcome = "answered") => {
+  const request = await transferRequestOf(gateway, call)
+  const text = call.kind === "telnyx-call-control" ? String((request.json as any)?.webhook_url) : JSON.stringify(request.form)
+  const sessionId = /sessionId=([A-Za-z0-9_-]+)/.exec(text)![1]!
+  return reportTransferOutcome(gateway, call, { agentId, sessionId }, outcome)
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))

@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { Session } from "../../src/sessions/SessionSchema.js"
-import { type Gateway, sessionIdOf, startGateway, storedSession } from "../livecall/callHarness.js"
+import { type Gateway, sessionIdOf, startGateway, storedSession, until } from "../livecall/callHarness.js"
 import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
 import {
   AGENT_NUMBER,
   CALL_KINDS,
   carrierRequestsFor,
+  completeTransfer,
   createEnvironment,
   endedEventsFor,
   expectCarrierRequest,
@@ -17,6 +18,7 @@ import {
   sleep,
   speakThenListen,
   type TestEnvironment,
+  trackedTransferOf,
   waitForEnded
 } from "./liveCalls.js"
 
@@ -64,6 +66,9 @@ describe.each(CALL_KINDS)("racing triggers on %s calls", (kind) => {
    */
   const expectOneAction = async (race: { path: string; env: TestEnvironment; call: LiveCall }) => {
     const { path, env, call } = race
+    // An agent's transfer that won sends session.ended once its outcome came: the carrier reports it answered.
+    await until(() => endedEventsFor(gateway, call.callId).length > 0 || trackedTransferOf(gateway, call) !== undefined, "the ending")
+    if (trackedTransferOf(gateway, call) !== undefined) await completeTransfer(gateway, call, env.agentId)
     const ended = await waitForEnded(gateway, call.callId)
     await sleep(SETTLE_MS)
     expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
@@ -85,9 +90,15 @@ describe.each(CALL_KINDS)("racing triggers on %s calls", (kind) => {
         expect(webhooks).toHaveLength(0)
         break
       case "agent_transfer":
-        expect(session).toMatchObject({ status: "completed", fallback: null })
-        expect(requests).toHaveLength(1)
-        expectCarrierRequest(gateway, call, requests[0]!, { dial: AGENT_TRANSFER_TO, callerId: AGENT_NUMBER })
+        expect(session).toMatchObject({ status: "completed", fallback: null, transfers: [{ initiatedBy: "agent", status: "answered" }] })
+        // Call Control: the transfer, then the hang-up of what is left of the caller's leg after it.
+        await until(() => carrierRequestsFor(gateway, call.callId).length >= (kind === "telnyx-call-control" ? 2 : 1), "the carrier requests")
+        expect(carrierRequestsFor(gateway, call.callId)).toHaveLength(kind === "telnyx-call-control" ? 2 : 1)
+        expectCarrierRequest(gateway, call, requests[0]!, {
+          dial: AGENT_TRANSFER_TO,
+          callerId: AGENT_NUMBER,
+          tracked: { agentId: env.agentId, sessionId: session.id }
+        })
         expect(webhooks).toHaveLength(0)
         break
       default:

@@ -53,6 +53,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         errorFallbackTimeWindow: 300,
         errorFallbackWebhookSecret: null,
         errorFallbackShedNewCalls: true,
+        transferFailedMessage: null,
         agentUrl: null,
         agentFailoverTimeout: 5,
         maxConcurrentOutboundCalls: 10,

@@ -10,6 +10,7 @@ import { CheckpointAgent } from "../../examples/agents/checkpoint-agent.js"
 import { speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
 import { repoRoot } from "../support/gatewayProcess.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
+import { completeTransfer } from "../fallback/liveCalls.js"
 import {
   audioFrames,
   type CarrierCall,
@@ -217,6 +218,8 @@ describe("agent failover", () => {
     const sessionId = sessionIdOf(agent)
     agent.ws.terminate()
     await call.peer.waitForEvent("clear")
+    // The phone fallback's session.ended waits for the transfer's outcome (docs/fallback.md, "Transfer outcomes").
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")
@@ -234,6 +237,7 @@ describe("agent failover", () => {
     await agent.waitForEvent("start")
     const sessionId = sessionIdOf(agent)
     agent.ws.terminate()
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 0 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")

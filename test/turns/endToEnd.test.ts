@@ -11,6 +11,7 @@ import { FRAME_BYTES, FRAME_MS } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { placeTwilioCall } from "../../sim/TwilioCall.js"
 import { type Gateway, startGateway } from "../livecall/callHarness.js"
+import { reportTransferOutcome, trackedDial, type TransferRef } from "../fallback/liveCalls.js"
 import { ADMIN_KEY, adminAuth, uniqueId } from "../support/testApp.js"
 
 /**
@@ -141,14 +142,13 @@ describe("turn timing and the no-response breaker on real calls", () => {
 
   describe("threshold 2, timeout 1 s: the second stalled call trips the breaker", () => {
     const cases = [
-      { type: "disabled", value: null, outcome: "hung_up", request: () => ({ Status: "completed" }) },
+      { type: "disabled", value: null, outcome: "hung_up", request: (_ref: TransferRef) => ({ Status: "completed" }) },
       {
         type: "phone",
         value: FALLBACK_NUMBER,
         outcome: "transferred",
-        request: () => ({
-          Twiml: `<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="${AGENT_NUMBER}">${FALLBACK_NUMBER}</Dial></Response>`
-        })
+        // The transfer is tracked (docs/fallback.md, "Transfer outcomes").
+        request: (ref: TransferRef) => ({ Twiml: trackedDial("twilio", FALLBACK_NUMBER, AGENT_NUMBER, ref) })
       }
     ] as const
 
@@ -193,7 +193,10 @@ describe("turn timing and the no-response breaker on real calls", () => {
       )
       // Exactly one carrier request per call: the fallback's.
       for (const { callSid } of [first, second]) {
-        expect(t.gateway.twilio.callUpdates(callSid).map((r) => r.form)).toEqual([request()])
+        const { id } = await t.session(callSid)
+        expect(t.gateway.twilio.callUpdates(callSid).map((r) => r.form)).toEqual([request({ agentId: t.agentId, sessionId: id })])
+        // A transfer's session.ended waits for its outcome: the number answers.
+        if (type === "phone") await reportTransferOutcome(t.gateway, { kind: "twilio", callId: callSid }, { agentId: t.agentId, sessionId: id }, "answered")
       }
       for (const { call } of [first, second]) {
         expect(await call.closed).toMatchObject({ by: "gateway", code: 1000 })

@@ -136,4 +136,18 @@ export interface SessionEndedEvent {
         readonly pauses: ReadonlyArray<{ readonly startMs: number; readonly endMs: number }>
       }
     | undefined
+  /** The call's transfers with their outcomes, when it was transferred (sent once the last outcome is known) */
+  readonly transfers?:
+    | ReadonlyArray<{
+        readonly to: string
+        readonly initiatedBy: "agent" | "fallback"
+        readonly status: "answered" | "busy" | "no-answer" | "failed" | "canceled"
+        readonly ringMs: number
+        readonly talkMs: number
+        readonly startedAt: string
+        readonly endedAt: string
+        readonly carrierStatus: string | null
+        readonly transferFailedMessage: boolean
+      }>
+    | undefined
 }

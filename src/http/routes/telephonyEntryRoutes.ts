@@ -24,6 +24,9 @@ import { afterStreamEntry } from "../../telephony/entry/AfterStreamEntry.js"
 import { telnyxCallControlEntry } from "../../telephony/entry/TelnyxCallControlEntry.js"
 import { telnyxTexmlEntry } from "../../telephony/entry/TelnyxTexmlEntry.js"
 import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
+import { telnyxTransferEventsEntry, transferOutcomeEntry, transferProgressEntry } from "../../telephony/entry/TransferCallbacks.js"
+import type { TransferOutcomes } from "../../sessions/TransferOutcomes.js"
+import type { Carriers } from "../../kernel/Carrier.js"
 import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
 
 /** What the call entry endpoints need from the app's runtime. */
@@ -45,6 +48,8 @@ export type TelephonyEntryServices =
   | CallLeases
   | AuthThrottle
   | Breaker
+  | TransferOutcomes
+  | Carriers
 
 const internalError: EntryResponse = {
   status: 500,
@@ -106,4 +111,9 @@ export const registerTelephonyEntryRoutes = (app: FastifyInstance, runtime: Runt
   route(EntryPaths.telnyxCallControl, (request) => telnyxCallControlEntry(request, telnyx.verify))
   route(EntryPaths.twilioAfterStream, (request) => afterStreamEntry("twilio", request, telnyx.verify))
   route(EntryPaths.telnyxAfterStream, (request) => afterStreamEntry("telnyx-texml", request, telnyx.verify))
+  route(EntryPaths.twilioTransferOutcome, (request) => transferOutcomeEntry("twilio", request, telnyx.verify))
+  route(EntryPaths.telnyxTransferOutcome, (request) => transferOutcomeEntry("telnyx-texml", request, telnyx.verify))
+  route(EntryPaths.twilioTransferProgress, (request) => transferProgressEntry("twilio", request, telnyx.verify))
+  route(EntryPaths.telnyxTransferProgress, (request) => transferProgressEntry("telnyx-texml", request, telnyx.verify))
+  route(EntryPaths.telnyxTransferEvents, (request) => telnyxTransferEventsEntry(request, telnyx.verify))
 }

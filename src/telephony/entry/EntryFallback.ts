@@ -19,9 +19,9 @@ export const answerCarrier = () => {
       Effect.sync(() => {
         markup = hangupTwiml()
       }),
-    transfer: (_call, to, callerId) =>
+    transfer: (_call, to, callerId, tracking) =>
       Effect.sync(() => {
-        markup = dialTwiml(to, callerId)
+        markup = dialTwiml(to, callerId, tracking)
       }),
     applyTwiml: (_call, twiml) =>
       Effect.sync(() => {

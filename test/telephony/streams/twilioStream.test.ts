@@ -12,6 +12,7 @@ import {
   until
 } from "../../livecall/callHarness.js"
 import { uniqueId } from "../../support/testApp.js"
+import { reportTransferOutcome, trackedDial, transferRequestOf } from "../../fallback/liveCalls.js"
 
 const caller = audioFrames("caller-appointment.ulaw")
 const agentVoice = audioFrames("agent-greeting.ulaw")
@@ -152,14 +153,16 @@ describe("Twilio media streams end to end", () => {
   })
 
   it("the agent's transfer moves the call with <Dial> through Twilio's REST API", async () => {
-    const { agent, callSid, sessionId } = await connectedCall({ to: "+14155550199" })
+    const { agentId, agent, callSid, sessionId } = await connectedCall({ to: "+14155550199" })
     agent.send({ event: "transfer", transfer: { to: "+14155550123" } })
-    const ended = await gateway.outbox.forSession(sessionId)
-    expect(ended).toMatchObject({ status: "completed", endReason: "agent_transfer" })
+    // Tracked (docs/fallback.md, "Transfer outcomes"): session.ended waits for the carrier's outcome.
+    const call = { kind: "twilio" as const, callId: callSid }
+    await transferRequestOf(gateway, call)
     const [update] = gateway.twilio.callUpdates(callSid)
-    expect(update!.form?.Twiml).toBe(
-      '<?xml version="1.0" encoding="UTF-8"?><Response><Dial callerId="+14155550199">+14155550123</Dial></Response>'
-    )
+    expect(update!.form?.Twiml).toBe(trackedDial("twilio", "+14155550123", "+14155550199", { agentId, sessionId }))
+    await reportTransferOutcome(gateway, call, { agentId, sessionId }, "answered")
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "completed", endReason: "agent_transfer", transfers: [{ status: "answered", initiatedBy: "agent" }] })
     gateway.twilio.reset()
   })
 

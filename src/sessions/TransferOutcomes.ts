@@ -1,0 +1,271 @@
+import { Clock, Duration, Effect, FiberMap, Option } from "effect"
+import { Counter } from "prom-client"
+import { AppConfig } from "../config/AppConfig.js"
+import { PublicUrl } from "../config/PublicUrl.js"
+import type { TransferTracking } from "../kernel/Carrier.js"
+import { EntryPaths } from "../kernel/EntryPaths.js"
+import { type StoreError, storeRetry } from "../kernel/StoreError.js"
+import { isoAt } from "../kernel/Time.js"
+import { Metrics } from "../observability/Metrics.js"
+import { Outbox } from "../webhooks/Outbox.js"
+import type { TransferRecord } from "../webhooks/SessionEndedEvent.js"
+import { isOpenStatus, type PendingTransfer, type Session } from "./SessionSchema.js"
+import { sessionEndedEvent, Sessions } from "./Sessions.js"
+
+/** The carriers' bounds on a transfer's ring timeout (Twilio `<Dial timeout>`, Telnyx `timeout_secs`). */
+const MIN_RING_SECONDS = 5
+const MAX_RING_SECONDS = 600
+
+/**
+ * How long past its bound a transfer waits for the carrier's word before callgate closes it
+ * itself (docs/fallback.md, "When the outcome never comes"): the carriers post the outcome right
+ * at the ring timeout or the hang-up; this covers their retries.
+ */
+export const TRANSFER_OUTCOME_GRACE = Duration.seconds(10)
+
+export type TransferStatus = TransferRecord["status"]
+
+export interface TransferRef {
+  readonly agentId: string
+  readonly sessionId: string
+}
+
+/** What the carrier said of a transfer's end. */
+export interface ReportedOutcome {
+  readonly status: TransferStatus
+  /** The carrier's own word (DialCallStatus, hangup_cause). */
+  readonly carrierStatus: string | null
+  /** Talk time the carrier counted (Twilio DialCallDuration), used when callgate saw no answer report. */
+  readonly talkMsHint?: number | undefined
+  /** The leg's end says nothing of an answer (Telnyx call.hangup): answered when an answer was reported before. */
+  readonly answeredWhenReported?: boolean | undefined
+}
+
+/** A transfer's outcome once known, and what the caller is to hear after it. */
+export interface SettledTransfer {
+  readonly transfer: TransferRecord
+  /** Said to the caller before the hang-up: a failed fallback transfer's transferFailedMessage. */
+  readonly sayBeforeHangup: string | null
+  /** The session as stored after the outcome. */
+  readonly session: Session
+}
+
+/**
+ * Transfer outcomes (docs/fallback.md, "Transfer outcomes"). A transfer is written on its session
+ * as `pendingTransfer` before the carrier is asked (`begin`), so the carrier's report, which may
+ * come back at once and to any instance, always finds it. The report (`progress`, `settle`) moves
+ * it into `transfers` with one conditional write; whichever write leaves the session both ended and
+ * without a pending transfer (this one, or the SessionEndJournal's end of the session) queues the
+ * one `session.ended`. A transfer whose outcome never comes is closed by this instance after
+ * TRANSFER_RING_TIMEOUT + grace (not answered) or SESSION_MAX_DURATION + grace after its answer.
+ */
+export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callgate/TransferOutcomes", {
+  scoped: Effect.gen(function* () {
+    const config = yield* AppConfig
+    const publicUrl = yield* PublicUrl
+    const sessions = yield* Sessions
+    const outbox = yield* Outbox
+    const metrics = yield* Metrics
+    const bounds = yield* FiberMap.make<string, void, never>()
+
+    const outcomes = new Counter({
+      name: "callgate_transfers_total",
+      help: "Transfers by who asked for them and their outcome (docs/fallback.md, \"Transfer outcomes\")",
+      labelNames: ["initiated_by", "status"] as const,
+      registers: [metrics.registry]
+    })
+
+    const ringSeconds = Math.min(MAX_RING_SECONDS, Math.max(MIN_RING_SECONDS, Math.round(Duration.toSeconds(config.transferRingTimeout))))
+    const ringBound = Duration.sum(Duration.seconds(ringSeconds), TRANSFER_OUTCOME_GRACE)
+    const talkBound = Duration.sum(config.sessionMaxDuration, TRANSFER_OUTCOME_GRACE)
+
+    const trackingFor = (ref: TransferRef): TransferTracking => {
+      const query = new URLSearchParams({ agentId: ref.agentId, sessionId: ref.sessionId }).toString()
+      // Any instance can take the report (the pending transfer is in the store): the fleet's address when there is one.
+      const base = Option.getOrElse(config.fleetUrl, () => publicUrl.current())
+      return {
+        outcomeUrl: `${base}${EntryPaths.twilioTransferOutcome}?${query}`,
+        progressUrl: `${base}${EntryPaths.twilioTransferProgress}?${query}`,
+        callControlEventsUrl: `${base}${EntryPaths.telnyxTransferEvents}?${query}`,
+        timeoutSeconds: ringSeconds
+      }
+    }
+
+    /** The TeXML twin of `trackingFor`: Telnyx posts to its own paths (Ed25519-signed). */
+    const texmlTracking = (tracking: TransferTracking): TransferTracking => ({
+      ...tracking,
+      outcomeUrl: tracking.outcomeUrl.replace(EntryPaths.twilioTransferOutcome, EntryPaths.telnyxTransferOutcome),
+      progressUrl: tracking.progressUrl.replace(EntryPaths.twilioTransferProgress, EntryPaths.telnyxTransferProgress)
+    })
+
+    /** Queues the session's one session.ended once it is ended with no transfer pending. */
+    const sendEnded = (session: Session) =>
+      outbox.enqueue(sessionEndedEvent(session)).pipe(
+        Effect.retry(storeRetry),
+        Effect.tapError((error) => Effect.logError("could not queue session.ended after the transfer's outcome", { error: error.message })),
+        Effect.ignore
+      )
+
+    /**
+     * Moves the pending transfer into `transfers` (once: a second report finds none pending and
+     * reads the first one's record). Queues session.ended when the session had already ended.
+     */
+    const settle = (ref: TransferRef, reported: ReportedOutcome, startedAt?: string): Effect.Effect<Option.Option<SettledTransfer>, StoreError> =>
+      Effect.gen(function* () {
+        const nowMs = yield* Clock.currentTimeMillis
+        let decided: { record: TransferRecord; pending: PendingTransfer; closed: boolean } | undefined
+        const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
+          decided = undefined
+          const pending = current.pendingTransfer
+          if (pending === undefined || (startedAt !== undefined && pending.startedAt !== startedAt)) return current
+          const startedMs = Date.parse(pending.startedAt)
+          const measuredAnswer = pending.answeredAt === null ? undefined : Date.parse(pending.answeredAt)
+          const status = reported.answeredWhenReported === true && measuredAnswer !== undefined ? "answered" : reported.status
+          const answered = status === "answered"
+          // Talk time as callgate saw it (the answer report to now), else as the carrier counted it.
+          const talkMs = !answered ? 0 : measuredAnswer !== undefined ? Math.max(0, nowMs - measuredAnswer) : (reported.talkMsHint ?? 0)
+          const sayBeforeHangup = !answered && pending.initiatedBy === "fallback" ? pending.failedMessage : null
+          const record: TransferRecord = {
+            to: pending.to,
+            initiatedBy: pending.initiatedBy,
+            status,
+            ringMs: Math.max(0, (answered && measuredAnswer !== undefined ? measuredAnswer : nowMs - talkMs) - startedMs),
+            talkMs,
+            startedAt: pending.startedAt,
+            endedAt: isoAt(nowMs),
+            carrierStatus: reported.carrierStatus,
+            transferFailedMessage: sayBeforeHangup !== null
+          }
+          decided = { record, pending, closed: !isOpenStatus(current.status) }
+          const { pendingTransfer: _settled, ...rest } = current
+          return { ...rest, transfers: [...(current.transfers ?? []), record] }
+        })
+        if (Option.isNone(written)) return Option.none()
+        const session = written.value
+        if (decided === undefined) {
+          // Reported already: the caller still hears what the first report decided.
+          const last = session.transfers?.at(-1)
+          if (last === undefined || session.pendingTransfer !== undefined) return Option.none()
+          return Option.some({ transfer: last, sayBeforeHangup: null, session })
+        }
+        const { record, closed } = decided
+        outcomes.inc({ initiated_by: record.initiatedBy, status: record.status })
+        yield* Effect.logInfo("transfer outcome", {
+          sessionId: ref.sessionId,
+          initiatedBy: record.initiatedBy,
+          status: record.status,
+          carrierStatus: record.carrierStatus ?? "none",
+          ringMs: record.ringMs,
+          talkMs: record.talkMs
+        })
+        if (closed) yield* sendEnded(session)
+        yield* FiberMap.remove(bounds, ref.sessionId).pipe(Effect.when(() => startedAt === undefined))
+        return Option.some({
+          transfer: record,
+          sayBeforeHangup: record.transferFailedMessage ? decided.pending.failedMessage : null,
+          session
+        })
+      })
+
+    /** Closes a transfer whose outcome never came (docs/fallback.md, "When the outcome never comes"). */
+    const watch = (ref: TransferRef, startedAt: string): Effect.Effect<void> =>
+      Effect.gen(function* () {
+        yield* Effect.sleep(ringBound)
+        for (;;) {
+          const current = yield* sessions.get(ref.agentId, ref.sessionId).pipe(Effect.option)
+          const pending = Option.flatMap(current, (s) => Option.fromNullable(s.pendingTransfer))
+          if (Option.isNone(pending) || pending.value.startedAt !== startedAt) return
+          if (pending.value.answeredAt === null) {
+            yield* Effect.logWarning("no outcome came for the transfer within its ring bound: closed as failed", { sessionId: ref.sessionId })
+            yield* Effect.ignore(settle(ref, { status: "failed", carrierStatus: null }, startedAt))
+            return
+          }
+          const talkEnd = Date.parse(pending.value.answeredAt) + Duration.toMillis(talkBound)
+          const now = yield* Clock.currentTimeMillis
+          if (now >= talkEnd) {
+            yield* Effect.logWarning("no end came for the answered transfer within SESSION_MAX_DURATION: closed as answered", { sessionId: ref.sessionId })
+            yield* Effect.ignore(settle(ref, { status: "answered", carrierStatus: null }, startedAt))
+            return
+          }
+          yield* Effect.sleep(Duration.millis(talkEnd - now))
+        }
+      }).pipe(Effect.catchAllCause((cause) => Effect.logError("the transfer outcome watch failed", cause)))
+
+    /**
+     * Writes the transfer as pending on the session (before the carrier is asked) and watches for
+     * its outcome; answers where the carrier is to report. A session whose record is gone gets no
+     * tracking (the transfer runs untracked, as before).
+     */
+    const begin = (
+      ref: TransferRef,
+      transfer: { readonly to: string; readonly initiatedBy: "agent" | "fallback"; readonly failedMessage: string | null },
+      kind: "twilio" | "telnyx-texml" | "telnyx-call-control"
+    ): Effect.Effect<{ readonly tracking: TransferTracking; readonly pending: PendingTransfer } | undefined> =>
+      Effect.gen(function* () {
+        const startedAt = isoAt(yield* Clock.currentTimeMillis)
+        const pending: PendingTransfer = { ...transfer, startedAt, answeredAt: null }
+        const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => ({ ...current, pendingTransfer: pending }))
+        if (Option.isNone(written)) return undefined
+        yield* FiberMap.run(bounds, ref.sessionId, watch(ref, startedAt))
+        const tracking = trackingFor(ref)
+        return { tracking: kind === "telnyx-texml" ? texmlTracking(tracking) : tracking, pending }
+      }).pipe(
+        Effect.retry(storeRetry),
+        Effect.catchAll((error) =>
+          Effect.as(Effect.logWarning("could not record the pending transfer; it runs untracked", { error: error.message }), undefined)
+        )
+      )
+
+    /** The number answered (Twilio/TeXML `answered` status callback, Telnyx call.answered / call.bridged). */
+    const answered = (ref: TransferRef) =>
+      Effect.gen(function* () {
+        const at = isoAt(yield* Clock.currentTimeMillis)
+        yield* sessions.update(ref.agentId, ref.sessionId, (current) =>
+          current.pendingTransfer === undefined || current.pendingTransfer.answeredAt !== null
+            ? current
+            : { ...current, pendingTransfer: { ...current.pendingTransfer, answeredAt: at } }
+        )
+      }).pipe(Effect.retry(storeRetry))
+
+    return { begin, answered, settle: (ref: TransferRef, reported: ReportedOutcome) => settle(ref, reported) } as const
+  })
+}) {}
+
+/** Twilio and TeXML `DialCallStatus` (and a number's final `CallStatus`) as a transfer status. */
+export const dialCallStatusOutcome = (status: string): TransferStatus | undefined => {
+  switch (status) {
+    case "completed":
+    case "answered":
+      return "answered"
+    case "busy":
+      return "busy"
+    case "no-answer":
+      return "no-answer"
+    case "failed":
+      return "failed"
+    case "canceled":
+      return "canceled"
+    default:
+      return undefined
+  }
+}
+
+/**
+ * Telnyx Call Control `hangup_cause` of the new leg as a transfer status: an answered leg that hung
+ * up was answered whatever the cause; otherwise busy/rejected, timeout, the caller's cancel, or failed.
+ */
+export const hangupCauseOutcome = (cause: string | null, wasAnswered: boolean): TransferStatus => {
+  if (wasAnswered) return "answered"
+  switch (cause) {
+    case "user_busy":
+    case "call_rejected":
+      return "busy"
+    case "timeout":
+    case "no_answer":
+      return "no-answer"
+    case "originator_cancel":
+      return "canceled"
+    default:
+      return "failed"
+  }
+}

@@ -1,0 +1,202 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
+import { ADMIN_KEY } from "../support/testApp.js"
+import { CA_FILE } from "../webhooks/httpsReceiver.js"
+import {
+  AGENT_NUMBER,
+  api,
+  CALL_KINDS,
+  carrierRequestsFor,
+  createEnvironment,
+  endedEventsFor,
+  expectCarrierRequest,
+  FALLBACK_NUMBER,
+  fallbackGatewayEnv,
+  getSession,
+  placeCall,
+  reportTransferOutcome,
+  type TransferOutcome,
+  transferRequestOf,
+  waitForEnded
+} from "./liveCalls.js"
+
+/**
+ * Transfer outcomes (docs/fallback.md, "Transfer outcomes") on the production wiring: a live call's
+ * agent drops, the phone fallback transfers the caller with the carrier's verification (tracked
+ * `<Dial>`, or a Call Control transfer with the new leg's webhooks), and the carrier's reports are
+ * posted to callgate's signed routes as Twilio, TeXML and Telnyx post them. Each outcome is recorded
+ * exactly on the session and in its one session.ended, which is queued only once the outcome came.
+ */
+
+const SORRY = "Sorry, nobody could take your call. Goodbye."
+const XML = '<?xml version="1.0" encoding="UTF-8"?>'
+const OUTCOMES: ReadonlyArray<TransferOutcome> = ["answered", "busy", "no-answer", "failed"]
+
+/** The session as /v1 shows it, once `predicate` holds. */
+const sessionWhere = async (gateway: Gateway, agentId: string, sessionId: string, predicate: (session: any) => boolean) => {
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    const session = await getSession(gateway, agentId, sessionId)
+    if (predicate(session)) return session
+    if (Date.now() > deadline) throw new Error(`timed out waiting for session ${sessionId}: ${JSON.stringify(session)}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
+describe.each(CALL_KINDS)("transfer outcomes: %s calls", (kind) => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    gateway = await startGateway({ env: fallbackGatewayEnv(CA_FILE) })
+  })
+  afterAll(() => gateway.close())
+
+  it.each(OUTCOMES)("phone fallback transfer %s: recorded exactly, session.ended after it, exactly one", async (outcome) => {
+    const env = await createEnvironment(gateway, {
+      errorFallbackType: "phone",
+      errorFallbackValue: FALLBACK_NUMBER,
+      transferFailedMessage: SORRY
+    })
+    const call = await placeCall(gateway, env, kind)
+    call.agent!.close()
+
+    // The transfer carries the carrier's verification; the session is ended and its transfer pending.
+    const transfer = await transferRequestOf(gateway, call)
+    const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
+    const ref = { agentId: env.agentId, sessionId }
+    expectCarrierRequest(gateway, call, transfer, { dial: FALLBACK_NUMBER, callerId: AGENT_NUMBER, tracked: ref })
+    await sessionWhere(gateway, env.agentId, sessionId, (s) => s.status === "failed" && s.pendingTransfer !== undefined)
+    // The end is written with the transfer pending, so it queued no session.ended: that waits for the outcome.
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(0)
+
+    const started = Date.now()
+    // Twilio and TeXML: no answer report, so the talk time is the carrier's DialCallDuration. Telnyx
+    // always reports the new leg's call.answered (its hang-up says nothing of an answer).
+    const reportAnswer = kind === "telnyx-call-control"
+    const answer = await reportTransferOutcome(gateway, call, ref, outcome, { reportAnswer, talkSeconds: 42 })
+    // A second report of the same outcome (carriers retry) changes nothing.
+    const again = await reportTransferOutcome(gateway, call, ref, outcome, { reportAnswer, talkSeconds: 42 })
+
+    const ended = await waitForEnded(gateway, call.callId)
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
+    const expected = {
+      to: FALLBACK_NUMBER,
+      initiatedBy: "fallback",
+      status: outcome,
+      carrierStatus: kind === "telnyx-call-control"
+        ? { answered: "normal_clearing", busy: "user_busy", "no-answer": "timeout", failed: "unspecified" }[outcome]
+        : { answered: "completed", busy: "busy", "no-answer": "no-answer", failed: "failed" }[outcome],
+      transferFailedMessage: outcome !== "answered"
+    }
+    expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", transfers: [expected] })
+    const [record] = ended.transfers!
+    if (outcome === "answered" && kind !== "telnyx-call-control") {
+      // No answer report came: the talk time is the carrier's DialCallDuration.
+      expect(record!.talkMs).toBe(42_000)
+    } else {
+      if (outcome !== "answered") expect(record!.talkMs).toBe(0)
+      expect(record!.ringMs + record!.talkMs).toBe(Date.parse(record!.endedAt) - Date.parse(record!.startedAt))
+    }
+    expect(Date.parse(record!.endedAt)).toBeGreaterThanOrEqual(Date.parse(record!.startedAt))
+    expect(Date.parse(record!.endedAt)).toBeLessThanOrEqual(Date.now())
+    expect(Date.parse(record!.endedAt)).toBeGreaterThanOrEqual(started - 1000)
+
+    // /v1 shows the same, with nothing pending.
+    const session = await getSession(gateway, env.agentId, sessionId)
+    expect(session.transfers).toEqual(ended.transfers)
+    expect(session.pendingTransfer).toBeUndefined()
+    expect(session.fallback).toMatchObject({ type: "phone", outcome: "transferred" })
+
+    // What the caller hears after the transfer.
+    if (kind === "telnyx-call-control") {
+      // Telnyx keeps the caller's leg when the transfer fails: the message is spoken, then it is hung up.
+      const action = outcome === "answered" ? "hangup" : "speak"
+      await until(() => gateway.telnyx.commands(call.callId, action).length > 0, `the ${action} command`)
+      if (outcome !== "answered") expect(gateway.telnyx.commands(call.callId, "speak")[0]!.json).toMatchObject({ payload: SORRY })
+    } else {
+      const expectedTwiml = outcome === "answered" ? `${XML}<Response><Hangup/></Response>` : `${XML}<Response><Say>${SORRY}</Say><Hangup/></Response>`
+      expect(answer).toBe(expectedTwiml)
+      expect(again).toBe(outcome === "answered" ? expectedTwiml : `${XML}<Response><Hangup/></Response>`)
+    }
+  })
+
+  it("an answered transfer with the answer reported: ring time to the answer, talk time after it", async () => {
+    const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER })
+    const call = await placeCall(gateway, env, kind)
+    call.agent!.close()
+    await transferRequestOf(gateway, call)
+    const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
+    await reportTransferOutcome(gateway, call, { agentId: env.agentId, sessionId }, "answered")
+    const ended = await waitForEnded(gateway, call.callId)
+    const [record] = ended.transfers!
+    expect(record).toMatchObject({ status: "answered", initiatedBy: "fallback", transferFailedMessage: false })
+    expect(record!.ringMs + record!.talkMs).toBe(Date.parse(record!.endedAt) - Date.parse(record!.startedAt))
+  })
+
+  it("an agent's transfer not answered: recorded as the agent's, the caller hung up, completed agent_transfer", async () => {
+    const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: "+14155550777", transferFailedMessage: SORRY })
+    const call = await placeCall(gateway, env, kind)
+    const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
+    call.agent!.send({ event: "transfer", transfer: { to: FALLBACK_NUMBER } })
+    await transferRequestOf(gateway, call)
+    const answer = await reportTransferOutcome(gateway, call, { agentId: env.agentId, sessionId }, "no-answer")
+    const ended = await waitForEnded(gateway, call.callId)
+    expect(ended).toMatchObject({
+      status: "completed",
+      endReason: "agent_transfer",
+      transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "no-answer", talkMs: 0, transferFailedMessage: false }]
+    })
+    // The transferFailedMessage is the phone fallback's: an agent's failed transfer is hung up.
+    if (kind === "telnyx-call-control") {
+      await until(() => gateway.telnyx.commands(call.callId, "hangup").length > 0, "the hang-up")
+      expect(gateway.telnyx.commands(call.callId, "speak")).toHaveLength(0)
+    } else {
+      expect(answer).toBe(`${XML}<Response><Hangup/></Response>`)
+    }
+    expect(carrierRequestsFor(gateway, call.callId).some((r) => JSON.stringify(r.form ?? r.json).includes("+14155550777"))).toBe(false)
+  })
+
+  it("reports with a bad signature are refused and change nothing", async () => {
+    const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER })
+    const call = await placeCall(gateway, env, kind)
+    call.agent!.close()
+    await transferRequestOf(gateway, call)
+    const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
+    const query = new URLSearchParams({ agentId: env.agentId, sessionId }).toString()
+    const path =
+      kind === "telnyx-call-control"
+        ? `/telephony/telnyx/transfer-events?${query}`
+        : `/telephony/${kind === "twilio" ? "twilio" : "telnyx"}/transfer-outcome?${query}`
+    const forged = await fetch(`${gateway.httpBase}${path}`, {
+      method: "POST",
+      headers:
+        kind === "telnyx-call-control"
+          ? { "content-type": "application/json", "telnyx-signature-ed25519": "AAAA", "telnyx-timestamp": String(Math.floor(Date.now() / 1000)) }
+          : { "content-type": "application/x-www-form-urlencoded", "x-twilio-signature": "forged", "telnyx-signature-ed25519": "AAAA", "telnyx-timestamp": "1" },
+      body: kind === "telnyx-call-control" ? gateway.telnyx.callControlEvent("call.hangup", { call_control_id: "v3:x", hangup_cause: "user_busy" }) : "DialCallStatus=busy"
+    })
+    expect(forged.status).toBe(401)
+    const session = await getSession(gateway, env.agentId, sessionId)
+    expect(session.pendingTransfer).toMatchObject({ to: FALLBACK_NUMBER, initiatedBy: "fallback", answeredAt: null })
+    expect(session.transfers ?? []).toEqual([])
+    // The real report then settles it.
+    await reportTransferOutcome(gateway, call, { agentId: env.agentId, sessionId }, "busy")
+    expect((await waitForEnded(gateway, call.callId)).transfers).toMatchObject([{ status: "busy" }])
+  })
+
+  it("transferFailedMessage is an environment field: PATCH sets and clears it, bad values are refused", async () => {
+    const env = await createEnvironment(gateway, {})
+    const path = `/v1/agents/${env.agentId}/environments/${env.environmentId}`
+    expect((await api(gateway, "GET", path)).transferFailedMessage).toBeNull()
+    expect((await api(gateway, "PATCH", path, { transferFailedMessage: SORRY })).transferFailedMessage).toBe(SORRY)
+    expect((await api(gateway, "PATCH", path, { transferFailedMessage: null })).transferFailedMessage).toBeNull()
+    for (const bad of ["", "x".repeat(1001), 42]) {
+      const res = await fetch(`${gateway.httpBase}${path}`, {
+        method: "PATCH",
+        headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+        body: JSON.stringify({ transferFailedMessage: bad })
+      })
+      expect(res.status).toBe(400)
+      expect(JSON.stringify(await res.json())).toContain("transferFailedMessage")
+    }
+  })
+})
