@@ -494,7 +494,7 @@ const recordingSection = (figures: RecordingBenchFigures | PartError | undefined
     "|---|---|---|---|---|---|---|",
     ...rows,
     "",
-    `Pooled: recording on costs ${figures.ratio}x the CPU of off; ${figures.recordingWritesPerCallSecond} recording writes per call per second; ` +
+    `Pooled${figures.skippedWindows > 0 ? ` (without the ${figures.skippedWindows} window(s) in which fewer than 90 % of the calls were up)` : ""}: recording on costs ${figures.ratio}x the CPU of off; ${figures.recordingWritesPerCallSecond} recording writes per call per second; ` +
       `${figures.extraSyscwPerCallSecond} more write system calls per call per second than off (kernel count); ${Math.round(figures.recordedBytes / 1024)} KB recorded.`,
     ""
   ].join("\n")

@@ -1,3 +1,4 @@
+import { Clock } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import WebSocket from "ws"
 import { call } from "../http/client.js"
@@ -12,9 +13,11 @@ const until = async (check: () => Promise<boolean>) => {
 describe("API key life cycle (one instance)", () => {
   let t: TestApp
   beforeAll(async () => {
-    t = await makeTestApp("memory")
+    // On the TestClock: expiries and rotation graces are crossed by moving the clock, never by waiting.
+    t = await makeTestApp("memory", {}, { clock: "test" })
   })
   afterAll(() => t.close())
+  const clockNow = () => t.runtime.runPromise(Clock.currentTimeMillis)
 
   const create = async (body: Record<string, unknown>) => {
     const answer = await call(t.app, "POST", "/v1/api-keys", { body })
@@ -68,16 +71,26 @@ describe("API key life cycle (one instance)", () => {
     expect(await works(created.key, agentId)).toBe(401)
     expect(await works(second, agentId)).toBe(200)
 
-    const graced = await call(t.app, "POST", `/v1/api-keys/${created.id}/rotate`, { body: { graceSeconds: 3600 } })
+    const graced = await call(t.app, "POST", `/v1/api-keys/${created.id}/rotate`, { body: { graceSeconds: 10 } })
     const third = graced.json.data.key as string
     expect(graced.json.data.previousKeyValidUntil).toEqual(expect.any(String))
     expect(await works(second, agentId)).toBe(200)
     expect(await works(third, agentId)).toBe(200)
     expect((await listed(created.id))!.previousKeyValidUntil).toBe(graced.json.data.previousKeyValidUntil)
-    // Revoking cuts the old key in its grace too.
-    expect((await call(t.app, "DELETE", `/v1/api-keys/${created.id}`)).status).toBe(204)
+    // The grace is ten seconds of the clock: a millisecond short of it the old key still works, at its end it stops.
+    expect(Date.parse(graced.json.data.previousKeyValidUntil) - (await clockNow())).toBe(10_000)
+    await t.adjustClock("9999 millis")
+    expect(await works(second, agentId)).toBe(200)
+    await t.adjustClock("1 millis")
     expect(await works(second, agentId)).toBe(401)
+    expect(await works(third, agentId)).toBe(200)
+    expect((await listed(created.id))!.previousKeyValidUntil).toBeNull()
+    // Revoking cuts the old key in its grace too.
+    const fourth = (await call(t.app, "POST", `/v1/api-keys/${created.id}/rotate`, { body: { graceSeconds: 3600 } })).json.data.key as string
+    expect(await works(third, agentId)).toBe(200)
+    expect((await call(t.app, "DELETE", `/v1/api-keys/${created.id}`)).status).toBe(204)
     expect(await works(third, agentId)).toBe(401)
+    expect(await works(fourth, agentId)).toBe(401)
   })
 
   it("expiresAt: must be a future date-time; the key is refused once it has passed", async () => {
@@ -85,9 +98,13 @@ describe("API key life cycle (one instance)", () => {
     const past = await call(t.app, "POST", "/v1/api-keys", { body: { name: "old", agentIds: [agentId], expiresAt: "2001-01-01T00:00:00Z" } })
     expect(past.status).toBe(400)
     expect(past.json.error.details).toEqual([{ field: "expiresAt", message: "must be in the future" }])
-    const soon = await create({ name: "short-lived", agentIds: [agentId], expiresAt: new Date(Date.now() + 1500).toISOString() })
-    expect(soon.expiresAt).toEqual(expect.any(String))
-    await until(async () => (await works(soon.key, agentId)) === 401)
+    const expiresAt = (await clockNow()) + 60_000
+    const soon = await create({ name: "short-lived", agentIds: [agentId], expiresAt: new Date(expiresAt).toISOString() })
+    expect(soon.expiresAt).toBe(new Date(expiresAt).toISOString())
+    await t.adjustClock("59999 millis")
+    expect(await works(soon.key, agentId)).toBe(200)
+    await t.adjustClock("1 millis")
+    expect(await works(soon.key, agentId)).toBe(401)
   })
 })
 
