@@ -2,7 +2,7 @@
  * Agent failover on one instance (docs/reliability.md, "Agent failover"): how long a caller is
  * without an agent when the one holding the call drops. callgate runs as its own process; simulated
  * Twilio calls (silence at the real cadence) and one dial-in agent pool run here, the pool holding
- * a few more sockets than calls and reopening each one after its call, as agent workers do.
+ * a socket for every call and every failover and reopening each one after its call, as workers do.
  *
  * Of `calls` live calls, `failovers` have their agent socket dropped (TCP closed without a close
  * frame) at a random moment 1.5-4 s into the call. The gap runs from the drop to the new agent's
@@ -60,6 +60,7 @@ const startCountingTwilio = async () => {
   let requests = 0
   const server = createServer((req, res) => {
     requests++
+    if (process.env.BENCH_DEBUG !== undefined) process.stderr.write(`${req.method} ${req.url}\n`)
     req.resume()
     req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ sid: "CA0", account_sid: ACCOUNT_SID, status: "completed" })))
   })
@@ -105,8 +106,9 @@ export const runFailoverBench = async (options: FailoverBenchOptions = {}): Prom
     const env = await createBenchEnvironment(gateway, agentId, { agentFailoverTimeout: 10 })
     const droppedAt = new Map<number, number>()
     const resumedAt = new Map<number, number>()
-    // A few spare sockets beyond the calls; each socket reopens 100 ms after its call, as workers do.
-    const capacity = callCount + 10
+    // A socket for every call and every failover, and a few spare (each one also reopens 100 ms after
+    // its call, as workers do): what is measured is the failover, never a wait for capacity.
+    const capacity = callCount + failovers + 10
     pool = new DialInPool({ url: agentConnectUrl(gateway.baseUrl, agentId, env.environmentId), apiKey: env.apiKey, capacity })
     pool.on("call", (call) =>
       call.once("start", (start) => {

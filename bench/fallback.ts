@@ -67,19 +67,19 @@ export interface FallbackBenchFigures {
   readonly gatewayHistogram: Readonly<Record<string, { readonly count: number; readonly p50AtMostMs: number; readonly p99AtMostMs: number }>>
 }
 
-const ACCOUNT_SID = "AC0000000000000000000000000000b0"
-const AUTH_TOKEN = "bench-twilio-auth-token"
+export const ACCOUNT_SID = "AC0000000000000000000000000000b0"
+export const AUTH_TOKEN = "bench-twilio-auth-token"
 const CALL_PATH = /\/Calls\/(CA[0-9a-f]{32})\.json$/
 
-const callSidOf = (index: number) => `CA${index.toString(16).padStart(32, "0")}`
+export const callSidOf = (index: number) => `CA${index.toString(16).padStart(32, "0")}`
 
-interface CarrierRequest {
+export interface CarrierRequest {
   readonly atUs: number
   readonly kind: string
 }
 
 /** A Twilio-compatible REST server that notes when each call's first update arrived and what it asked for. */
-const startFakeTwilio = async () => {
+export const startFakeTwilio = async () => {
   const firstRequest = new Map<string, CarrierRequest>()
   const readBody = (req: IncomingMessage) =>
     new Promise<string>((resolve) => {
@@ -114,7 +114,7 @@ const startFakeTwilio = async () => {
   }
 }
 
-const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
+export const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
 const round = (n: number) => Math.round(n * 100) / 100
 
 const delayFigures = (triggers: ReadonlyMap<number, number>, requests: ReadonlyMap<string, CarrierRequest>, endedEarly = 0): DelayFigures => {
@@ -165,9 +165,9 @@ const histogramQuantiles = (metrics: string, name: string, label: string) => {
   return result
 }
 
-const sentence = speechLike({ durationMs: 1800, seed: 5 })
+export const sentence = speechLike({ durationMs: 1800, seed: 5 })
 /** Frames after the sentence's last voiced frame (SimCall's own "voiced" test). */
-const trailingFrames = (() => {
+export const trailingFrames = (() => {
   const frames = sentence.length / FRAME_BYTES
   for (let i = frames - 1; i >= 0; i--) if (isVoicedFrame(sentence, undefined, i * FRAME_BYTES, (i + 1) * FRAME_BYTES)) return frames - 1 - i
   return 0

@@ -13,6 +13,8 @@ serveWorker({
         return (await import("./breaker.js")).runBreakerBench(options)
       case "fallback":
         return (await import("./fallback.js")).runFallbackBench(options)
+      case "shedding":
+        return (await import("./shedding.js")).runSheddingBench(options)
       case "failover":
         return (await import("./failover.js")).runFailoverBench(options)
       default:

@@ -1,7 +1,7 @@
 /**
  * The benchmark's results as one JSON document and as Markdown (the same text is printed to
  * stdout): machine, relay tables for callgate and the bare relay, the comparison against the
- * issue's targets, the fleet's scaling efficiency, and the webhook, breaker and fallback figures.
+ * issue's targets, the fleet's scaling efficiency, and the webhook, breaker, fallback and shedding figures.
  */
 import type { BreakerBenchFigures } from "./breaker.js"
 import type { FailoverBenchFigures } from "./failover.js"
@@ -12,6 +12,7 @@ import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
 import type { RedisCostFigures } from "./redisCost.js"
+import type { SheddingBenchFigures, Spread } from "./shedding.js"
 import type { TracingBenchFigures } from "./tracing.js"
 import type { VersusBenchFigures } from "./versus.js"
 import type { WebhookBenchFigures } from "./webhooks.js"
@@ -57,6 +58,8 @@ export interface BenchResults {
   readonly webhooks?: WebhookBenchFigures | PartError
   readonly breaker?: BreakerBenchFigures | PartError
   readonly fallback?: FallbackBenchFigures | PartError
+  /** Shedding at the entry while the breaker is open: the shed call's entry answer, and the silence before the fallback with shedding on and off (shedding.ts). */
+  readonly shedding?: SheddingBenchFigures | PartError
   /** Agent failover on one instance: from the agent leg's end to the new agent's start (failover.ts). */
   readonly failover?: FailoverBenchFigures | PartError
   /** Recording on (disk) against off, side by side (recording.ts). */
@@ -389,6 +392,36 @@ const fallbackSection = (f: FallbackBenchFigures | PartError | undefined) => {
   ].join("\n")
 }
 
+const spreadCell = (s: Spread) => (s.count === 0 ? "none" : `p50 ${s.p50} ms, p99 ${s.p99} ms, max ${s.max} ms (${s.count})`)
+
+const sheddingSection = (f: SheddingBenchFigures | PartError | undefined) => {
+  if (f === undefined) return ""
+  if (isError(f)) return `### Shedding\n\nDid not run: ${f.error.split("\n")[0]}\n`
+  return [
+    "### Shedding at the entry while the breaker is open (target: entry answer p99 < 50 ms, no agent involved)",
+    "",
+    table(
+      ["figure", "value", "target"],
+      [
+        [`entry request to entry answer, shed call (the fallback's <Dial>), ${f.perSecond} calls/s`, spreadCell(f.shedEntryMs), "p99 < 50 ms"],
+        ["the same, one request at a time", spreadCell(f.shedEntryOneAtATimeMs), "p99 < 50 ms"],
+        ["callgate CPU per shed entry (user + system, over both)", `${f.cpuMsPerShedEntry} ms`, ""],
+        ["shed answers that were not the fallback / agent calls while shedding", `${f.notFallback} / ${f.agentCallsWhileShedding}`, "0 / 0"],
+        ["silence before the fallback, shedding on (entry to the <Dial>)", spreadCell(f.silenceMs.shedOn), ""],
+        [
+          `silence before the fallback, shedding off (entry to the REST transfer; errorFallbackTimeout ${f.timeoutSeconds} s)`,
+          spreadCell(f.silenceMs.shedOff) + (f.silenceMs.shedOffMissing > 0 ? `; ${f.silenceMs.shedOffMissing} got none` : ""),
+          ""
+        ],
+        ["shedding off, from the caller's last word", spreadCell(f.silenceMs.shedOffAfterLastWord), ""]
+      ]
+    ),
+    "",
+    `First shed entry after start-up (measured apart): ${f.firstShedEntryMs} ms. callgate counted ${f.gatewayShedCount} shed calls (warm-up included).`,
+    ""
+  ].join("\n")
+}
+
 const failoverSection = (f: FailoverBenchFigures | PartError | undefined) => {
   if (f === undefined) return ""
   if (isError(f)) return `### Agent failover\n\nDid not run: ${f.error.split("\n")[0]}\n`
@@ -431,6 +464,7 @@ export const renderMarkdown = (r: BenchResults): string =>
     versusSection(r.versus),
     breakerSection(r.breaker),
     fallbackSection(r.fallback),
+    sheddingSection(r.shedding),
     failoverSection(r.failover)
   ]
     .filter((section) => section !== "")

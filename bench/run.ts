@@ -25,7 +25,7 @@ import { runTracingBench } from "./tracing.js"
 import { runVersusBench } from "./versus.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "failover", "recording", "tracing", "versus", "redis"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "shedding", "failover", "recording", "tracing", "versus", "redis"] as const
 /** Calls both callgates carry at once in the tracing part (OTLP export of every span against tracing off). */
 const TRACING_CALLS = 50
 const QUICK_TRACING_CALLS = 20
@@ -202,7 +202,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("failover") || has("recording") || has("tracing") || has("redis"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("shedding") || has("failover") || has("recording") || has("tracing") || has("redis"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -305,6 +305,11 @@ const main = async () => {
   if (has("fallback")) {
     results.fallback = await attempt("fallback", () =>
       runPart("fallback", { ...(q ? { calls: 20, breakerCalls: 4 } : { calls: 100, breakerCalls: 20 }), build }, 180_000)
+    )
+  }
+  if (has("shedding")) {
+    results.shedding = await attempt("shedding (entry answer of a shed call; silence before the fallback, shedding on and off)", () =>
+      runPart("shedding", { ...(q ? { calls: 50, offCalls: 5 } : { calls: 200, offCalls: 20 }), build }, 180_000)
     )
   }
 

@@ -54,6 +54,16 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
     const startStream = (callControlId: string, stream: StreamTarget) =>
       rest.command("streaming_start", callControlId, (actions, command_id, signal) => actions.startStreaming(callControlId, { ...streamFields(stream), command_id }, { signal }))
 
+    /**
+     * Answers an incoming call with no stream: a call the entry rescues (shed by an open breaker,
+     * or over the fleet-wide limit) whose fallback speaks or plays, which Telnyx runs only on an
+     * answered call. `client_state` names the session, as on a streamed call.
+     */
+    const answer = (callControlId: string, sessionId: string) =>
+      rest.command("answer", callControlId, (actions, command_id, signal) =>
+        actions.answer(callControlId, { client_state: clientStateOf(sessionId), command_id }, { signal })
+      )
+
     /** Refuses a ringing call callgate cannot serve (unknown environment). */
     const reject = (callControlId: string) =>
       rest.command("reject", callControlId, (actions, command_id, signal) => actions.reject(callControlId, { cause: "CALL_REJECTED", command_id }, { signal }))
@@ -95,6 +105,6 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
           )
         )
 
-    return { answerWithStream, startStream, reject, dial } as const
+    return { answerWithStream, answer, startStream, reject, dial } as const
   })
 }) {}

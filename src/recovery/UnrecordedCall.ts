@@ -23,14 +23,17 @@ export interface CarrierCall {
  * instance stopped before writing the start. Its terminal record (failed, endReason the error's kind,
  * created and ended now) is written with the error fallback's outcome, and its session.ended
  * queued; the fallback acts through `carrier` (the answer to the carrier's request), or the
- * carriers' REST APIs when not given. `fillFallback` as SessionEndJournal's job takes it.
+ * carriers' REST APIs when not given. `fillFallback` as SessionEndJournal's job takes it. `via`
+ * is what the record says reached the carrier when `carrier` is given (`rest` for one over the
+ * REST APIs, such as a Call Control call's commands).
  */
 export const rescueUnrecorded = (
   services: { readonly fallback: ErrorFallback; readonly journal: SessionEndJournal },
   call: CarrierCall,
   error: HardError,
   carrier: CarrierShape | undefined,
-  fillFallback: boolean
+  fillFallback: boolean,
+  via: "rest" | "redirect" = "redirect"
 ) =>
   Effect.gen(function* () {
     const { fallback, journal } = services
@@ -54,6 +57,6 @@ export const rescueUnrecorded = (
       ...(call.call.accountSid !== undefined ? { accountSid: call.call.accountSid } : {})
     }
     const info = sessionInfoOf(record)
-    const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier)
+    const outcome = yield* carrier === undefined ? fallback.rescue(info, error) : fallback.rescueWith(info, error, carrier, via)
     yield* journal.submit({ session: { ...record, fallback: outcome.fallback ?? null }, ...(fillFallback ? { fillFallback } : {}) })
   })

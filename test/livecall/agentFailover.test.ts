@@ -7,10 +7,9 @@ import { freePort } from "../support/redisServer.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { CallKind } from "../../src/kernel/Carrier.js"
 import { CheckpointAgent } from "../../examples/agents/checkpoint-agent.js"
-import { speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
+import { completeTransfer, speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
 import { repoRoot } from "../support/gatewayProcess.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
-import { completeTransfer } from "../fallback/liveCalls.js"
 import {
   audioFrames,
   type CarrierCall,
@@ -414,6 +413,31 @@ describe("agent failover: a rolling restart", () => {
   })
 })
 
+describe("agent failover: missed pings", () => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    gateway = await startGateway({ env: { AGENT_PING_INTERVAL: "1s" } })
+  })
+  afterAll(() => gateway.close())
+
+  it("an agent that stops answering pings mid-call is cut, and the call moves to an idle agent", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const silent = await dialInAgent(gateway, agentId, env.id, ADMIN_KEY, { autoPong: false })
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { call } = await placeCall(gateway, "twilio", agentId, env.id)
+    await silent.waitForEvent("start")
+    const sessionId = sessionIdOf(silent)
+    const spare = await dialInAgent(gateway, agentId, env.id)
+    await spare.waitForEvent("resume", 1, 30_000)
+    expect(spare.events("resume")[0].resume.previousEndReason).toBe("agent_disconnected")
+    call.stop()
+    expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "completed", agentFailovers: 1 })
+    silent.close()
+    spare.close()
+  })
+})
+
 /** A dial-out agent server on a fixed port, which can die (its sockets destroyed) and come back. */
 const agentServerOn = async (port: number) => {
   const server = createServer()
@@ -455,6 +479,8 @@ describe("agent failover: dial-out, and AGENT_FAILOVER_MAX_PER_SESSION", () => {
     await until(() => agents.filter((a) => a.events("resume").length === 1).length === 1, "the first failover")
     const second = agents.find((a) => a.events("resume").length === 1)!
     second.ws.terminate()
+    // The phone fallback's session.ended waits for the transfer's outcome (docs/fallback.md, "Transfer outcomes").
+    await completeTransfer(gateway, { kind: "twilio", callId }, agentId)
     const ended = await gateway.outbox.forSession(sessionId)
     expect(ended).toMatchObject({ status: "failed", endReason: "agent_disconnected", agentFailovers: 1 })
     await until(() => gateway.twilio.callUpdates(callId).length === 1, "the fallback's call update")

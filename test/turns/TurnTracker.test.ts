@@ -73,6 +73,31 @@ const setup = (overrides: Partial<TurnTrackerOptions> = {}) => {
 }
 
 describe("TurnTracker", () => {
+  it("across an agent failover: turns go on being numbered, the waiting turn is timed from the new agent, and the gap is nobody's latency", () => {
+    const t = setup()
+    t.play(10, frames.quiet)
+    t.play(25, frames.loud)
+    t.play(40, frames.quiet)
+    expect(t.ended.map((turn) => turn.index)).toEqual([1])
+    const lostAt = t.now()
+    t.tracker.agentAway(lostAt)
+    expect(t.tracker.agentIsAway).toBe(true)
+    // The caller speaks again during the hold: a second turn, numbered on.
+    t.play(25, frames.loud)
+    t.play(40, frames.quiet)
+    expect(t.ended.map((turn) => turn.index)).toEqual([1, 2])
+    t.advance(2000)
+    const backAt = t.now()
+    const waiting = t.tracker.agentBack(backAt)
+    expect(t.tracker.agentIsAway).toBe(false)
+    expect(waiting).toMatchObject({ index: 2, endedAtMs: backAt, detectedAtMs: backAt })
+    // The new agent answers 300 ms after its start: that, not the hold, is its latency.
+    t.advance(300)
+    t.play(10, frames.quiet, frames.loud)
+    expect(t.answered).toHaveLength(1)
+    expect(t.answered[0]).toMatchObject({ index: 2, latencyMs: 300 })
+  })
+
   it("ends a caller turn after the end-of-turn silence, at the last voiced frame", () => {
     const t = setup()
     t.play(10, frames.quiet)

@@ -49,16 +49,17 @@ export const BREAKER_OPEN_MESSAGE = "The environment's no-response breaker is op
  * breaker): the environment's error fallback runs at once through `carrier` (the answer to the
  * carrier's request; the carriers' REST APIs when not given), and the session is recorded
  * `failed` with endReason `concurrency_limit` or `breaker_open`, its session.ended queued like any
- * other's. No agent is involved.
+ * other's. No agent is involved. `via` is what the record says reached the carrier: `rest` for a
+ * `carrier` over the REST APIs (a Call Control call's commands), the answer (`redirect`) otherwise.
  */
-export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, carrier?: CarrierShape) =>
+export const rescueAtEntry = (entering: EnteringCall, refusal: EntryRefusal, carrier?: CarrierShape, via: "rest" | "redirect" = "redirect") =>
   Effect.gen(function* () {
     const services = { fallback: yield* ErrorFallback, journal: yield* SessionEndJournal }
     const error =
       refusal._tag === "OverLimit"
         ? new HardError({ kind: "concurrency_limit", message: `The environment already has ${refusal.limit} calls live (maxConcurrentCalls).` })
         : new HardError({ kind: "breaker_open", message: BREAKER_OPEN_MESSAGE })
-    yield* rescueUnrecorded(services, entering, error, carrier, false)
+    yield* rescueUnrecorded(services, entering, error, carrier, false, via)
   }).pipe(Effect.annotateLogs({ sessionId: entering.sessionId, agentId: entering.agentId, environmentId: entering.environmentId }))
 
 /**

@@ -11,6 +11,7 @@ import { rescueAtEntry } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
+import type { CarrierShape } from "../../kernel/Carrier.js"
 import {
   CallControlCallPayload,
   CallControlWebhook,
@@ -157,6 +158,14 @@ export const telnyxCallControlEntry = (
     if (admission._tag === "Unavailable") return error(503, "UNAVAILABLE", "The store is unavailable; retry later.")
     if (admission._tag === "OverLimit" || admission._tag === "Shed") {
       // Over the environment's limit (docs/scaling.md) or shed by its open breaker (docs/fallback.md): the error fallback acts on the call through Call Control.
+      // The call is still ringing: Telnyx transfers or hangs up a ringing call, but speaks and plays
+      // only on an answered one, so the fallback webhook's markup runs on the call answered first.
+      const carrier = yield* TelnyxCarrier
+      const commands = yield* TelnyxCallCommands
+      const ringing: CarrierShape = {
+        ...carrier,
+        applyTwiml: (call, twiml) => Effect.zipRight(commands.answer(call.callId, admission.sessionId), carrier.applyTwiml(call, twiml))
+      }
       const over = rescueAtEntry(
         {
           agentId: query.right.agentId,
@@ -167,7 +176,9 @@ export const telnyxCallControlEntry = (
           to: payload.to ?? null,
           direction
         },
-        admission
+        admission,
+        direction === "inbound" ? ringing : carrier,
+        "rest"
       )
       const context = yield* Effect.context<ErrorFallback | SessionEndJournal>()
       yield* (yield* EntryBackgroundWork).start(Effect.provide(over, context))
