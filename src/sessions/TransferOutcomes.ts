@@ -39,6 +39,8 @@ export interface ReportedOutcome {
   readonly talkMsHint?: number | undefined
   /** The leg's end says nothing of an answer (Telnyx call.hangup): answered when an answer was reported before. */
   readonly answeredWhenReported?: boolean | undefined
+  /** No report came: callgate closes the transfer at its bound, and the caller is told nothing. */
+  readonly unreported?: boolean | undefined
 }
 
 /** A transfer's outcome once known, and what the caller is to hear after it. */
@@ -124,7 +126,7 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
           const answered = status === "answered"
           // Talk time as callgate saw it (the answer report to now), else as the carrier counted it.
           const talkMs = !answered ? 0 : measuredAnswer !== undefined ? Math.max(0, nowMs - measuredAnswer) : (reported.talkMsHint ?? 0)
-          const sayBeforeHangup = !answered && pending.initiatedBy === "fallback" ? pending.failedMessage : null
+          const sayBeforeHangup = !answered && pending.initiatedBy === "fallback" && reported.unreported !== true ? pending.failedMessage : null
           const record: TransferRecord = {
             to: pending.to,
             initiatedBy: pending.initiatedBy,
@@ -177,14 +179,14 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
           if (Option.isNone(pending) || pending.value.startedAt !== startedAt) return
           if (pending.value.answeredAt === null) {
             yield* Effect.logWarning("no outcome came for the transfer within its ring bound: closed as failed", { sessionId: ref.sessionId })
-            yield* Effect.ignore(settle(ref, { status: "failed", carrierStatus: null }, startedAt))
+            yield* Effect.ignore(settle(ref, { status: "failed", carrierStatus: null, unreported: true }, startedAt))
             return
           }
           const talkEnd = Date.parse(pending.value.answeredAt) + Duration.toMillis(talkBound)
           const now = yield* Clock.currentTimeMillis
           if (now >= talkEnd) {
             yield* Effect.logWarning("no end came for the answered transfer within SESSION_MAX_DURATION: closed as answered", { sessionId: ref.sessionId })
-            yield* Effect.ignore(settle(ref, { status: "answered", carrierStatus: null }, startedAt))
+            yield* Effect.ignore(settle(ref, { status: "answered", carrierStatus: null, unreported: true }, startedAt))
             return
           }
           yield* Effect.sleep(Duration.millis(talkEnd - now))

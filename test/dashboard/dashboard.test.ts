@@ -254,6 +254,7 @@ describe("the dashboard, in chromium", () => {
     await dialog.getByLabel("Error Fallback Timeout").fill("3")
     await dialog.getByLabel("Error Fallback Occurrence Threshold").fill("2")
     await dialog.getByLabel("Error Fallback Time Window").fill("120")
+    await dialog.getByLabel("Transfer Failed Message").fill("Sorry, nobody could take your call.")
     await dialog.getByRole("button", { name: "Save" }).click()
     await dialog.getByRole("status").getByText("Saved.").waitFor()
     expect(await dialog.locator(".field-error").count()).toBe(0)
@@ -264,7 +265,8 @@ describe("the dashboard, in chromium", () => {
       errorFallbackTimeout: 3,
       errorFallbackOccurrenceThreshold: 2,
       errorFallbackTimeWindow: 120,
-      agentFailoverTimeout: 12
+      agentFailoverTimeout: 12,
+      transferFailedMessage: "Sorry, nobody could take your call."
     })
     await page.getByTestId("fallback-summary").getByText("agent failover within 12 s").waitFor()
     await shot(page, "failover")
