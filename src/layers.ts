@@ -51,6 +51,8 @@ import { RedisInstanceStoreLive } from "./redis/RedisInstanceStore.js"
 import { RedisCallLeaseStoreLive } from "./redis/RedisCallLeaseStore.js"
 import { MemoryCallLeaseStoreLive } from "./sessions/MemoryCallLeaseStore.js"
 import { CallLeases } from "./sessions/CallLeases.js"
+import { CallMover } from "./livecall/CallMover.js"
+import { CallRelocation } from "./telephony/entry/CallRelocation.js"
 import { MemoryInstanceStoreLive } from "./fleet/MemoryInstanceStore.js"
 import { InstanceRegistry } from "./fleet/InstanceRegistry.js"
 import { LostInstancesLive } from "./fleet/LostInstances.js"
@@ -180,10 +182,10 @@ export const RescueLive = ErrorFallback.Default.pipe(Layer.provideMerge(Fallback
  * by its LiveCall (relay, turn watch, trip subscription, single ending); a hard error or a
  * breaker trip runs the error fallback from there.
  */
-const CallsLive = CarrierStreams.Default.pipe(
+const CallsLive = Layer.mergeAll(CarrierStreams.Default, CallRelocation.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(FleetLive, LiveCallDrain.Default)),
   Layer.provideMerge(Layer.mergeAll(LiveCalls.Default, AfterStream.Default)),
-  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, CallCheckpoints.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default, FailoverMetrics.Default)),
+  Layer.provideMerge(Layer.mergeAll(CallSettlement.Default, CallTurns.Default, CallCheckpoints.Default, OrphanReconciler.Default, CarrierCallEvents.Default, AgentConnector.Default, FailoverMetrics.Default, CallMover.Default)),
   Layer.provideMerge(Layer.mergeAll(SessionEndJournal.Default, TransferOutcomes.Default)),
   Layer.provideMerge(Layer.mergeAll(Sessions.Default, AgentPool.Default, RescueLive, WsAgentDialerLive)),
   Layer.provideMerge(Layer.mergeAll(SocketGuards.Default, Recordings.Default))

@@ -158,5 +158,19 @@ export interface StreamOpening {
   readonly sessionId?: string | undefined
   /** See SessionInfo.reservedAgent. */
   readonly reservedAgent?: string | null | undefined
+  /** The session moved here from another instance in an agent failover (see SessionInfo.resumed). */
+  readonly resumed?: ResumedSession | undefined
   readonly carrier: CarrierLeg
+}
+
+/** What an instance hands the next one when it moves a live call there (the session token carries it). */
+export interface ResumedSession {
+  /** The failover this move is (1, 2, ...). */
+  readonly failover: number
+  /** Why the previous agent leg ended. */
+  readonly previousEndReason: string
+  /** When the previous agent leg ended, epoch ms (for the failover gap metric). */
+  readonly lostAt: number
+  /** The session's createdAt, epoch ms. */
+  readonly createdAt: number
 }

@@ -1,6 +1,6 @@
 import type { AudioFormat } from "./AudioFormat.js"
 import { randomBytes } from "node:crypto"
-import type { MachineVerdict } from "./CallLegs.js"
+import type { MachineVerdict, ResumedSession } from "./CallLegs.js"
 import type { CallRef, Provider } from "./Carrier.js"
 
 /** A new session id: minted when the carrier's entry webhook admits the call (or when a stream opens without one). */
@@ -37,4 +37,11 @@ export interface SessionInfo {
   readonly mediaFormat?: AudioFormat | undefined
   /** An outbound call's machine-detection verdict, when it came before the stream opened. */
   readonly answeredBy?: MachineVerdict | undefined
+  /**
+   * Set when the session came here from another instance in an agent failover (docs/design.md,
+   * "The path of a failover"): the stream is the session's second (or later) one, its agent takes
+   * the call over with `resume`.
+   */
+  readonly resumed?: ResumedSession | undefined
 }
+

@@ -20,6 +20,7 @@ import { recordOf, type SessionEnd, Sessions, verdictFields } from "../sessions/
 import { CloseCode } from "../frames/WireSocket.js"
 import { storeRetry } from "../kernel/StoreError.js"
 import { nowDate } from "../kernel/Time.js"
+import type { TurnRecord } from "../turns/TurnRecord.js"
 
 /** An outer bound on one carrier REST action (the adapters time their own requests out first). */
 const CARRIER_ACTION_TIMEOUT = Duration.seconds(30)
@@ -99,6 +100,30 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         })
       )
 
+    /**
+     * A session moved here by a failover on another instance (docs/design.md, "The path of a
+     * failover"): its record is this instance's from now on (written with this instance's id, so
+     * it joins the sessions this instance owns; the old instance disowns it), and its agent legs
+     * and turns so far are read for the next agent's `resume`. A store that does not answer: the
+     * record is written afresh, with no legs or turns.
+     */
+    const adopt = (info: SessionInfo): Effect.Effect<{ readonly agentLegs: ReadonlyArray<AgentLeg>; readonly turns: ReadonlyArray<TurnRecord> }> =>
+      sessions.get(info.agentId, info.sessionId).pipe(
+        Effect.map(Option.some),
+        Effect.catchTag("SessionNotFound", () => Effect.succeed(Option.none<Session>())),
+        Effect.flatMap((found) =>
+          Option.match(found, {
+            onNone: () => Effect.as(sessions.record(recordOf(info, instanceId)), { agentLegs: [], turns: [] }),
+            onSome: (current) =>
+              Effect.as(sessions.record({ ...current, instanceId }), { agentLegs: current.agentLegs ?? [], turns: current.turns })
+          })
+        ),
+        Effect.retry(storeRetry),
+        Effect.tapError((error) => Effect.logError("could not adopt the session moved here", { error: error.message })),
+        Effect.orElseSucceed(() => ({ agentLegs: [], turns: [] })),
+        Effect.zipLeft(Effect.logInfo("session moved here", { provider: info.provider, callId: info.call.callId }))
+      )
+
     /** A failover changed the call's agent legs: the live record shows them (off the media path; a failure is only logged). */
     const recordLegs = (info: SessionInfo, agentLegs: ReadonlyArray<AgentLeg>, agentFailovers: number) =>
       sessions
@@ -167,6 +192,9 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           return runRescue(info, ending.error)
         case "TakenOver":
           return Effect.succeed({ status: "failed" as const, endReason: "instance_lost" })
+        case "Moved":
+          // settle lets go of a moved call before acting on any ending: never reached.
+          return Effect.succeed({ status: "failed" as const, endReason: "moved" })
       }
     }
 
@@ -182,6 +210,20 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           relay.release(CloseCode.normal, "the call moved to another instance")
           relay.carrier.close(CloseCode.normal, "the call moved to another instance")
           return { ...recordOf(info, instanceId), status: "failed" as const, endReason: "instance_lost" }
+        }
+        if (ending._tag === "Moved") {
+          // The call's stream moved to another instance, which holds the session now and ends it
+          // once, at the real end: this one lets go, with no carrier request and no session.ended.
+          relay.release(CloseCode.normal, "the call moved to another instance")
+          relay.carrier.close(CloseCode.normal, "the call moved to another instance")
+          yield* recordings.finish(info.sessionId).pipe(Effect.ignore)
+          yield* sessions.disown(instanceId, { agentId: info.agentId, sessionId: info.sessionId }).pipe(
+            Effect.tapError((error) => Effect.logWarning("could not let go of the session moved to another instance", { error: error.message })),
+            Effect.ignore
+          )
+          yield* Effect.logInfo("session moved to another instance", { instanceId: ending.to })
+          // Still active: the instance it moved to holds it (and its lease, see CarrierStreams).
+          return { ...recordOf(info, instanceId), status: "active" as const }
         }
         // The agent hears `stop` first; the carrier stream stays open while the rescue may still
         // hand the call to TwiML, and is closed once the ending has been acted on.
@@ -221,6 +263,6 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         return record
       })
 
-    return { begin, agentTarget, settle, recordLegs } as const
+    return { begin, adopt, agentTarget, settle, recordLegs } as const
   })
 }) {}

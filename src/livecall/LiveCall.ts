@@ -19,6 +19,7 @@ import type { AgentLeg, Session } from "../sessions/SessionSchema.js"
 import { type CallCheckpoints, type CheckpointKeeper, noCheckpoints } from "./CallCheckpoints.js"
 import type { CallSettlement } from "./CallSettlement.js"
 import { type CallTurns, type TurnWatch, unwatched } from "./CallTurns.js"
+import type { CallMoverShape } from "./CallMover.js"
 import type { FailoverMetrics } from "./FailoverMetrics.js"
 import { SessionEnding } from "./SessionEnding.js"
 
@@ -57,6 +58,8 @@ export interface LiveCallParts {
   readonly maxFailovers: number
   /** This instance's INSTANCE_ID, for the session's agent legs. */
   readonly instanceId: string
+  /** Moves a call to another instance whose agent is idle (docs/design.md, "The path of a failover"). */
+  readonly mover: Pick<CallMoverShape, "move">
 }
 
 /** A leg still holding the call: its end is written when it ends. */
@@ -117,6 +120,12 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private forkInCall: ((effect: Effect.Effect<void>) => Fiber.RuntimeFiber<void>) | undefined
   private parts: LiveCallParts | undefined
   private seeking: Fiber.RuntimeFiber<void> | undefined
+  /** Set while the carrier is asked to move the stream to another instance: the old stream's end is not the call's. */
+  private moving = false
+  /** How the carrier stream ended while the move was asked (the call's ending if the move fails). */
+  private stoppedWhileMoving: SessionEnding | undefined
+  /** The turns of the session before it came to this instance (a resumed session: from the store). */
+  private priorTurns: ReadonlyArray<ReturnType<TurnWatch["turns"]>[number]> = []
   /** Agent failovers of this call so far. */
   failoverCount = 0
   /** Caller frames dropped because the agent took too long to connect. */
@@ -172,7 +181,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
       const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId } })
       call.checkpoints = yield* parts.checkpoints.keeper(info)
       const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
-      const recording = yield* Effect.fork(parts.settlement.begin(info))
+      // A session resumed here from another instance is adopted (its record moves here) before its agent starts.
+      const recording = yield* Effect.fork(info.resumed === undefined ? parts.settlement.begin(info) : Effect.void)
       call.observeWith(yield* parts.turns.watch(info, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow) }))
       // The breaker's trips (this call's, another call's, another instance's) reach the call here.
       yield* parts.breaker.subscribeTrips(info.agentId, info.environmentId, (trip) => call.tripHeard(trip))
@@ -215,9 +225,10 @@ export class LiveCall implements CallerEvents, AgentEvents {
     return ending
   }
 
-  /** The turns seen so far (stored on the session when it ends). */
+  /** The turns seen so far (stored on the session when it ends), with those before the session came here. */
   turns() {
-    return this.watch.turns()
+    const turns = this.watch.turns()
+    return this.priorTurns.length === 0 ? turns : [...this.priorTurns, ...turns]
   }
 
   /** A trip of the call's environment: the call is rescued when its agent is silent past its first deadline. */
@@ -237,8 +248,23 @@ export class LiveCall implements CallerEvents, AgentEvents {
       call.target = target
       call.failoverTimeoutSeconds = target.failoverTimeoutSeconds ?? 0
       yield* Effect.annotateCurrentSpan("callgate.agent.mode", target.agentUrl === null ? "dial_in" : "dial_out")
+      const resumed = info.resumed
+      // Moved here by a failover on another instance: the session's record, legs and turns so far come with it.
+      const adopted = resumed === undefined ? undefined : yield* parts.settlement.adopt(info)
       const agent = yield* parts.connector.acquire(target)
       yield* Effect.annotateCurrentSpan("callgate.agent.outcome", "connected")
+      let resume: AgentResume | undefined
+      if (resumed !== undefined && adopted !== undefined) {
+        call.failoverCount = resumed.failover
+        call.legs.push(...adopted.agentLegs.map((leg) => ({ ...leg })))
+        call.priorTurns = adopted.turns
+        resume = {
+          checkpoint: yield* call.checkpoints.latest,
+          turns: adopted.turns.map((turn) => ({ ...turn })),
+          previousEndReason: resumed.previousEndReason,
+          heldAudioMs: Math.round(call.heldBytes / bytesPerMs(info.mediaFormat ?? MULAW_8K))
+        }
+      }
       call.attachAgent(agent, {
         sessionId: info.sessionId,
         agentId: info.agentId,
@@ -252,8 +278,20 @@ export class LiveCall implements CallerEvents, AgentEvents {
         metadata: info.metadata,
         customParameters: info.customParameters,
         // What the agent hears and speaks: the carrier's format, or mu-law when the environment asks (transcoded by the relay).
-        mediaFormat: target.agentSpeaksMulaw === true ? MULAW_8K : info.mediaFormat
-      })
+        mediaFormat: target.agentSpeaksMulaw === true ? MULAW_8K : info.mediaFormat,
+        ...(resumed !== undefined ? { failover: resumed.failover } : {})
+      }, resume)
+      if (resumed !== undefined) {
+        const gapMs = Math.max(0, frameTimeToEpochMs(performance.now()) - resumed.lostAt)
+        parts.failovers.count("reattached")
+        parts.failovers.observeGap(gapMs / 1000)
+        yield* Effect.logInfo("agent failover: a new agent on this instance took the call moved here", {
+          failover: resumed.failover,
+          previousEndReason: resumed.previousEndReason,
+          gapMs: Math.round(gapMs)
+        })
+        yield* parts.settlement.recordLegs(info, call.agentLegs(), call.failoverCount)
+      }
     }).pipe(
       Effect.catchAll((error) =>
         Effect.zipRight(
@@ -372,11 +410,20 @@ export class LiveCall implements CallerEvents, AgentEvents {
   }
 
   carrierStopped(): void {
-    this.end(SessionEnding.Completed({ reason: "caller_hangup" }))
+    this.carrierEnded(SessionEnding.Completed({ reason: "caller_hangup" }))
   }
 
   carrierGone(fault: LegFault | undefined): void {
-    this.end(fault === undefined ? SessionEnding.Completed({ reason: "caller_hangup" }) : SessionEnding.Failed({ error: faultError(fault) }))
+    this.carrierEnded(fault === undefined ? SessionEnding.Completed({ reason: "caller_hangup" }) : SessionEnding.Failed({ error: faultError(fault) }))
+  }
+
+  /** The carrier stream ended: the call's end, unless the carrier is being asked to move the stream (then it decides). */
+  private carrierEnded(ending: SessionEnding): void {
+    if (this.moving) {
+      this.stoppedWhileMoving ??= ending
+      return
+    }
+    this.end(ending)
   }
 
   // Agent side
@@ -490,6 +537,11 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const timeout = Duration.seconds(this.failoverTimeoutSeconds)
     return Effect.gen(function* () {
       const noise = yield* Effect.fork(call.comfortNoise())
+      // No idle agent here: one idle on another instance takes the call there (its stream moves).
+      if (target.agentUrl === null && !parts.connector.anotherIdle(info.agentId, info.environmentId)) {
+        const moved = yield* call.moveAcross(parts, error, lostAtMs, failover)
+        if (moved) return
+      }
       const found = yield* Effect.either(parts.connector.seek(target, timeout))
       yield* Fiber.interrupt(noise)
       if (found._tag === "Left") {
@@ -531,6 +583,41 @@ export class LiveCall implements CallerEvents, AgentEvents {
         )
       )
     )
+  }
+
+  /**
+   * Asks the carrier, once, to move the call's stream to another instance with an idle agent of
+   * the environment (CallMover). The checkpoint being written and the legs so far are in the store
+   * first, so the instance taking the call reads them. Moved: the call ends here with `Moved` (no
+   * carrier request, no session.ended); not moved: the failover goes on here, unless the caller
+   * hung up meanwhile.
+   */
+  private moveAcross(parts: LiveCallParts, error: HardError, lostAtMs: number, failover: number): Effect.Effect<boolean> {
+    const call = this
+    const { info } = this
+    return Effect.gen(function* () {
+      call.moving = true
+      yield* call.checkpoints.written
+      yield* parts.settlement.recordLegs(info, call.agentLegs(), call.failoverCount)
+      const moved = yield* parts.mover.move(info, {
+        failover,
+        previousEndReason: error.kind,
+        lostAt: frameTimeToEpochMs(lostAtMs),
+        createdAt: info.createdAt.getTime()
+      })
+      call.moving = false
+      if (moved._tag === "Some") {
+        yield* Effect.logInfo("agent failover: the call's stream moves to another instance", { failover, previousEndReason: error.kind, instanceId: moved.value })
+        call.end(SessionEnding.Moved({ to: moved.value }))
+        return true
+      }
+      const stopped = call.stoppedWhileMoving
+      if (stopped !== undefined) {
+        call.end(stopped)
+        return true
+      }
+      return false
+    }).pipe(Effect.ensuring(Effect.sync(() => void (call.moving = false))))
   }
 
   /** Quiet noise to the caller at the real frame cadence while no agent holds the call (no dead air). */

@@ -17,6 +17,7 @@ import { CallTurns } from "./CallTurns.js"
 import { CallCheckpoints } from "./CallCheckpoints.js"
 import { CarrierCallEvents } from "./CarrierCallEvents.js"
 import { FailoverMetrics } from "./FailoverMetrics.js"
+import { CallMover } from "./CallMover.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { LiveCall, type LiveCallParts, SessionEnding } from "./LiveCall.js"
 
@@ -73,7 +74,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
       newStreamSid,
       failovers: yield* FailoverMetrics,
       maxFailovers: config.agentFailoverMaxPerSession,
-      instanceId: (yield* InstanceIdentity).instanceId
+      instanceId: (yield* InstanceIdentity).instanceId,
+      mover: yield* CallMover
     }
     const fibers = yield* FiberMap.make<string, void, never>()
     const fork = yield* FiberMap.runtime(fibers)<never>()
@@ -185,7 +187,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         direction: opening.direction ?? "inbound",
         streamSid: opening.streamSid,
         reservedAgent: opening.reservedAgent,
-        createdAt: outbound?.createdAt ?? dateAt(clock.unsafeCurrentTimeMillis()),
+        createdAt: outbound?.createdAt ?? dateAt(opening.resumed?.createdAt ?? clock.unsafeCurrentTimeMillis()),
+        ...(opening.resumed !== undefined ? { resumed: opening.resumed } : {}),
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
         ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),

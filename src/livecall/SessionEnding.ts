@@ -26,5 +26,11 @@ export type SessionEnding = Data.TaggedEnum<{
    * this instance's own (docs/reliability.md, "Fencing").
    */
   TakenOver: {}
+  /**
+   * An agent failover moved the call's stream to another instance (`to`), which holds the session
+   * from now on: this instance lets go with no carrier request, no rescue and no ending written
+   * (docs/design.md, "The path of a failover").
+   */
+  Moved: { readonly to: string }
 }>
 export const SessionEnding = Data.taggedEnum<SessionEnding>()

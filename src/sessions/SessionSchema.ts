@@ -92,7 +92,7 @@ export const Session = Schema.Struct({
     })
   ),
   agentFailovers: Schema.optional(
-    Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally" })
+    Schema.Number.annotations({ description: "Agent failovers of the session: times its agent leg ended abnormally and callgate sought another agent instead of ending the call (taken over, or the fallback after agentFailoverTimeout)" })
   )
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type

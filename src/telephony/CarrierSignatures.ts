@@ -61,6 +61,9 @@ export const verifyTwilioStreamUpgrade = (config: TwilioSigningConfig, requestUr
 /** Why a Telnyx webhook was refused; never includes the signature or key. */
 export type TelnyxVerification = { readonly valid: true } | { readonly valid: false; readonly reason: string }
 
+/** The Telnyx webhook check an entry is given (makeTelnyxVerifier's `verify`). */
+export type TelnyxVerifier = (rawBody: Buffer | undefined, headers: IncomingHttpHeaders) => Effect.Effect<TelnyxVerification>
+
 /**
  * Ed25519 verification of Telnyx webhooks (headers telnyx-signature-ed25519 and telnyx-timestamp,
  * signed over `timestamp|raw body`, timestamps older or newer than 5 minutes refused), through the

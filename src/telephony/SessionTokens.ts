@@ -33,6 +33,10 @@ export const SessionClaims = Schema.Struct({
   placedOn: Schema.optional(Schema.String),
   /** The dial-in agent socket placement reserved; absent on a placed call: none anywhere. */
   agentSocket: Schema.optional(Schema.String),
+  /** A live session moved here by an agent failover (docs/design.md, "The path of a failover"): the stream resumes it. */
+  resumed: Schema.optional(
+    Schema.Struct({ failover: Schema.Number, previousEndReason: Schema.String, lostAt: Schema.Number, createdAt: Schema.Number })
+  ),
   /** The token's own random id, spent by the first stream that presents it. */
   jti: Schema.String,
   /** Expiry, Unix milliseconds. */

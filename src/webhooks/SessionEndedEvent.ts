@@ -64,7 +64,7 @@ export const SessionEndedEvent = Schema.Struct({
     })
   ),
   agentFailovers: Schema.optional(
-    Schema.Number.annotations({ description: "How many times the call moved to another agent after its agent leg ended abnormally (docs/reliability.md, \"Agent failover\")" })
+    Schema.Number.annotations({ description: "Agent failovers of the session: times its agent leg ended abnormally and callgate sought another agent instead of ending the call (taken over, or the fallback after agentFailoverTimeout) (docs/reliability.md, \"Agent failover\")" })
   )
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type

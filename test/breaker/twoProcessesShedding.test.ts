@@ -16,7 +16,7 @@ import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/tes
  * (`node --import tsx src/main.ts`, as in production) on one real Redis, their carrier REST
  * pointed at one fake Twilio in this process. The breaker's window and its probe slot live in
  * Redis: calls that stall on A trip it, and B sheds new calls at its entry; of the new calls on
- * both, exactly one is the probe; the probe's agent answers on the instance that took it, and the
+ * both, exactly one is the probe; its agent answers on the instance placement chose, and the
  * breaker is closed for both.
  */
 
@@ -152,7 +152,8 @@ describe("shedding across two callgate processes on one Redis", () => {
       stalled.push(callSid)
     }
     await Promise.all(stalledCalls.map((call) => call.play(sentence())))
-    await eventually(() => stalled.every((sid) => fake.callUpdates(sid).length > 0), (done) => done, "the two stalled calls on A rescued")
+    // A safety net for events that must come (a busy machine is slow), not a claim about speed.
+    await eventually(() => stalled.every((sid) => fake.callUpdates(sid).length > 0), (done) => done, "the two stalled calls on A rescued", 60_000)
     await Promise.all(agents.splice(0).map((agent) => agent.close()))
     // B never saw a call of the environment, and reads the breaker open from Redis.
     expect(await breaker(b)).toMatchObject({ state: "open", occurrences: 2, threshold: 2, shedNewCalls: true })
@@ -178,18 +179,20 @@ describe("shedding across two callgate processes on one Redis", () => {
       expect(fake.callUpdates(callSid)).toEqual([])
       // Either instance shows the shed session (one store).
       const other = instance === a ? b : a
-      const session = await eventually(() => sessionOf(other, callSid), (s) => s !== undefined, `the session of ${callSid}`)
+      const session = await eventually(() => sessionOf(other, callSid), (s) => s !== undefined, `the session of ${callSid}`, 60_000)
       expect(session).toMatchObject({ status: "failed", endReason: "breaker_open" })
     }
     expect((await breaker(a)).state).toBe("probing")
     expect((await breaker(b)).state).toBe("probing")
 
-    // The probe's stream goes to the instance that took it (its own idle agent); the agent's voiced answer closes the breaker.
+    // The probe's stream goes to the instance placement chose (the one holding an idle agent; the
+    // entry's own first); the agent's voiced answer there closes the breaker for both.
     const probe = probes[0]!
     const stream = parseStreamMarkup(probe.body)
-    expect(stream.url.startsWith(probe.instance.publicUrl.replace(/^https/, "wss"))).toBe(true)
+    const streamedTo = [a, b].find((instance) => stream.url.startsWith(instance.publicUrl.replace(/^https/, "wss")))
+    expect(streamedTo).toBeDefined()
     const call = await connectTwilioStream({
-      url: onGatewayOrigin(stream.url, probe.instance.process.baseUrl),
+      url: onGatewayOrigin(stream.url, streamedTo!.process.baseUrl),
       signedUrl: stream.url,
       authToken: fake.authToken,
       callSid: probe.callSid,
@@ -197,9 +200,9 @@ describe("shedding across two callgate processes on one Redis", () => {
     })
     calls.push(call)
     await call.play(sentence())
-    const other = probe.instance === a ? b : a
-    await eventually(() => breaker(other), (state) => state.state === "closed", "the breaker closed on the other instance")
-    expect(await breaker(probe.instance)).toMatchObject({ state: "closed", occurrences: 0 })
+    const other = streamedTo === a ? b : a
+    await eventually(() => breaker(other), (state) => state.state === "closed", "the breaker closed on the other instance", 60_000)
+    expect(await breaker(streamedTo!)).toMatchObject({ state: "closed", occurrences: 0 })
 
     // The next call on the other instance reaches an agent.
     const next = await entry(other)

@@ -438,6 +438,49 @@ describe("agent failover: missed pings", () => {
   })
 })
 
+describe("agent failover on the Redis store", () => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    gateway = await startGateway({ store: "redis" })
+  })
+  afterAll(() => gateway.close())
+
+  it("the live record shows the agent legs after the failover; the closed one, both legs and the count; resume has the stored checkpoint", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId)
+    const first = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const { call } = await placeCall(gateway, "twilio", agentId, env.id)
+    await first.waitForEvent("start")
+    const sessionId = sessionIdOf(first)
+    first.send({ event: "checkpoint", checkpoint: { step: 3 } })
+    await checkpointStored(gateway, agentId, sessionId)
+    const second = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "a spare agent")
+    first.ws.terminate()
+    await second.waitForEvent("resume")
+    expect(second.events("resume")[0].resume.checkpoint).toEqual({ step: 3 })
+    const deadline = Date.now() + 30_000
+    let live = await storedSession(gateway, agentId, sessionId)
+    while (live.agentFailovers !== 1 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      live = await storedSession(gateway, agentId, sessionId)
+    }
+    expect(live.status).toBe("active")
+    expect(live.agentLegs?.map((leg) => [leg.endReason, leg.endedAt === null])).toEqual([
+      ["agent_disconnected", false],
+      [null, true]
+    ])
+    call.stop()
+    expect(await gateway.outbox.forSession(sessionId)).toMatchObject({ status: "completed", agentFailovers: 1 })
+    const closed = await storedSession(gateway, agentId, sessionId)
+    expect(closed.agentFailovers).toBe(1)
+    expect(closed.agentLegs?.map((leg) => leg.endReason)).toEqual(["agent_disconnected", "caller_hangup"])
+    expect(closed.agentLegs?.every((leg) => leg.instanceId === closed.instanceId)).toBe(true)
+    second.close()
+  })
+})
+
 /** A dial-out agent server on a fixed port, which can die (its sockets destroyed) and come back. */
 const agentServerOn = async (port: number) => {
   const server = createServer()

@@ -126,7 +126,7 @@ export interface SessionEndedEvent {
   readonly provider?: "twilio" | "telnyx" | undefined
   readonly callId?: string | undefined
   readonly endReason?: string | undefined
-  /** How many times the call moved to another agent after its agent leg ended abnormally */
+  /** Agent failovers of the session: times its agent leg ended abnormally and callgate sought another agent instead of ending the call (taken over, or the fallback after agentFailoverTimeout) */
   readonly agentFailovers?: number | undefined
   /** Present when the call was recorded and its file is complete */
   readonly recording?:

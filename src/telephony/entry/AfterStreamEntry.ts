@@ -4,7 +4,7 @@ import { PublicUrl } from "../../config/PublicUrl.js"
 import type { CallKind } from "../../kernel/Carrier.js"
 import { AfterStream } from "../../recovery/AfterStream.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
+import { verifyTwilioWebhook, type TelnyxVerifier } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
 import { answerCarrier } from "./EntryFallback.js"
 import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
@@ -19,7 +19,7 @@ import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } fr
 export const afterStreamEntry = (
   kind: Extract<CallKind, "twilio" | "telnyx-texml">,
   request: EntryRequest,
-  verifyTelnyx: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+  verifyTelnyx: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
     const config = yield* AppConfig

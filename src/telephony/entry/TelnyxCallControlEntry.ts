@@ -1,7 +1,7 @@
 import { Effect, Either, Schema } from "effect"
 import { AfterStream } from "../../recovery/AfterStream.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
-import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
+import { publicWsUrl, type TelnyxVerifier } from "../CarrierSignatures.js"
 import { sessionIdOfClientState, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
@@ -63,7 +63,7 @@ const error = (status: number, code: string, message: string) => json(status, { 
  */
 export const telnyxCallControlEntry = (
   request: EntryRequest,
-  verify: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+  verify: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
     const verification = yield* verify(request.rawBody, request.headers)

@@ -1,7 +1,7 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import { publicWsUrl, type TelnyxVerification } from "../CarrierSignatures.js"
+import { publicWsUrl, type TelnyxVerifier } from "../CarrierSignatures.js"
 import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
@@ -19,7 +19,7 @@ import { answerWithFallback } from "./EntryFallback.js"
  */
 export const telnyxTexmlEntry = (
   request: EntryRequest,
-  verify: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+  verify: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
     const publicUrl = yield* PublicUrl

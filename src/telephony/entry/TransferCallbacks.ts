@@ -5,7 +5,7 @@ import { ResourceId } from "../../environments/EnvironmentSchema.js"
 import { Carriers, type CallRef } from "../../kernel/Carrier.js"
 import { dialCallStatusOutcome, hangupCauseOutcome, TransferOutcomes, type SettledTransfer } from "../../sessions/TransferOutcomes.js"
 import { sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
-import { type TelnyxVerification, verifyTwilioWebhook } from "../CarrierSignatures.js"
+import { verifyTwilioWebhook, type TelnyxVerifier } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import { CallControlWebhook, type EntryRequest, type EntryResponse } from "./EntryWire.js"
@@ -32,18 +32,22 @@ const received: EntryResponse = { status: 200, contentType: "application/json", 
 
 type TwimlKind = "twilio" | "telnyx-texml"
 
-/** Checks the carrier's signature on a form-encoded transfer report; a refusal to answer, or none. */
-const verifyForm = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>) =>
+/** Checks the carrier's signature on a form-encoded transfer report; false (and `refusal` logged with the reason) when it fails. */
+const verifyForm = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier, refusal: string) =>
   Effect.gen(function* () {
+    let reason: string | undefined
     if (kind === "twilio") {
       const config = yield* AppConfig
       const publicUrl = (yield* PublicUrl).current()
       const params = formParams(request.body)
       const ok = verifyTwilioWebhook({ publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)
-      return ok ? Option.none<string>() : Option.some("bad X-Twilio-Signature")
+      if (!ok) reason = "bad X-Twilio-Signature"
+    } else {
+      const verification = yield* verifyTelnyx(request.rawBody, request.headers)
+      if (!verification.valid) reason = verification.reason
     }
-    const verification = yield* verifyTelnyx(request.rawBody, request.headers)
-    return verification.valid ? Option.none<string>() : Option.some(verification.reason)
+    if (reason !== undefined) yield* Effect.logWarning(refusal, { reason })
+    return reason === undefined
   })
 
 /** What the caller hears after the transfer: the failed fallback transfer's message, then the hang-up. */
@@ -60,17 +64,9 @@ const afterTransfer = (settled: Option.Option<SettledTransfer>): string | undefi
  * answers what the caller hears next: the environment's transferFailedMessage then a hang-up for a
  * failed fallback transfer, a hang-up otherwise.
  */
-export const transferOutcomeEntry = (
-  kind: TwimlKind,
-  request: EntryRequest,
-  verifyTelnyx: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
-) =>
+export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier) =>
   Effect.gen(function* () {
-    const refused = yield* verifyForm(kind, request, verifyTelnyx)
-    if (Option.isSome(refused)) {
-      yield* Effect.logWarning("transfer outcome refused", { reason: refused.value })
-      return hangupOnly(401)
-    }
+    if (!(yield* verifyForm(kind, request, verifyTelnyx, "transfer outcome refused"))) return hangupOnly(401)
     const query = yield* Effect.either(decodeEntry(TransferQuery, request.query))
     const form = yield* Effect.either(decodeEntry(DialOutcomeForm, formParams(request.body)))
     if (Either.isLeft(query) || Either.isLeft(form)) {
@@ -93,17 +89,9 @@ export const transferOutcomeEntry = (
  * (`in-progress`) is when ringing ends and talking starts; the outcome itself comes with the
  * `<Dial action>`, which is also what decides the caller's next words.
  */
-export const transferProgressEntry = (
-  kind: TwimlKind,
-  request: EntryRequest,
-  verifyTelnyx: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
-) =>
+export const transferProgressEntry = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier) =>
   Effect.gen(function* () {
-    const refused = yield* verifyForm(kind, request, verifyTelnyx)
-    if (Option.isSome(refused)) {
-      yield* Effect.logWarning("transfer progress refused", { reason: refused.value })
-      return { ...noContent, status: 401 }
-    }
+    if (!(yield* verifyForm(kind, request, verifyTelnyx, "transfer progress refused"))) return { ...noContent, status: 401 }
     const query = yield* Effect.either(decodeEntry(TransferQuery, request.query))
     const form = yield* Effect.either(decodeEntry(DialProgressForm, formParams(request.body)))
     if (Either.isLeft(query) || Either.isLeft(form)) return { ...noContent, status: 400 }
@@ -123,7 +111,7 @@ export const transferProgressEntry = (
  */
 export const telnyxTransferEventsEntry = (
   request: EntryRequest,
-  verifyTelnyx: (rawBody: Buffer | undefined, headers: EntryRequest["headers"]) => Effect.Effect<TelnyxVerification>
+  verifyTelnyx: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
     const verification = yield* verifyTelnyx(request.rawBody, request.headers)

@@ -110,7 +110,18 @@ export class CarrierStreams extends Effect.Service<CarrierStreams>()("callgate/C
       if (opened._tag === "Right" && sessionId !== undefined && opening.sessionId === undefined) {
         leases.hold(opening.agentId, opening.environmentId, sessionId, "inbound")
         const live = registry.live(sessionId)
-        if (live._tag === "Some") runFork(live.value.settled.pipe(Effect.ensuring(leases.release(opening.agentId, opening.environmentId, sessionId))))
+        // A session that settled still active moved to another instance (an agent failover): the lease goes with it.
+        if (live._tag === "Some")
+          runFork(
+            live.value.settled.pipe(
+              Effect.exit,
+              Effect.flatMap((settled) =>
+                settled._tag === "Success" && Option.isSome(settled.value) && settled.value.value.status === "active"
+                  ? Effect.void
+                  : leases.release(opening.agentId, opening.environmentId, sessionId)
+              )
+            )
+          )
       }
       return opened
     }

@@ -1,0 +1,175 @@
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
+import { entryUrl, postEntryWebhook, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
+import type { SimCall } from "../../sim/SimCall.js"
+import { parseStreamMarkup } from "../../sim/StreamMarkup.js"
+import { connectTwilioStream } from "../../sim/TwilioCall.js"
+import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
+import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
+import { freePort } from "../support/redisServer.js"
+import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/testApp.js"
+import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
+import { openSocket, type Peer, until } from "../livecall/callHarness.js"
+import { listInstances } from "./fleetSuite.js"
+
+/**
+ * Agent failover across instances (docs/design.md, "The path of a failover"; issue 30, Done when
+ * (b)): two callgate processes on one real Redis, carrier REST at a fake Twilio on loopback. The
+ * call's agent on A vanishes (socket destroyed); the only idle agent of the environment is on B.
+ * A asks the carrier, once, to move the stream to B; the test's carrier does what Twilio does
+ * (stops the old stream, opens the new one with the TwiML's parameters); B's agent gets `start`
+ * with `resumed` and the `resume` with the checkpoint; the call ends with one session.ended.
+ */
+describe("agent failover to an agent on another instance", () => {
+  let twilio: FakeTwilio
+  let receiver: Receiver
+  let a: GatewayProcess
+  let b: GatewayProcess
+  const calls: Array<SimCall> = []
+  const agents: Array<Peer> = []
+  const prefix = `${uniqueId("xfail")}:`
+
+  const start = async (name: string) => {
+    const port = await freePort()
+    const gateway = await spawnGateway({
+      PORT: String(port),
+      INSTANCE_ID: name,
+      PUBLIC_URL: `http://127.0.0.1:${port}`,
+      ADMIN_API_KEY: ADMIN_KEY,
+      REDIS_URL: inject("redisUrl"),
+      REDIS_KEY_PREFIX: prefix,
+      SECRETS_KEY: TEST_SECRETS_KEY,
+      // Carrier REST at the fake Twilio; webhooks and stream upgrades signed with its auth token.
+      ...twilio.env,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+      WEBHOOK_CA_FILE: CA_FILE,
+      RATE_LIMIT_PER_MINUTE: "0",
+      SHUTDOWN_DRAIN_TIMEOUT: "2s",
+      LOG_LEVEL: "info"
+    })
+    await waitForHealthy(gateway, "/readyz", 45_000)
+    return gateway
+  }
+
+  beforeAll(async () => {
+    twilio = await startFakeTwilio()
+    receiver = await startReceiver()
+    ;[a, b] = await Promise.all([start("xfail-a"), start("xfail-b")])
+  }, 120_000)
+
+  afterAll(async () => {
+    await Promise.all(calls.map((call) => call.hangup().catch(() => {})))
+    for (const agent of agents) agent.close()
+    await Promise.all([a, b].filter((g) => g !== undefined).map((g) => g.stop("SIGTERM", 10_000)))
+    await twilio?.close()
+    await receiver?.close()
+  })
+
+  /** Waits until `viewer`'s registry shows `count` idle agents of the agent on instance `on` (placement reads it from there). */
+  const idleOn = async (viewer: GatewayProcess, on: GatewayProcess, agentId: string, count: number) => {
+    for (;;) {
+      const entry = (await listInstances(viewer.baseUrl)).find((instance) => instance.publicUrl === on.env.PUBLIC_URL)
+      const idle = entry?.idleAgents.filter((e) => e.agentId === agentId).reduce((sum, e) => sum + e.idle, 0) ?? 0
+      if (idle === count) return
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+
+  const dialIn = async (gateway: GatewayProcess, agentId: string, environmentId: string) => {
+    const agent = await openSocket(`${gateway.baseUrl.replace(/^http/, "ws")}/v1/agents/${agentId}/environments/${environmentId}/connect`, {
+      authorization: `Bearer ${ADMIN_KEY}`
+    })
+    agents.push(agent)
+    return agent
+  }
+
+  const endedEvents = (sessionId: string) =>
+    receiver.requests
+      .map((request) => {
+        try {
+          return JSON.parse(request.body.toString("utf8")) as { event?: string; sessionId?: string; agentFailovers?: number; status?: string }
+        } catch {
+          return {}
+        }
+      })
+      .filter((event) => event.event === "session.ended" && event.sessionId === sessionId)
+
+  it("Twilio: the agent on A vanishes, the only idle agent is on B: one call update moves the stream to B, whose agent resumes; one session.ended, agentFailovers 1, no fallback", { timeout: 180_000 }, async () => {
+    const agentId = uniqueId("agent")
+    const created = await fetch(`${a.baseUrl}/v1/agents/${agentId}/environments`, {
+      method: "POST",
+      headers: { ...adminAuth, "content-type": "application/json" },
+      body: JSON.stringify({
+        name: "cross-instance failover",
+        webhookUrl: receiver.url("/events"),
+        errorFallbackType: "phone",
+        errorFallbackValue: "+14155550199",
+        agentFailoverTimeout: 10
+      })
+    })
+    expect(created.status).toBe(201)
+    const environmentId = ((await created.json()) as { data: { id: string } }).data.id
+
+    // The call is placed on A, with A's agent; then the only other agent dials in on B.
+    const first = await dialIn(a, agentId, environmentId)
+    await idleOn(a, a, agentId, 1)
+    const callSid = twilioSid("CA")
+    const webhook = { CallSid: callSid, AccountSid: twilioSid("AC"), From: "+15550100001", To: "+15550100002", Direction: "inbound" }
+    const url = entryUrl(a.baseUrl, "telephony/twilio/voice", agentId, environmentId)
+    const answer = await postEntryWebhook(url, webhook, { "X-Twilio-Signature": twilioSignature(twilio.authToken, url, webhook) })
+    expect(answer.stream.url.startsWith(a.baseUrl.replace(/^http/, "ws"))).toBe(true)
+    const onA = await connectTwilioStream({ url: answer.stream.url, callSid, customParameters: answer.stream.parameters, authToken: twilio.authToken })
+    calls.push(onA)
+    await first.waitForEvent("start")
+    const sessionId = first.events("start")[0].start.customParameters.sessionId as string
+    const context = { step: "collect_date", slots: { party: 4 } }
+    first.send({ event: "checkpoint", checkpoint: context })
+    const second = await dialIn(b, agentId, environmentId)
+    await idleOn(a, b, agentId, 1)
+
+    // A's agent vanishes: no close handshake.
+    first.ws.terminate()
+    await until(() => twilio.callUpdates(callSid).length > 0, "the carrier asked to move the stream", 60_000).catch((error) => {
+      console.log(a.stdout().split("\n").filter((l) => l.includes(sessionId) || l.includes("failover") || l.includes("move")).join("\n"))
+      throw error
+    })
+    const update = twilio.callUpdates(callSid)[0]!
+    const moved = parseStreamMarkup(update.form!.Twiml!)
+    expect(moved.url).toBe(`${b.baseUrl.replace(/^http/, "ws")}/telephony/twilio/stream`)
+    expect(moved.parameters.token).not.toBe(answer.stream.parameters.token)
+
+    // The carrier does what Twilio does: the old stream stops, the new one opens on B.
+    await onA.hangup("the call's TwiML was updated")
+    const onB = await connectTwilioStream({ url: moved.url, callSid, customParameters: moved.parameters, authToken: twilio.authToken })
+    calls.push(onB)
+    await second.waitForEvent("resume", 1, 60_000)
+    expect(second.received.map((m) => m.event).slice(0, 3)).toEqual(["connected", "start", "resume"])
+    const startOnB = second.events("start")[0].start
+    // Same session, same call as the agent on A was given.
+    expect(startOnB.callSid).toBe(first.events("start")[0].start.callSid)
+    expect(startOnB.accountSid).toBe(first.events("start")[0].start.accountSid)
+    expect(startOnB.customParameters).toMatchObject({ sessionId, resumed: "true", failover: "1" })
+    const resume = second.events("resume")[0].resume
+    expect(resume).toMatchObject({ checkpoint: context, previousEndReason: "agent_disconnected" })
+    expect(Array.isArray(resume.turns)).toBe(true)
+
+    // The call goes on on B: the caller's audio reaches B's agent.
+    await second.waitForEvent("media", 5, 60_000)
+    await onB.hangup()
+    await until(() => endedEvents(sessionId).length > 0, "session.ended", 60_000)
+    const [ended] = endedEvents(sessionId)
+    expect(ended).toMatchObject({ status: "completed", agentFailovers: 1 })
+    // Exactly one carrier request (the move): no fallback transfer.
+    expect(twilio.callUpdates(callSid)).toHaveLength(1)
+    const record = (await (await fetch(`${b.baseUrl}/v1/agents/${agentId}/sessions/${sessionId}`, { headers: adminAuth })).json()) as {
+      data: { status: string; agentFailovers: number; agentLegs: Array<{ endReason: string; instanceId: string }> }
+    }
+    expect(record.data).toMatchObject({ status: "completed", agentFailovers: 1 })
+    expect(record.data.agentLegs.map((leg) => [leg.endReason, leg.instanceId])).toEqual([
+      ["agent_disconnected", "xfail-a"],
+      ["caller_hangup", "xfail-b"]
+    ])
+    // B's session.ended stands alone: A let go without one (a second one would have come by now, since A acted before B).
+    expect(endedEvents(sessionId)).toHaveLength(1)
+    expect(a.stdout()).toContain("session moved to another instance")
+  })
+})
