@@ -1,8 +1,7 @@
 import { Duration, Effect, Option, Schedule } from "effect"
-import { Gauge } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
-import { Metrics } from "../observability/Metrics.js"
+import { Metrics, sampledGaugeOn } from "../observability/Metrics.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import type { AgentConnection } from "./AgentConnection.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
@@ -65,14 +64,7 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
       return total
     }
 
-    new Gauge({
-      name: "callgate_agent_idle_connections",
-      help: "Dial-in agent WebSockets waiting for a call",
-      registers: [metrics.registry],
-      collect() {
-        this.set(idleTotal())
-      }
-    })
+    sampledGaugeOn(metrics.registry, "callgate_agent_idle_connections", "Dial-in agent WebSockets waiting for a call", idleTotal)
 
     yield* Effect.sync(beat).pipe(
       Effect.repeat(Schedule.spaced(Duration.max(config.agentPingInterval, Duration.millis(10)))),

@@ -1,10 +1,9 @@
 import { Cause, Duration, Effect, Option } from "effect"
-import { Counter } from "prom-client"
 import type { AgentTarget } from "../agent/AgentConnector.js"
 import { Environments } from "../environments/Environments.js"
 import { DEFAULT_AGENT_FAILOVER_TIMEOUT } from "../environments/EnvironmentSchema.js"
 import { ErrorFallback } from "../fallback/ErrorFallback.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, Metrics } from "../observability/Metrics.js"
 import { Carriers, type CarrierError } from "../kernel/Carrier.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Recordings } from "../recording/Recordings.js"
@@ -57,12 +56,7 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
           })
         )
 
-    const ended = new Counter({
-      name: "callgate_sessions_ended_total",
-      help: "Call sessions ended, by status and reason",
-      labelNames: ["provider", "status", "reason"] as const,
-      registers: [metrics.registry]
-    })
+    const ended = counterOn(metrics.registry, "callgate_sessions_ended_total", "Call sessions ended, by status and reason", ["provider", "status", "reason"])
 
     const carrierAction = (operation: string, action: Effect.Effect<void, CarrierError>) =>
       action.pipe(

@@ -1,10 +1,9 @@
 import { randomBytes } from "node:crypto"
 import { Deferred, Duration, Effect, Either, Exit, FiberId, FiberMap, Option, Queue } from "effect"
-import { Counter, Gauge } from "prom-client"
 import { AgentConnector } from "../agent/AgentConnector.js"
 import { Breaker } from "../breaker/Breaker.js"
 import { AppConfig } from "../config/AppConfig.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, Metrics, sampledGaugeOn } from "../observability/Metrics.js"
 import { providerOf } from "../kernel/Carrier.js"
 import type { MachineVerdict, StreamOpening } from "../kernel/CallLegs.js"
 import { newSessionId, type SessionInfo } from "../kernel/SessionInfo.js"
@@ -87,20 +86,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
     const byCall = new Map<string, LiveCall>()
     let draining = false
 
-    new Gauge({
-      name: "callgate_sessions_active",
-      help: "Call sessions live on this instance",
-      registers: [metrics.registry],
-      collect() {
-        this.set(bySession.size)
-      }
-    })
-    const refusals = new Counter({
-      name: "callgate_stream_refusals_total",
-      help: "Authenticated media streams refused before a session opened, by reason",
-      labelNames: ["reason"] as const,
-      registers: [metrics.registry]
-    })
+    sampledGaugeOn(metrics.registry, "callgate_sessions_active", "Call sessions live on this instance", () => bySession.size)
+    const refusals = counterOn(metrics.registry, "callgate_stream_refusals_total", "Authenticated media streams refused before a session opened, by reason", ["reason"])
 
     /** The call's fiber ended: it leaves the registry, and whoever awaits its settling hears how. */
     const unregister = (relay: LiveCall, record: Option.Option<Session>) => {

@@ -3,7 +3,6 @@ import { stat } from "node:fs/promises"
 import { dirname } from "node:path"
 import type { Readable } from "node:stream"
 import { Data, Duration, Effect, Option, Runtime, Schedule } from "effect"
-import { Counter, Gauge } from "prom-client"
 import parseRange from "range-parser"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
@@ -12,7 +11,7 @@ import type { CarrierLeg } from "../kernel/CallLegs.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { RecordingMode } from "../environments/EnvironmentSchema.js"
 import { Environments } from "../environments/Environments.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, Metrics, sampledGaugeOn } from "../observability/Metrics.js"
 import { CallRecording, type FlushedAudio, type RecordingPause, WINDOW_SAMPLES } from "./CallRecording.js"
 import {
   finishWav,
@@ -104,33 +103,15 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
     const bucket = Option.map(settings.s3, (s3) => new S3Bucket(s3.location, s3.credentials))
     const embedded = Option.isNone(config.redisUrl)
 
-    const writes = new Counter({
-      name: "callgate_recording_writes_total",
-      help: "Audio writes to recording files (one system call each)",
-      registers: [metrics.registry]
-    })
-    const dropped = new Counter({
-      name: "callgate_recording_dropped_frames_total",
-      help: "Frames (or parts) not recorded: late, too long, or beyond the agent's playout queue",
-      registers: [metrics.registry]
-    })
-    const finished = new Counter({
-      name: "callgate_recordings_finished_total",
-      help: "Recordings finished, by how: ended (the call ended), recovered (left by a crash), failed",
-      labelNames: ["how"] as const,
-      registers: [metrics.registry]
-    })
+    const writes = counterOn(metrics.registry, "callgate_recording_writes_total", "Audio writes to recording files (one system call each)")
+    const dropped = counterOn(metrics.registry, "callgate_recording_dropped_frames_total", "Frames (or parts) not recorded: late, too long, or beyond the agent's playout queue")
+    const finished = counterOn(metrics.registry, "callgate_recordings_finished_total", "Recordings finished, by how: ended (the call ended), recovered (left by a crash), failed", ["how"])
     const live = new Map<string, Live>()
     let writeTotal = 0
-    new Gauge({
-      name: "callgate_recordings_active",
-      help: "Calls being recorded on this instance",
-      registers: [metrics.registry],
-      collect() {
-        let count = 0
-        for (const entry of live.values()) if (entry.fd !== undefined) count++
-        this.set(count)
-      }
+    sampledGaugeOn(metrics.registry, "callgate_recordings_active", "Calls being recorded on this instance", () => {
+      let count = 0
+      for (const entry of live.values()) if (entry.fd !== undefined) count++
+      return count
     })
 
     /** The last `recording` mode seen per environment: "off" calls get no window until the read says otherwise. */
