@@ -1,11 +1,9 @@
 import { Effect, Either } from "effect"
-import { AppConfig } from "../../config/AppConfig.js"
-import { PublicUrl } from "../../config/PublicUrl.js"
 import type { CallKind } from "../../kernel/Carrier.js"
 import { AfterStream } from "../../recovery/AfterStream.js"
 import { ErrorFallback } from "../../fallback/ErrorFallback.js"
-import { verifyTwilioWebhook, type TelnyxVerifier } from "../CarrierSignatures.js"
-import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
+import { type TelnyxVerifier } from "../CarrierSignatures.js"
+import { decodeEntry, formParams, hangupOnly, markupAnswer, signedForm } from "./CallAdmission.js"
 import { answerCarrier } from "./EntryFallback.js"
 import { AfterStreamQuery, directionOf, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 
@@ -22,21 +20,8 @@ export const afterStreamEntry = (
   verifyTelnyx: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
-    const config = yield* AppConfig
-    const publicUrl = (yield* PublicUrl).current()
+    if (!(yield* signedForm(kind, request, verifyTelnyx, "returning call refused"))) return hangupOnly(401)
     const params = formParams(request.body)
-    if (kind === "twilio") {
-      if (!verifyTwilioWebhook({ publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
-        yield* Effect.logWarning("returning call refused: bad X-Twilio-Signature")
-        return hangupOnly(401)
-      }
-    } else {
-      const verification = yield* verifyTelnyx(request.rawBody, request.headers)
-      if (!verification.valid) {
-        yield* Effect.logWarning("returning call refused", { reason: verification.reason })
-        return hangupOnly(401)
-      }
-    }
     const query = yield* Effect.either(decodeEntry(AfterStreamQuery, request.query))
     const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, params))
     if (Either.isLeft(query) || Either.isLeft(form)) {

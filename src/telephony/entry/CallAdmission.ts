@@ -1,5 +1,7 @@
 import { Effect, Exit, Option, ParseResult, Schema } from "effect"
 import { Breaker, breakerSettingsOf } from "../../breaker/Breaker.js"
+import { AppConfig } from "../../config/AppConfig.js"
+import { PublicUrl } from "../../config/PublicUrl.js"
 import { Environments } from "../../environments/Environments.js"
 import { withCallSpan } from "../../observability/Tracing.js"
 import { newSessionId } from "../../kernel/SessionInfo.js"
@@ -7,10 +9,11 @@ import { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { LiveCalls } from "../../livecall/LiveCalls.js"
 import { Placement } from "../../fleet/Placement.js"
 import { CallLeases } from "../../sessions/CallLeases.js"
-import { publicWsUrl } from "../CarrierSignatures.js"
+import { publicWsUrl, type TelnyxVerifier, verifyTwilioWebhook } from "../CarrierSignatures.js"
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { connectStreamTwiml, hangupTwiml, sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
-import { type EntryResponse } from "./EntryWire.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { type EntryRequest, type EntryResponse } from "./EntryWire.js"
 
 /**
  * The step every entry endpoint shares: is the environment there, and if so, where its media
@@ -163,6 +166,27 @@ export const decodeEntry = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =
     })
   )
 
+/** Checks a Telnyx webhook's Ed25519 signature; false (and `refusal` logged with the reason) when it fails. */
+export const telnyxSigned = (verify: TelnyxVerifier, request: EntryRequest, refusal: string): Effect.Effect<boolean> =>
+  Effect.flatMap(verify(request.rawBody, request.headers), (verification) =>
+    verification.valid ? Effect.succeed(true) : Effect.as(Effect.logWarning(refusal, { reason: verification.reason }), false)
+  )
+
+/** Checks a Twilio webhook's X-Twilio-Signature over its form; false (and `refusal` logged with the reason) when it fails. */
+export const twilioSigned = (request: EntryRequest, refusal: string) =>
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    const publicUrl = (yield* PublicUrl).current()
+    const signing = { publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }
+    if (verifyTwilioWebhook(signing, request.url, request.headers, formParams(request.body))) return true
+    yield* Effect.logWarning(refusal, { reason: "bad X-Twilio-Signature" })
+    return false
+  })
+
+/** The carrier's signature check for a form-encoded request about a TwiML (`twilioSigned`) or TeXML (`telnyxSigned`) call. */
+export const signedForm = (kind: "twilio" | "telnyx-texml", request: EntryRequest, verifyTelnyx: TelnyxVerifier, refusal: string) =>
+  kind === "twilio" ? twilioSigned(request, refusal) : telnyxSigned(verifyTelnyx, request, refusal)
+
 /** The form fields of a parsed body, strings only (what Twilio signs). */
 export const formParams = (body: unknown): Record<string, string> => {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return {}
@@ -185,8 +209,8 @@ export const refusal = (admission: Exclude<Admission, { _tag: "Admitted" | "Over
     ? sayAndHangup(200, "This number is not in service.")
     : sayAndHangup(503, "Sorry, this service is temporarily unavailable. Please call again later.")
 
-/** The entry answer that connects the call's media stream (`connectStreamTwiml`). */
-export const connectStream = (...args: Parameters<typeof connectStreamTwiml>): EntryResponse => xml(200, connectStreamTwiml(...args))
+/** The entry answer that connects the call's media stream (`joinStreamTwiml`). */
+export const connectStream = (...args: Parameters<typeof joinStreamTwiml>): EntryResponse => xml(200, joinStreamTwiml(...args))
 
 /**
  * The `<Redirect>` URL for a call admitted as `sessionId`: any instance answers it, so it names the
@@ -201,3 +225,49 @@ export const afterStreamUrl = (
 
 /** Markup for a call that came back: `markup` when the fallback gave one, else a hang-up. */
 export const markupAnswer = (markup: string | undefined): EntryResponse => (markup === undefined ? hangupOnly(200) : xml(200, markup))
+
+/** Where a call's media stream joins: the placed instance's stream base, the session token, and the call. */
+export interface StreamJoin {
+  readonly streamBase: string
+  readonly token: string
+  readonly agentId: string
+  readonly environmentId: string
+  readonly sessionId: string
+  /** The caller's details, sent as Twilio `<Parameter>`s (TeXML streams carry none). */
+  readonly from?: string | undefined
+  readonly to?: string | undefined
+  readonly direction?: string | undefined
+}
+
+/**
+ * The `<Connect><Stream>` that joins a call to its media stream on the placed instance, then the
+ * `<Redirect>` to the after-stream entry for the session: Twilio gets the token and the call as
+ * `<Parameter>`s; TeXML the token in the stream URL (Telnyx streams carry no custom parameters to
+ * rely on) and bidirectional RTP in PCMU. The entries answer with it; CallRelocation sends it as
+ * a live-call update that moves the stream to another instance.
+ */
+export const joinStreamTwiml = (
+  kind: "twilio" | "telnyx-texml",
+  base: { readonly publicUrl: string; readonly fleetUrl: Option.Option<string> },
+  join: StreamJoin
+): string => {
+  const session = { agentId: join.agentId, environmentId: join.environmentId, sessionId: join.sessionId }
+  return kind === "twilio"
+    ? connectStreamTwiml(
+        { url: join.streamBase + EntryPaths.twilioStream },
+        [
+          ["token", join.token],
+          ["agentId", join.agentId],
+          ["environmentId", join.environmentId],
+          ["from", join.from],
+          ["to", join.to],
+          ["direction", join.direction]
+        ],
+        afterStreamUrl(base, EntryPaths.twilioAfterStream, session)
+      )
+    : connectStreamTwiml(
+        { url: `${join.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(join.token)}`, bidirectionalMode: "rtp", bidirectionalCodec: "PCMU" },
+        [],
+        afterStreamUrl(base, EntryPaths.telnyxAfterStream, session)
+      )
+}

@@ -5,12 +5,10 @@ import { goneAfterMs, RESERVATION_HOLD_MS } from "../../fleet/FleetTiming.js"
 import { InstanceRegistry } from "../../fleet/InstanceRegistry.js"
 import { InstanceStore } from "../../fleet/InstanceStore.js"
 import { Carriers } from "../../kernel/Carrier.js"
-import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { CallMover, type CallMoverShape } from "../../livecall/CallMover.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { SessionTokens } from "../SessionTokens.js"
-import { connectStreamTwiml } from "../../twiml/TwimlBuilder.js"
-import { afterStreamUrl } from "./CallAdmission.js"
+import { joinStreamTwiml } from "./CallAdmission.js"
 
 /** An outer bound on the carrier's answer to the move (the adapters time their own requests out first). */
 const MOVE_TIMEOUT = Duration.seconds(10)
@@ -62,36 +60,16 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
             agentSocket: socketId,
             resumed
           })
-          const streamBase = publicWsUrl(live.value.publicUrl)
-          const after = (path: string) =>
-            afterStreamUrl({ publicUrl: publicUrl.current(), fleetUrl: config.fleetUrl }, path, {
-              agentId: info.agentId,
-              environmentId: info.environmentId,
-              sessionId: info.sessionId
-            })
-          const twiml =
-            kind === "twilio"
-              ? connectStreamTwiml(
-                  { url: streamBase + EntryPaths.twilioStream },
-                  [
-                    ["token", token],
-                    ["agentId", info.agentId],
-                    ["environmentId", info.environmentId],
-                    ["from", info.from ?? undefined],
-                    ["to", info.to ?? undefined],
-                    ["direction", info.direction]
-                  ],
-                  after(EntryPaths.twilioAfterStream)
-                )
-              : connectStreamTwiml(
-                  {
-                    url: `${streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`,
-                    bidirectionalMode: "rtp",
-                    bidirectionalCodec: "PCMU"
-                  },
-                  [],
-                  after(EntryPaths.telnyxAfterStream)
-                )
+          const twiml = joinStreamTwiml(kind, { publicUrl: publicUrl.current(), fleetUrl: config.fleetUrl }, {
+            streamBase: publicWsUrl(live.value.publicUrl),
+            token,
+            agentId: info.agentId,
+            environmentId: info.environmentId,
+            sessionId: info.sessionId,
+            from: info.from ?? undefined,
+            to: info.to ?? undefined,
+            direction: info.direction
+          })
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
             yield* Effect.logWarning("the carrier did not move the call's stream to another instance", {

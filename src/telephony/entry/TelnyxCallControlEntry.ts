@@ -5,7 +5,7 @@ import { publicWsUrl, type TelnyxVerifier } from "../CarrierSignatures.js"
 import { sessionIdOfClientState, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
 import { TelnyxCarrier } from "../../carriers/TelnyxCarrier.js"
 import { TelnyxTwimlRunner } from "../../carriers/TelnyxTwimlRunner.js"
-import { admitCall, decodeEntry, withCustomParameters } from "./CallAdmission.js"
+import { admitCall, decodeEntry, telnyxSigned, withCustomParameters } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import { rescueAtEntry } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
@@ -66,11 +66,7 @@ export const telnyxCallControlEntry = (
   verify: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
-    const verification = yield* verify(request.rawBody, request.headers)
-    if (!verification.valid) {
-      yield* Effect.logWarning("telnyx call-control webhook refused", { reason: verification.reason })
-      return error(401, "UNAUTHORIZED", "The webhook signature is not valid.")
-    }
+    if (!(yield* telnyxSigned(verify, request, "telnyx call-control webhook refused"))) return error(401, "UNAUTHORIZED", "The webhook signature is not valid.")
     const webhook = yield* Effect.either(decodeEntry(CallControlWebhook, request.body))
     if (Either.isLeft(webhook)) return error(400, "VALIDATION_FAILED", `Not a Call Control event: ${webhook.left}.`)
     const event = webhook.right.data.event_type

@@ -1,8 +1,8 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import { publicWsUrl, type TelnyxVerifier } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
+import { type TelnyxVerifier } from "../CarrierSignatures.js"
+import { admitCall, connectStream, telnyxSigned, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 import { answerWithFallback } from "./EntryFallback.js"
@@ -24,11 +24,7 @@ export const telnyxTexmlEntry = (
   Effect.gen(function* () {
     const publicUrl = yield* PublicUrl
     const { fleetUrl } = yield* AppConfig
-    const verification = yield* verify(request.rawBody, request.headers)
-    if (!verification.valid) {
-      yield* Effect.logWarning("telnyx TeXML request refused", { reason: verification.reason })
-      return hangupOnly(401)
-    }
+    if (!(yield* telnyxSigned(verify, request, "telnyx TeXML request refused"))) return hangupOnly(401)
     const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
     const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, formParams(request.body)))
     const custom = entryCustomParameters(request.query)
@@ -56,13 +52,11 @@ export const telnyxTexmlEntry = (
       return yield* answerWithFallback("telnyx-texml", { agentId, environmentId, sessionId: admission.sessionId }, call, admission)
     }
     if (admission._tag !== "Admitted") return refusal(admission)
-    return connectStream(
-      {
-        url: `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
-        bidirectionalMode: "rtp",
-        bidirectionalCodec: "PCMU"
-      },
-      [],
-      afterStreamUrl({ publicUrl: publicUrl.current(), fleetUrl }, EntryPaths.telnyxAfterStream, { agentId, environmentId, sessionId: admission.sessionId })
-    )
+    return connectStream("telnyx-texml", { publicUrl: publicUrl.current(), fleetUrl }, {
+      streamBase: admission.streamBase,
+      token: admission.token,
+      agentId,
+      environmentId,
+      sessionId: admission.sessionId
+    })
   }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxTexml))

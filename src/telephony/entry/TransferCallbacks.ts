@@ -1,12 +1,10 @@
 import { Effect, Either, Option, Schema } from "effect"
-import { AppConfig } from "../../config/AppConfig.js"
-import { PublicUrl } from "../../config/PublicUrl.js"
 import { ResourceId } from "../../environments/EnvironmentSchema.js"
 import { Carriers, type CallRef } from "../../kernel/Carrier.js"
 import { dialCallStatusOutcome, hangupCauseOutcome, TransferOutcomes, type SettledTransfer } from "../../sessions/TransferOutcomes.js"
 import { sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
-import { verifyTwilioWebhook, type TelnyxVerifier } from "../CarrierSignatures.js"
-import { decodeEntry, formParams, hangupOnly, markupAnswer } from "./CallAdmission.js"
+import { type TelnyxVerifier } from "../CarrierSignatures.js"
+import { decodeEntry, formParams, hangupOnly, markupAnswer, signedForm, telnyxSigned } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import { CallControlWebhook, type EntryRequest, type EntryResponse } from "./EntryWire.js"
 
@@ -32,24 +30,6 @@ const received: EntryResponse = { status: 200, contentType: "application/json", 
 
 type TwimlKind = "twilio" | "telnyx-texml"
 
-/** Checks the carrier's signature on a form-encoded transfer report; false (and `refusal` logged with the reason) when it fails. */
-const verifyForm = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier, refusal: string) =>
-  Effect.gen(function* () {
-    let reason: string | undefined
-    if (kind === "twilio") {
-      const config = yield* AppConfig
-      const publicUrl = (yield* PublicUrl).current()
-      const params = formParams(request.body)
-      const ok = verifyTwilioWebhook({ publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)
-      if (!ok) reason = "bad X-Twilio-Signature"
-    } else {
-      const verification = yield* verifyTelnyx(request.rawBody, request.headers)
-      if (!verification.valid) reason = verification.reason
-    }
-    if (reason !== undefined) yield* Effect.logWarning(refusal, { reason })
-    return reason === undefined
-  })
-
 /** What the caller hears after the transfer: the failed fallback transfer's message, then the hang-up. */
 const afterTransfer = (settled: Option.Option<SettledTransfer>): string | undefined =>
   Option.match(settled, {
@@ -66,7 +46,7 @@ const afterTransfer = (settled: Option.Option<SettledTransfer>): string | undefi
  */
 export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier) =>
   Effect.gen(function* () {
-    if (!(yield* verifyForm(kind, request, verifyTelnyx, "transfer outcome refused"))) return hangupOnly(401)
+    if (!(yield* signedForm(kind, request, verifyTelnyx, "transfer outcome refused"))) return hangupOnly(401)
     const query = yield* Effect.either(decodeEntry(TransferQuery, request.query))
     const form = yield* Effect.either(decodeEntry(DialOutcomeForm, formParams(request.body)))
     if (Either.isLeft(query) || Either.isLeft(form)) {
@@ -91,7 +71,7 @@ export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, ver
  */
 export const transferProgressEntry = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier) =>
   Effect.gen(function* () {
-    if (!(yield* verifyForm(kind, request, verifyTelnyx, "transfer progress refused"))) return { ...noContent, status: 401 }
+    if (!(yield* signedForm(kind, request, verifyTelnyx, "transfer progress refused"))) return { ...noContent, status: 401 }
     const query = yield* Effect.either(decodeEntry(TransferQuery, request.query))
     const form = yield* Effect.either(decodeEntry(DialProgressForm, formParams(request.body)))
     if (Either.isLeft(query) || Either.isLeft(form)) return { ...noContent, status: 400 }
@@ -114,11 +94,7 @@ export const telnyxTransferEventsEntry = (
   verifyTelnyx: TelnyxVerifier
 ) =>
   Effect.gen(function* () {
-    const verification = yield* verifyTelnyx(request.rawBody, request.headers)
-    if (!verification.valid) {
-      yield* Effect.logWarning("transfer event refused", { reason: verification.reason })
-      return { ...noContent, status: 401 }
-    }
+    if (!(yield* telnyxSigned(verifyTelnyx, request, "transfer event refused"))) return { ...noContent, status: 401 }
     const query = yield* Effect.either(decodeEntry(TransferQuery, request.query))
     const webhook = yield* Effect.either(decodeEntry(CallControlWebhook, request.body))
     if (Either.isLeft(query) || Either.isLeft(webhook)) return { ...noContent, status: 400 }

@@ -1,8 +1,7 @@
 import { Effect, Either } from "effect"
 import { AppConfig } from "../../config/AppConfig.js"
 import { PublicUrl } from "../../config/PublicUrl.js"
-import { publicWsUrl, verifyTwilioWebhook } from "../CarrierSignatures.js"
-import { admitCall, afterStreamUrl, connectStream, decodeEntry, formParams, hangupOnly, refusal, withCustomParameters } from "./CallAdmission.js"
+import { admitCall, connectStream, decodeEntry, formParams, hangupOnly, refusal, twilioSigned, withCustomParameters } from "./CallAdmission.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import { directionOf, entryCustomParameters, EntryQuery, type EntryRequest, VoiceWebhookForm } from "./EntryWire.js"
 import { answerWithFallback } from "./EntryFallback.js"
@@ -24,10 +23,7 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
     const config = yield* AppConfig
     const publicUrl = (yield* PublicUrl).current()
     const params = formParams(request.body)
-    if (!verifyTwilioWebhook({ publicUrl, fleetUrl: config.fleetUrl, twilioAuthToken: config.twilioAuthToken }, request.url, request.headers, params)) {
-      yield* Effect.logWarning("twilio voice webhook refused: bad X-Twilio-Signature")
-      return hangupOnly(401)
-    }
+    if (!(yield* twilioSigned(request, "twilio voice webhook refused"))) return hangupOnly(401)
     const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
     const form = yield* Effect.either(decodeEntry(VoiceWebhookForm, params))
     const custom = entryCustomParameters(request.query)
@@ -57,12 +53,14 @@ export const twilioVoiceEntry = (request: EntryRequest) =>
       return yield* answerWithFallback("twilio", { agentId, environmentId, sessionId: admission.sessionId }, call, admission)
     }
     if (admission._tag !== "Admitted") return refusal(admission)
-    return connectStream({ url: admission.streamBase + EntryPaths.twilioStream }, [
-      ["token", admission.token],
-      ["agentId", agentId],
-      ["environmentId", environmentId],
-      ["from", call.From],
-      ["to", call.To],
-      ["direction", direction]
-    ], afterStreamUrl({ publicUrl, fleetUrl: config.fleetUrl }, EntryPaths.twilioAfterStream, { agentId, environmentId, sessionId: admission.sessionId }))
+    return connectStream("twilio", { publicUrl, fleetUrl: config.fleetUrl }, {
+      streamBase: admission.streamBase,
+      token: admission.token,
+      agentId,
+      environmentId,
+      sessionId: admission.sessionId,
+      from: call.From,
+      to: call.To,
+      direction
+    })
   }).pipe(Effect.annotateLogs("route", EntryPaths.twilioVoice))
