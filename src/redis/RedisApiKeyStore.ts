@@ -1,6 +1,6 @@
-import { Effect, ExecutionStrategy, Exit, Layer, Option, Schema, Scope } from "effect"
+import { Effect, Layer, Option, Schema } from "effect"
 import { ApiKeyStore, StoredApiKey } from "../apikeys/ApiKeyStore.js"
-import { RedisConnection, redisCall } from "./RedisConnection.js"
+import { RedisConnection, redisCall, subscribeOwn } from "./RedisConnection.js"
 import { StoreError } from "../kernel/StoreError.js"
 
 const decodeKey = Schema.decodeUnknown(Schema.parseJson(StoredApiKey))
@@ -100,21 +100,7 @@ export const makeRedisApiKeyStore = Effect.gen(function* () {
         })
       ),
     touch: (id, at) => redisCall("apiKey.touch", () => client.hset(keys.apiKeyLastUsed, id, at)).pipe(Effect.asVoid),
-    subscribeRevocations: (onRevoked) =>
-      Effect.gen(function* () {
-        // SUBSCRIBE takes a connection over; a failed attempt closes it at once.
-        const attempt = yield* Effect.flatMap(Effect.scope, (scope) => Scope.fork(scope, ExecutionStrategy.sequential))
-        yield* Effect.gen(function* () {
-          const subscriber = yield* duplicate
-          subscriber.on("message", (channel: string, message: string) => {
-            if (channel === keys.apiKeyRevokedChannel) onRevoked(message)
-          })
-          yield* redisCall("apiKey.subscribeRevocations", () => subscriber.subscribe(keys.apiKeyRevokedChannel))
-        }).pipe(
-          Scope.extend(attempt),
-          Effect.onError((cause) => Scope.close(attempt, Exit.failCause(cause)))
-        )
-      })
+    subscribeRevocations: (onRevoked) => subscribeOwn(duplicate, "apiKey.subscribeRevocations", keys.apiKeyRevokedChannel, onRevoked)
   })
 })
 

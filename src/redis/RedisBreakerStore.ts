@@ -1,6 +1,6 @@
-import { Effect, ExecutionStrategy, Exit, Layer, Schema, Scope } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import type { RedisClient as Redis } from "./RedisConnection.js"
-import { duplicateClient, RedisConnection, redisCall } from "./RedisConnection.js"
+import { duplicateClient, RedisConnection, redisCall, subscribeOwn } from "./RedisConnection.js"
 import { redisScript } from "./RedisScript.js"
 import { BreakerStore, BreakerTrip, LAST_TRIP_RETENTION_SECONDS, type LastTrip } from "../breaker/BreakerStore.js"
 
@@ -142,22 +142,9 @@ export const makeRedisBreakerStore = Effect.gen(function* () {
         )
       ).pipe(Effect.asVoid),
     subscribeTrips: (handler) =>
-      Effect.gen(function* () {
-        // SUBSCRIBE takes a connection over, so trips get their own; a failed attempt closes it
-        // at once rather than leaving it open in the caller's scope.
-        const attempt = yield* Effect.flatMap(Effect.scope, (scope) => Scope.fork(scope, ExecutionStrategy.sequential))
-        yield* Effect.gen(function* () {
-          const subscriber = yield* duplicate
-          subscriber.on("message", (channel: string, message: string) => {
-            if (channel !== keys.breakerTripsChannel) return
-            const trip = decodeTrip(message)
-            if (trip._tag === "Some") handler(trip.value)
-          })
-          yield* redisCall("breaker.subscribeTrips", () => subscriber.subscribe(keys.breakerTripsChannel))
-        }).pipe(
-          Scope.extend(attempt),
-          Effect.onError((cause) => Scope.close(attempt, Exit.failCause(cause)))
-        )
+      subscribeOwn(duplicate, "breaker.subscribeTrips", keys.breakerTripsChannel, (message) => {
+        const trip = decodeTrip(message)
+        if (trip._tag === "Some") handler(trip.value)
       }),
     ping: redisCall("breaker.ping", () => client.ping()).pipe(Effect.asVoid)
   })

@@ -1,4 +1,4 @@
-import { type Clock, Context, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
+import { type Clock, Context, Duration, Effect, ExecutionStrategy, Exit, Layer, Option, Redacted, Runtime, Scope } from "effect"
 import { Cluster, Redis } from "ioredis"
 import { AppConfig } from "../config/AppConfig.js"
 import { STORE_UNREACHABLE, StoreError } from "../kernel/StoreError.js"
@@ -360,6 +360,31 @@ export const redisCall = <A>(operation: string, run: () => Promise<A>) =>
         // "gave up reconnecting for this command" and "the connection closed under it".
         cause: cause instanceof Error && UNREACHABLE_MESSAGES.test(cause.message) ? new Error(STORE_UNREACHABLE) : cause
       })
+  })
+
+/**
+ * SUBSCRIBEs to `channel` on a connection of its own (`duplicate`: SUBSCRIBE takes a connection
+ * over) that closes with the caller's scope; a failed attempt closes it at once rather than leaving
+ * it open in the caller's scope. `onMessage` hears each message of the channel.
+ */
+export const subscribeOwn = (
+  duplicate: RedisConnectionShape["duplicate"],
+  operation: string,
+  channel: string,
+  onMessage: (message: string) => void
+): Effect.Effect<void, StoreError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const attempt = yield* Effect.flatMap(Effect.scope, (scope) => Scope.fork(scope, ExecutionStrategy.sequential))
+    yield* Effect.gen(function* () {
+      const subscriber = yield* duplicate
+      subscriber.on("message", (from: string, message: string) => {
+        if (from === channel) onMessage(message)
+      })
+      yield* redisCall(operation, () => subscriber.subscribe(channel))
+    }).pipe(
+      Scope.extend(attempt),
+      Effect.onError((cause) => Scope.close(attempt, Exit.failCause(cause)))
+    )
   })
 
 /** A Clock read synchronously, for callbacks outside any effect. */
