@@ -1,12 +1,11 @@
 import { Clock, Duration, Effect, FiberMap, Option } from "effect"
-import { Counter } from "prom-client"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import type { TransferTracking } from "../kernel/Carrier.js"
 import { EntryPaths } from "../kernel/EntryPaths.js"
 import { type StoreError, storeRetry } from "../kernel/StoreError.js"
 import { isoAt } from "../kernel/Time.js"
-import { Metrics } from "../observability/Metrics.js"
+import { counterOn, Metrics } from "../observability/Metrics.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import type { TransferRecord } from "../webhooks/SessionEndedEvent.js"
 import { isOpenStatus, type PendingTransfer, type Session } from "./SessionSchema.js"
@@ -70,12 +69,7 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
     const metrics = yield* Metrics
     const bounds = yield* FiberMap.make<string, void, never>()
 
-    const outcomes = new Counter({
-      name: "callgate_transfers_total",
-      help: "Transfers by who asked for them and their outcome (docs/fallback.md, \"Transfer outcomes\")",
-      labelNames: ["initiated_by", "status"] as const,
-      registers: [metrics.registry]
-    })
+    const outcomes = counterOn(metrics.registry, "callgate_transfers_total", "Transfers by who asked for them and their outcome (docs/fallback.md, \"Transfer outcomes\")", ["initiated_by", "status"])
 
     const ringSeconds = Math.min(MAX_RING_SECONDS, Math.max(MIN_RING_SECONDS, Math.round(Duration.toSeconds(config.transferRingTimeout))))
     const ringBound = Duration.sum(Duration.seconds(ringSeconds), TRANSFER_OUTCOME_GRACE)
