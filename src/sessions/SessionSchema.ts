@@ -2,7 +2,7 @@ import { Schema } from "effect"
 import { ResourceId } from "../environments/EnvironmentSchema.js"
 import { FallbackRecord } from "../fallback/FallbackRecord.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
-import { AnsweredBy, SessionRecording, TransferRecord } from "../webhooks/SessionEndedEvent.js"
+import { AgentFailovers, AnsweredBy, SessionRecording, TransferRecord } from "../webhooks/SessionEndedEvent.js"
 
 /**
  * A call session as stored and as /v1 serves it. `turns` is filled by the turn tracker and
@@ -91,9 +91,7 @@ export const Session = Schema.Struct({
       description: "The agents that held the call, in order: more than one when the call failed over (docs/reliability.md, \"Agent failover\"); absent before an agent was connected"
     })
   ),
-  agentFailovers: Schema.optional(
-    Schema.Number.annotations({ description: "Agent failovers of the session: times its agent leg ended abnormally and callgate sought another agent instead of ending the call (taken over, or the fallback after agentFailoverTimeout)" })
-  )
+  agentFailovers: Schema.optional(AgentFailovers)
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

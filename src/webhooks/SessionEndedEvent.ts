@@ -15,6 +15,12 @@ export const AnsweredBy = Schema.Literal("human", "machine", "fax", "unknown").a
   description: "Who answered an outbound call placed with machineDetection: human, machine, fax or unknown"
 })
 
+/** How often a session's agent failed over (docs/reliability.md, "Agent failover"): on the session and in session.ended. */
+export const AgentFailovers = Schema.Number.annotations({
+  description:
+    "Agent failovers of the session: times its agent leg ended abnormally and callgate sought another agent instead of ending the call (taken over, or the fallback after agentFailoverTimeout) (docs/reliability.md, \"Agent failover\")"
+})
+
 /**
  * One transfer of the call and its outcome as the carrier reported it (docs/fallback.md, "Transfer
  * outcomes"): who asked for it, how long the number rang, how long the caller talked there.
@@ -63,9 +69,7 @@ export const SessionEndedEvent = Schema.Struct({
       description: "The call's transfers with their outcomes; present when the call was transferred. session.ended is sent once the last one's outcome is known"
     })
   ),
-  agentFailovers: Schema.optional(
-    Schema.Number.annotations({ description: "Agent failovers of the session: times its agent leg ended abnormally and callgate sought another agent instead of ending the call (taken over, or the fallback after agentFailoverTimeout) (docs/reliability.md, \"Agent failover\")" })
-  )
+  agentFailovers: Schema.optional(AgentFailovers)
 }).annotations({ identifier: "SessionEndedEvent" })
 export type SessionEndedEvent = typeof SessionEndedEvent.Type
 
