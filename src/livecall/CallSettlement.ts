@@ -143,21 +143,22 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
       )
     }
 
+    /** Hangs the call up through its carrier (a failure is only logged); the record says `end`. */
+    const hangUp = (info: SessionInfo, end: Omit<SessionEnd, "endedAt">) =>
+      carrierAction("hangup", carriers.hangup(info.call)).pipe(
+        Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
+        Effect.as(end)
+      )
+
     /** Acts on how the call ended; returns what the record says. */
     const actOn = (relay: LiveCall, ending: SessionEnding): Effect.Effect<Omit<SessionEnd, "endedAt">> => {
       const { info } = relay
       switch (ending._tag) {
         case "Completed":
           if (ending.reason === "caller_hangup") return Effect.succeed({ status: "completed", endReason: "caller_hangup" })
-          return carrierAction("hangup", carriers.hangup(info.call)).pipe(
-            Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
-            Effect.as({ status: "completed" as const, endReason: ending.reason })
-          )
+          return hangUp(info, { status: "completed", endReason: ending.reason })
         case "Timeout":
-          return carrierAction("hangup", carriers.hangup(info.call)).pipe(
-            Effect.tap((result) => (result._tag === "Left" ? Effect.logWarning("hanging up failed", { error: result.left.message }) : Effect.void)),
-            Effect.as({ status: "timeout" as const, endReason: "max_duration" })
-          )
+          return hangUp(info, { status: "timeout", endReason: "max_duration" })
         case "Transfer": {
           const pending: { current?: PendingTransfer } = {}
           const callerId = info.direction === "inbound" ? (info.to ?? undefined) : (info.from ?? undefined)
