@@ -1,6 +1,6 @@
 import { Effect, Either, Option, Schema } from "effect"
-import { ResourceId } from "../../environments/EnvironmentSchema.js"
 import { Carriers, type CallRef } from "../../kernel/Carrier.js"
+import { SessionParams } from "../../sessions/SessionSchema.js"
 import { dialCallStatusOutcome, hangupCauseOutcome, TransferOutcomes, type SettledTransfer } from "../../sessions/TransferOutcomes.js"
 import { sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type TelnyxVerifier } from "../CarrierSignatures.js"
@@ -8,8 +8,8 @@ import { decodeEntry, formParams, hangupOnly, markupAnswer, signedForm, telnyxSi
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import { CallControlWebhook, type EntryRequest, type EntryResponse } from "./EntryWire.js"
 
-/** `?agentId=..&sessionId=..` on every transfer report URL (TransferOutcomes.begin). */
-const TransferQuery = Schema.Struct({ agentId: ResourceId, sessionId: ResourceId })
+/** `?agentId=..&sessionId=..` on every transfer report URL (TransferOutcomes.begin): the session, as the session routes name it. */
+const TransferQuery = SessionParams
 
 const CarrierWord = Schema.String.pipe(Schema.maxLength(64))
 
