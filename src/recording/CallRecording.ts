@@ -131,7 +131,7 @@ export class CallRecording {
 
   /** A caller frame: placed at `timestampMs` (or right after the previous one when it has none). */
   caller(payload: string, timestampMs: number): void {
-    const bytes = mediaBytes(payload)
+    let bytes = mediaBytes(payload)
     const length = this.width === 1 ? bytes.length : bytes.length >> 1
     if (length === 0) return
     if (length > this.maxFrameSamples) {
@@ -154,9 +154,13 @@ export class CallRecording {
       }
       at = this.base
     }
-    if (at + length - from > this.base + this.windowSamples && !this.makeRoom(at, at + length - from)) {
-      this.droppedFrames++
-      return
+    if (at + length - from > this.base + this.windowSamples) {
+      if (!this.makeRoom(at, at + length - from)) {
+        this.droppedFrames++
+        return
+      }
+      // makeRoom may have played queued agent frames, decoding them into the buffer `bytes` shares (mediaBytes).
+      bytes = mediaBytes(payload)
     }
     this.put(CALLER, bytes, at, from, length)
     if (at + length - from > this.clock) this.clock = at + length - from
@@ -350,6 +354,9 @@ export class CallRecording {
       // Agent audio that would land before the new window is part of the gap.
       if (this.agentCursor < this.base) this.agentCursor = this.base
     }
+    // Agent frames that waited for the window now fit: back to back from the cursor, before the
+    // caller's clock passes it (the carrier plays them from there, not from where the clock gets to).
+    this.drainAgentQueue()
     return needEnd <= this.base + this.windowSamples
   }
 

@@ -11,6 +11,7 @@ import {
   CALLER,
   CALLER_SPEECH,
   carrierRequestsFor,
+  completeTransfer,
   createEnvironment,
   endedEventsFor,
   expectCarrierRequest,
@@ -104,6 +105,8 @@ describe.each(CALL_KINDS)("Twilio-compatible call control: %s calls", (kind) => 
     })
     expect(fetched.startTime).toBeInstanceOf(Date)
     call.agent!.close()
+    // The phone fallback transfers the caller; its session.ended waits for the transfer's outcome.
+    await completeTransfer(gateway, call, call.agent!.events("start")[0]!.start.customParameters.agentId)
     await waitForEnded(gateway, call.callId)
   })
 
@@ -178,6 +181,8 @@ describe.each(CALL_KINDS)("Twilio-compatible call control: %s calls", (kind) => 
     expect(carrierRequestsFor(gateway, call.callId)).toHaveLength(0)
     expect((await client.calls(callSid).fetch()).status).toBe("in-progress")
     call.agent!.close()
+    // The phone fallback transfers the caller; its session.ended waits for the transfer's outcome.
+    await completeTransfer(gateway, call, call.agent!.events("start")[0]!.start.customParameters.agentId)
     await waitForEnded(gateway, call.callId)
   })
 
@@ -192,6 +197,8 @@ describe.each(CALL_KINDS)("Twilio-compatible call control: %s calls", (kind) => 
     expect(carrierRequestsFor(gateway, call.callId)).toHaveLength(0)
     expect((await client.calls(callSid).fetch()).status).toBe("in-progress")
     call.agent!.close()
+    // The phone fallback transfers the caller; its session.ended waits for the transfer's outcome.
+    await completeTransfer(gateway, call, call.agent!.events("start")[0]!.start.customParameters.agentId)
     await waitForEnded(gateway, call.callId)
   })
 
@@ -219,6 +226,8 @@ describe.each(CALL_KINDS)("Twilio-compatible call control: %s calls", (kind) => 
     expect(carrierRequestsFor(gateway, call.callId)).toHaveLength(0)
     expect((await client.calls(callSid).fetch()).status).toBe("in-progress")
     call.agent!.close()
+    // The phone fallback transfers the caller; its session.ended waits for the transfer's outcome.
+    await completeTransfer(gateway, call, call.agent!.events("start")[0]!.start.customParameters.agentId)
     await waitForEnded(gateway, call.callId)
   })
 })

@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
-import { entryUrl, postEntryWebhook, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
+import { entryUrl, postEntryWebhook, telnyxCallControlId, twilioSid, twilioSignature } from "../../sim/CallEntry.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { parseStreamMarkup } from "../../sim/StreamMarkup.js"
+import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
 import { connectTwilioStream } from "../../sim/TwilioCall.js"
+import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
 import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
 import { freePort } from "../support/redisServer.js"
@@ -19,8 +21,11 @@ import { listInstances } from "./fleetSuite.js"
  * (stops the old stream, opens the new one with the TwiML's parameters); B's agent gets `start`
  * with `resumed` and the `resume` with the checkpoint; the call ends with one session.ended.
  */
+type Kind = "twilio" | "telnyx-texml"
+
 describe("agent failover to an agent on another instance", () => {
   let twilio: FakeTwilio
+  let telnyx: FakeTelnyx
   let receiver: Receiver
   let a: GatewayProcess
   let b: GatewayProcess
@@ -40,6 +45,7 @@ describe("agent failover to an agent on another instance", () => {
       SECRETS_KEY: TEST_SECRETS_KEY,
       // Carrier REST at the fake Twilio; webhooks and stream upgrades signed with its auth token.
       ...twilio.env,
+      ...telnyx.env,
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
       WEBHOOK_CA_FILE: CA_FILE,
       RATE_LIMIT_PER_MINUTE: "0",
@@ -52,6 +58,7 @@ describe("agent failover to an agent on another instance", () => {
 
   beforeAll(async () => {
     twilio = await startFakeTwilio()
+    telnyx = await startFakeTelnyx()
     receiver = await startReceiver()
     ;[a, b] = await Promise.all([start("xfail-a"), start("xfail-b")])
   }, 120_000)
@@ -61,6 +68,7 @@ describe("agent failover to an agent on another instance", () => {
     for (const agent of agents) agent.close()
     await Promise.all([a, b].filter((g) => g !== undefined).map((g) => g.stop("SIGTERM", 10_000)))
     await twilio?.close()
+    await telnyx?.close()
     await receiver?.close()
   })
 
@@ -93,7 +101,12 @@ describe("agent failover to an agent on another instance", () => {
       })
       .filter((event) => event.event === "session.ended" && event.sessionId === sessionId)
 
-  it("Twilio: the agent on A vanishes, the only idle agent is on B: one call update moves the stream to B, whose agent resumes; one session.ended, agentFailovers 1, no fallback", { timeout: 180_000 }, async () => {
+  /** The carrier's live-call updates of the call (Twilio Calls API, TeXML Calls API), and the markup each one asked for. */
+  const updatesOf = (kind: Kind, callId: string) => (kind === "twilio" ? twilio.callUpdates(callId) : telnyx.texmlUpdates(callId))
+  const markupOf = (request: { readonly form: Record<string, string> | undefined; readonly json: unknown }) =>
+    request.form?.Twiml ?? request.form?.Texml ?? (request.json as { Texml?: string } | undefined)?.Texml ?? ""
+
+  it.each(["twilio", "telnyx-texml"] as const)("%s: the agent on A vanishes, the only idle agent is on B: one call update moves the stream to B, whose agent resumes; one session.ended, agentFailovers 1, no fallback", { timeout: 180_000 }, async (kind) => {
     const agentId = uniqueId("agent")
     const created = await fetch(`${a.baseUrl}/v1/agents/${agentId}/environments`, {
       method: "POST",
@@ -112,13 +125,21 @@ describe("agent failover to an agent on another instance", () => {
     // The call is placed on A, with A's agent; then the only other agent dials in on B.
     const first = await dialIn(a, agentId, environmentId)
     await idleOn(a, a, agentId, 1)
-    const callSid = twilioSid("CA")
-    const webhook = { CallSid: callSid, AccountSid: twilioSid("AC"), From: "+15550100001", To: "+15550100002", Direction: "inbound" }
-    const url = entryUrl(a.baseUrl, "telephony/twilio/voice", agentId, environmentId)
-    const answer = await postEntryWebhook(url, webhook, { "X-Twilio-Signature": twilioSignature(twilio.authToken, url, webhook) })
-    expect(answer.stream.url.startsWith(a.baseUrl.replace(/^http/, "ws"))).toBe(true)
-    const onA = await connectTwilioStream({ url: answer.stream.url, callSid, customParameters: answer.stream.parameters, authToken: twilio.authToken })
+    const callSid = kind === "twilio" ? twilioSid("CA") : telnyxCallControlId()
+    let onA: SimCall
+    let firstStream: { readonly url: string; readonly parameters: Readonly<Record<string, string>> }
+    if (kind === "twilio") {
+      const webhook = { CallSid: callSid, AccountSid: twilioSid("AC"), From: "+15550100001", To: "+15550100002", Direction: "inbound" }
+      const url = entryUrl(a.baseUrl, "telephony/twilio/voice", agentId, environmentId)
+      const answer = await postEntryWebhook(url, webhook, { "X-Twilio-Signature": twilioSignature(twilio.authToken, url, webhook) })
+      firstStream = answer.stream
+      onA = await connectTwilioStream({ url: answer.stream.url, callSid, customParameters: answer.stream.parameters, authToken: twilio.authToken })
+    } else {
+      onA = await placeTelnyxTexmlCall({ gatewayUrl: a.baseUrl, agentId, environmentId, callSid, webhookHeaders: (body) => telnyx.signWebhook(body) })
+      firstStream = onA.entry!.stream
+    }
     calls.push(onA)
+    expect(firstStream.url.startsWith(a.baseUrl.replace(/^http/, "ws"))).toBe(true)
     await first.waitForEvent("start")
     const sessionId = first.events("start")[0].start.customParameters.sessionId as string
     const context = { step: "collect_date", slots: { party: 4 } }
@@ -128,18 +149,25 @@ describe("agent failover to an agent on another instance", () => {
 
     // A's agent vanishes: no close handshake.
     first.ws.terminate()
-    await until(() => twilio.callUpdates(callSid).length > 0, "the carrier asked to move the stream", 60_000).catch((error) => {
+    await until(() => updatesOf(kind, callSid).length > 0, "the carrier asked to move the stream", 60_000).catch((error) => {
       console.log(a.stdout().split("\n").filter((l) => l.includes(sessionId) || l.includes("failover") || l.includes("move")).join("\n"))
       throw error
     })
-    const update = twilio.callUpdates(callSid)[0]!
-    const moved = parseStreamMarkup(update.form!.Twiml!)
-    expect(moved.url).toBe(`${b.baseUrl.replace(/^http/, "ws")}/telephony/twilio/stream`)
-    expect(moved.parameters.token).not.toBe(answer.stream.parameters.token)
+    const moved = parseStreamMarkup(markupOf(updatesOf(kind, callSid)[0]!))
+    const bStreams = `${b.baseUrl.replace(/^http/, "ws")}/telephony/${kind === "twilio" ? "twilio" : "telnyx"}/stream`
+    expect(moved.url.split("?")[0]).toBe(bStreams)
+    // Its own single-use token, not the first stream's.
+    const tokenOf = (stream: { readonly url: string; readonly parameters: Readonly<Record<string, string>> }) =>
+      kind === "twilio" ? stream.parameters.token : new URL(stream.url).searchParams.get("token")
+    expect(tokenOf(moved)).toBeTruthy()
+    expect(tokenOf(moved)).not.toBe(tokenOf(firstStream))
 
     // The carrier does what Twilio does: the old stream stops, the new one opens on B.
     await onA.hangup("the call's TwiML was updated")
-    const onB = await connectTwilioStream({ url: moved.url, callSid, customParameters: moved.parameters, authToken: twilio.authToken })
+    const onB =
+      kind === "twilio"
+        ? await connectTwilioStream({ url: moved.url, callSid, customParameters: moved.parameters, authToken: twilio.authToken })
+        : await connectTelnyxStream({ url: moved.url, callControlId: callSid })
     calls.push(onB)
     await second.waitForEvent("resume", 1, 60_000)
     expect(second.received.map((m) => m.event).slice(0, 3)).toEqual(["connected", "start", "resume"])
@@ -159,7 +187,7 @@ describe("agent failover to an agent on another instance", () => {
     const [ended] = endedEvents(sessionId)
     expect(ended).toMatchObject({ status: "completed", agentFailovers: 1 })
     // Exactly one carrier request (the move): no fallback transfer.
-    expect(twilio.callUpdates(callSid)).toHaveLength(1)
+    expect(updatesOf(kind, callSid)).toHaveLength(1)
     const record = (await (await fetch(`${b.baseUrl}/v1/agents/${agentId}/sessions/${sessionId}`, { headers: adminAuth })).json()) as {
       data: { status: string; agentFailovers: number; agentLegs: Array<{ endReason: string; instanceId: string }> }
     }

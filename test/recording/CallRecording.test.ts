@@ -108,6 +108,23 @@ describe("CallRecording", () => {
     expect(file.writes).toBe(1)
   })
 
+  it("caller audio that outruns the window before a flush: the queued agent frames still play back to back from where they were", () => {
+    const recording = new CallRecording()
+    const file = new File()
+    const frames = WINDOW_SAMPLES / 160
+    // 2 s of caller audio, then 1 s of agent audio at once: half of it fits the window, half waits.
+    for (let n = 0; n < 100; n++) recording.caller(frame(1, n), n * 20)
+    const answer = Array.from({ length: 50 }, (_, k) => frame(2, k))
+    for (const payload of answer) recording.agent(payload)
+    // 1 s more of caller audio, no flush between (a burst from the carrier): it runs past the window's end.
+    for (let n = 100; n < 150; n++) recording.caller(frame(1, n), n * 20)
+    file.lay(recording.flush(take, true))
+    expect(frames).toBeLessThan(150)
+    expect(file.end).toBe(150 * 160)
+    for (let n = 0; n < 150; n++) expect(file.channel("left", n * 160, 160), `caller frame ${n}`).toEqual(pcm(frame(1, n)))
+    answer.forEach((payload, k) => expect(file.channel("right", 16000 + k * 160, 160), `agent frame ${k}`).toEqual(pcm(payload)))
+  })
+
   it("paused stretches are silent on both channels and listed", () => {
     const recording = new CallRecording()
     const file = new File()

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
-import { alawToLinear, linearToAlaw } from "../../src/kernel/AudioFormat.js"
+import { alawToLinear, comfortNoiseFrames, linearToAlaw, MULAW_8K } from "../../src/kernel/AudioFormat.js"
 import { parseWav } from "../../src/recording/Wav.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 import {
@@ -75,9 +75,9 @@ describe("recorded calls", () => {
   })
   afterAll(() => gateway.close())
 
-  const recordedLine = async () => {
+  const recordedLine = async (patch: { agentFailoverTimeout?: number } = {}) => {
     const agentId = uniqueId("agent")
-    const env = await gateway.createEnvironment(agentId, { recording: "on" })
+    const env = await gateway.createEnvironment(agentId, { recording: "on", ...patch })
     const agent = await dialInAgent(gateway, agentId, env.id)
     await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
     return { agentId, env, agent }
@@ -144,6 +144,77 @@ describe("recorded calls", () => {
     // The sidecar says the same.
     const meta = JSON.parse(readFileSync(join(recordingsDir, agentId, `${sessionId}.json`), "utf8"))
     expect(meta).toMatchObject({ state: "complete", durationMs: 3420, pauses: [{ startMs: 2620, endMs: 3020 }] })
+  })
+
+  it("agent failover: the agent channel holds the first agent, the comfort noise of the hold, then the second agent; the caller channel every frame at its time", async () => {
+    const { agentId, env, agent: first } = await recordedLine({ agentFailoverTimeout: 30 })
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: callSid }), callSid })
+    call.start()
+    await first.waitForEvent("start")
+    const sessionId = sessionIdOf(first)
+
+    const caller = frames(10, 140)
+    const firstAnswer = frames(11, 25, 300)
+    const secondAnswer = frames(12, 15, 600)
+    const noise = comfortNoiseFrames(MULAW_8K)
+    // Chunks 1..50, the first agent answers (8160..12160), chunks 51..100 play its answer out (clock 16160).
+    await callerSays(call, first, caller.slice(0, 50), range(1, 50))
+    await agentSays(call, first, firstAnswer)
+    await callerSays(call, first, caller.slice(50, 100), range(51, 100))
+
+    // The first agent's socket vanishes (1006, no close frame): the call holds, comfort noise goes to the carrier.
+    first.ws.terminate()
+    await call.peer.waitForEvent("clear")
+    // The caller goes on talking during the hold, one frame per comfort-noise frame the carrier got, so
+    // the noise (at the carrier's clock when each caller frame arrives) never falls behind the caller.
+    for (const n of range(101, 120)) {
+      await until(() => call.sentMedia().length >= firstAnswer.length + (n - 100), `comfort noise frame ${n - 100}`)
+      call.media(caller[n - 1]!, n)
+    }
+    // The second agent dials in and is handed the call, the held caller frames replayed to it.
+    const second = await dialInAgent(gateway, agentId, env.id)
+    await second.waitForEvent("media", 20)
+    expect(second.received.map((m) => m.event).slice(0, 3)).toEqual(["connected", "start", "resume"])
+    expect(second.events("media").map((m) => m.media.payload)).toEqual(caller.slice(100, 120))
+    await agentSays(call, second, secondAnswer)
+    await callerSays(call, second, caller.slice(120, 140), range(121, 140))
+    call.stop()
+
+    // What the carrier was sent: the first answer, comfort noise (its frames in turn from the first), the second answer.
+    const sent = call.sentMedia()
+    const held = sent.length - firstAnswer.length - secondAnswer.length
+    expect(held).toBeGreaterThanOrEqual(20)
+    expect(sent.slice(0, firstAnswer.length)).toEqual(firstAnswer)
+    expect(sent.slice(firstAnswer.length, firstAnswer.length + held)).toEqual(Array.from({ length: held }, (_, k) => noise[k % noise.length]))
+    expect(sent.slice(firstAnswer.length + held)).toEqual(secondAnswer)
+
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "completed", endReason: "caller_hangup", agentFailovers: 1 })
+    // The noise from the loss (16160) back to back, then the second answer right after it.
+    const noiseAt = 16160
+    const secondAt = noiseAt + held * 160
+    const end = Math.max(141 * 160, secondAt + secondAnswer.length * 160)
+    expect(ended.recording?.durationMs).toBe(end / 8)
+    const wav = parseWav(Buffer.from(await (await get(gateway, recordingPath(agentId, sessionId))).arrayBuffer()))
+    const { samples } = wav
+    expect(samples.length / 2).toBe(end)
+
+    // Caller: every chunk at its own time, those said during the hold included.
+    expect(silent(samples, 0, 0, 160)).toBe(true)
+    for (const n of range(1, 140)) expect(channel(samples, 0, n * 160, 160), `caller chunk ${n}`).toEqual(pcmOf(caller[n - 1]!))
+    // Agent: silent, the first answer, silent while the caller played it out, the hold's comfort noise, the second answer.
+    expect(silent(samples, 1, 0, 8160)).toBe(true)
+    firstAnswer.forEach((payload, k) => expect(channel(samples, 1, 8160 + k * 160, 160), `first agent frame ${k}`).toEqual(pcmOf(payload)))
+    expect(silent(samples, 1, 12160, noiseAt - 12160)).toBe(true)
+    const hold = channel(samples, 1, noiseAt, held * 160)
+    expect(hold).toEqual(Array.from({ length: held }, (_, k) => pcmOf(noise[k % noise.length]!)).flat())
+    // Comfort noise: not silence, and far below speech.
+    expect(hold.filter((sample) => sample !== 0).length).toBeGreaterThan(hold.length / 2)
+    expect(Math.max(...hold.map(Math.abs))).toBeLessThanOrEqual(32)
+    secondAnswer.forEach((payload, k) => expect(channel(samples, 1, secondAt + k * 160, 160), `second agent frame ${k}`).toEqual(pcmOf(payload)))
+    expect(silent(samples, 1, secondAt + secondAnswer.length * 160, end - secondAt - secondAnswer.length * 160)).toBe(true)
+    second.close()
   })
 
   it("Telnyx with reordered chunks: the caller's channel is in chunk order, the agent's in step", async () => {
