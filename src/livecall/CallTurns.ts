@@ -32,7 +32,11 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
     /** The call's watch, in the call's scope; a watch that cannot be made leaves the call unobserved (logged). */
     const watch = (
       info: SessionInfo,
-      hooks: { readonly onMissedDeadline?: (inARow: number) => void } = {}
+      hooks: {
+        readonly onMissedDeadline?: (inARow: number) => void
+        /** The call's turns as its record keeps them (a session moved here: with the turns before it came); default the watch's. */
+        readonly recorded?: () => ReadonlyArray<TurnRecord>
+      } = {}
     ): Effect.Effect<TurnWatch, never, Scope.Scope> =>
       Effect.gen(function* () {
         // The call's turn writes run on the call's runtime, one at a time, each in a fiber of its
@@ -61,7 +65,7 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
             sessions
               .update(info.agentId, info.sessionId, (current) =>
                 // A session already closed keeps the turns its ending recorded.
-                current.status === "active" ? { ...current, turns: [...turns()] } : current
+                current.status === "active" ? { ...current, turns: [...(hooks.recorded ?? turns)()] } : current
               )
               .pipe(Effect.ignore, Effect.ensuring(Effect.sync(written))),
             { scope }

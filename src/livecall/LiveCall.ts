@@ -183,7 +183,9 @@ export class LiveCall implements CallerEvents, AgentEvents {
       const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
       // A session resumed here from another instance is adopted (its record moves here) before its agent starts.
       const recording = yield* Effect.fork(info.resumed === undefined ? parts.settlement.begin(info) : Effect.void)
-      call.observeWith(yield* parts.turns.watch(info, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow) }))
+      call.observeWith(
+        yield* parts.turns.watch(info, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow), recorded: () => call.turns() })
+      )
       // The breaker's trips (this call's, another call's, another instance's) reach the call here.
       yield* parts.breaker.subscribeTrips(info.agentId, info.environmentId, (trip) => call.tripHeard(trip))
       const ending = yield* Deferred.await(call.endSignal)
@@ -225,10 +227,16 @@ export class LiveCall implements CallerEvents, AgentEvents {
     return ending
   }
 
-  /** The turns seen so far (stored on the session when it ends), with those before the session came here. */
+  /**
+   * The turns seen so far (stored on the session when it ends). A session moved here from another
+   * instance: the turns before it came, then this instance's, numbered on from the last of those.
+   */
   turns() {
     const turns = this.watch.turns()
-    return this.priorTurns.length === 0 ? turns : [...this.priorTurns, ...turns]
+    const prior = this.priorTurns
+    if (prior.length === 0) return turns
+    const offset = prior[prior.length - 1]!.index
+    return [...prior, ...turns.map((turn) => ({ ...turn, index: turn.index + offset }))]
   }
 
   /** A trip of the call's environment: the call is rescued when its agent is silent past its first deadline. */
