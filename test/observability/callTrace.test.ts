@@ -67,7 +67,11 @@ describe("OpenTelemetry traces of a call", () => {
     const { id: environmentId } = await gateway.createEnvironment(agentId, {
       webhookUrl: hooks.url("/events"),
       errorFallbackType: "webhook",
-      errorFallbackValue: hooks.url("/fallback")
+      errorFallbackValue: hooks.url("/fallback"),
+      // The agent's `error` is rescued at once: with agent failover on, the example agent (which keeps a dial-in
+      // socket open, so one is idle again after the error) would take the call back and nothing would be rescued
+      // (docs/reliability.md, "Agent failover").
+      agentFailoverTimeout: 0
     })
     agent = await startAnsweringAgent({ gatewayUrl: gateway.httpBase, agentId, environmentId, apiKey: ADMIN_KEY, reply, responseLatencyMs: 100, errorAfterTurns: 2 })
     await agent.ready()

@@ -12,6 +12,7 @@ import {
   telnyxCall,
   until
 } from "../../livecall/callHarness.js"
+import { completeTransfer } from "../../fallback/liveCalls.js"
 import { uniqueId } from "../../support/testApp.js"
 
 const caller = audioFrames("caller-account.ulaw")
@@ -253,8 +254,15 @@ describe("Telnyx media streams end to end", () => {
 
     const moved = await connectedCall()
     moved.agent.send({ event: "transfer", transfer: { to: "+13125550142" } })
+    // session.ended waits for the transfer's outcome: the new leg's webhooks report it answered
+    // (docs/fallback.md, "Transfer outcomes").
+    await completeTransfer(gateway, { kind: "telnyx-call-control", callId: moved.callId }, moved.agentId)
     const ended = await gateway.outbox.forSession(moved.sessionId)
-    expect(ended).toMatchObject({ status: "completed", endReason: "agent_transfer" })
+    expect(ended).toMatchObject({
+      status: "completed",
+      endReason: "agent_transfer",
+      transfers: [{ to: "+13125550142", initiatedBy: "agent", status: "answered" }]
+    })
     const [transfer] = gateway.telnyx.commands(moved.callId, "transfer")
     expect(transfer!.json).toMatchObject({ to: "+13125550142" })
   })
