@@ -109,7 +109,7 @@ export interface AgentStart {
    * The caller came back from an agent's transfer that was not answered (docs/calls.md, "When a
    * transfer fails"): `customParameters` carry `resumed: "true"` (and no `failover`).
    */
-  readonly resumed?: boolean | undefined
+  readonly returned?: boolean | undefined
 }
 
 /**

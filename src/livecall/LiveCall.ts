@@ -290,7 +290,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
         customParameters: info.customParameters,
         // What the agent hears and speaks: the carrier's format, or mu-law when the environment asks (transcoded by the relay).
         mediaFormat: target.agentSpeaksMulaw === true ? MULAW_8K : info.mediaFormat,
-        ...(resumed === undefined ? {} : backFromTransfer ? { resumed: true } : { failover: resumed.failover })
+        ...(resumed === undefined ? {} : backFromTransfer ? { returned: true } : { failover: resumed.failover })
       }, resume)
       if (resumed !== undefined && backFromTransfer) {
         yield* Effect.logInfo("the caller came back from the agent's transfer that was not answered: a new agent took the call", {

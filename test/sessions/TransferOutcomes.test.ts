@@ -172,12 +172,13 @@ describe.each<StoreKind>(["memory", "redis"])("transfer outcomes (%s store)", (k
         outcomes.begin(ref, { to: "+14155550123", initiatedBy: "agent", failedMessage: null }, "twilio")
       )
     )
-    await t.adjustClock("30 seconds")
+    // The carrier's no-answer at the 20 s ring timeout (before callgate's own bound at 30 s).
+    await t.adjustClock("20 seconds")
     const settled = await run(
       Effect.flatMap(TransferOutcomes, (outcomes) => outcomes.settle(ref, { status: "no-answer", carrierStatus: "no-answer" }, { returnCaller: true }))
     )
     expect(settled._tag === "Some" && settled.value.reopened).toBe(true)
-    expect(await stored(ref)).toMatchObject({ status: "active", endedAt: null, endReason: null, transfers: [{ initiatedBy: "agent", status: "no-answer", ringMs: 30_000 }] })
+    expect(await stored(ref)).toMatchObject({ status: "active", endedAt: null, endReason: null, transfers: [{ initiatedBy: "agent", status: "no-answer", ringMs: 20_000 }] })
     // The stay that made the transfer ends only now (the number failed at once): the re-opened session is the caller's new stay.
     await endSession(session, begun!.pending)
     expect(await stored(ref)).toMatchObject({ status: "active", endedAt: null })
