@@ -89,7 +89,7 @@ export class AgentConnection implements WireListener, AgentLink {
           provider: start.provider,
           ...(start.answeredBy !== undefined ? { answeredBy: start.answeredBy } : {}),
           ...(start.traceparent !== undefined ? { traceparent: start.traceparent } : {}),
-          ...(start.failover !== undefined ? { resumed: "true", failover: String(start.failover) } : {})
+          ...(start.failover !== undefined ? { resumed: "true", failover: String(start.failover) } : start.returned === true ? { resumed: "true" } : {})
         }
       })
     )

@@ -105,6 +105,11 @@ export interface AgentStart {
    * `resumed: "true"` and `failover: "<n>"` (docs/calls.md, "When an agent takes over a call").
    */
   readonly failover?: number | undefined
+  /**
+   * The caller came back from an agent's transfer that was not answered (docs/calls.md, "When a
+   * transfer fails"): `customParameters` carry `resumed: "true"` (and no `failover`).
+   */
+  readonly returned?: boolean | undefined
 }
 
 /**
@@ -117,6 +122,14 @@ export interface AgentResume {
   readonly turns: ReadonlyArray<object>
   readonly previousEndReason: string
   readonly heldAudioMs: number
+  /** The agent's transfer that was not answered (previousEndReason `transfer_failed`): its number and outcome. */
+  readonly transfer?: FailedTransfer | undefined
+}
+
+/** An agent's transfer the caller came back from: the number dialled and its outcome (busy, no-answer, failed). */
+export interface FailedTransfer {
+  readonly to: string
+  readonly status: string
 }
 
 /** What the session asks of the agent connection. */
@@ -173,4 +186,9 @@ export interface ResumedSession {
   readonly lostAt: number
   /** The session's createdAt, epoch ms. */
   readonly createdAt: number
+  /**
+   * Not a failover: the caller came back from the agent's transfer that was not answered
+   * (previousEndReason `transfer_failed`; `failover` is then the session's count so far).
+   */
+  readonly transfer?: FailedTransfer | undefined
 }

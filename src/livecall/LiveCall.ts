@@ -270,9 +270,12 @@ export class LiveCall implements CallerEvents, AgentEvents {
           checkpoint: yield* call.checkpoints.latest,
           turns: adopted.turns.map((turn) => ({ ...turn })),
           previousEndReason: resumed.previousEndReason,
-          heldAudioMs: Math.round(call.heldBytes / bytesPerMs(info.mediaFormat ?? MULAW_8K))
+          heldAudioMs: Math.round(call.heldBytes / bytesPerMs(info.mediaFormat ?? MULAW_8K)),
+          ...(resumed.transfer !== undefined ? { transfer: { ...resumed.transfer } } : {})
         }
       }
+      // Back from the agent's transfer that was not answered: resumed, but no failover.
+      const backFromTransfer = resumed?.transfer !== undefined
       call.attachAgent(agent, {
         sessionId: info.sessionId,
         agentId: info.agentId,
@@ -287,9 +290,14 @@ export class LiveCall implements CallerEvents, AgentEvents {
         customParameters: info.customParameters,
         // What the agent hears and speaks: the carrier's format, or mu-law when the environment asks (transcoded by the relay).
         mediaFormat: target.agentSpeaksMulaw === true ? MULAW_8K : info.mediaFormat,
-        ...(resumed !== undefined ? { failover: resumed.failover } : {})
+        ...(resumed === undefined ? {} : backFromTransfer ? { returned: true } : { failover: resumed.failover })
       }, resume)
-      if (resumed !== undefined) {
+      if (resumed !== undefined && backFromTransfer) {
+        yield* Effect.logInfo("the caller came back from the agent's transfer that was not answered: a new agent took the call", {
+          transferStatus: resumed.transfer!.status
+        })
+        yield* parts.settlement.recordLegs(info, call.agentLegs(), call.failoverCount)
+      } else if (resumed !== undefined) {
         const gapMs = Math.max(0, frameTimeToEpochMs(performance.now()) - resumed.lostAt)
         parts.failovers.count("reattached")
         parts.failovers.observeGap(gapMs / 1000)

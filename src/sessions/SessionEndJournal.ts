@@ -8,6 +8,7 @@ import { type StoreError, untilTheStoreAnswers } from "../kernel/StoreError.js"
 import { TurnRecord } from "../turns/TurnRecord.js"
 import { Outbox } from "../webhooks/Outbox.js"
 import { isOpenStatus, Session } from "./SessionSchema.js"
+import { notAnswered } from "./TransferOutcomes.js"
 import { sessionEndedEvent, Sessions } from "./Sessions.js"
 
 /**
@@ -51,6 +52,19 @@ export const storeAddress = (
   })
 }
 
+/**
+ * The transfer this end leaves pending was an agent's, not answered, and its outcome came first
+ * and re-opened the session for the caller's return (docs/fallback.md, "The return path"): the
+ * open session is the caller's new stay, which this end must not close.
+ */
+const cameBack = (ending: Session, current: Session): boolean => {
+  const left = ending.pendingTransfer
+  if (left === undefined || current.pendingTransfer !== undefined || current.callKind === "telnyx-call-control") return false
+  return (current.transfers ?? []).some(
+    (t) => t.startedAt === left.startedAt && t.initiatedBy === "agent" && t.carrierStatus !== null && notAnswered(t.status)
+  )
+}
+
 export const spoolFile = (dataDir: string, instanceId: string) => join(dataDir, `session-ends.${instanceId}.json`)
 
 /**
@@ -88,7 +102,10 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
     const attempt = (job: SessionEndJob): Effect.Effect<Session, StoreError> =>
       Effect.gen(function* () {
         const { session } = job
+        let returned = false
         const written = yield* sessions.update(session.agentId, session.id, (current) => {
+          returned = isOpenStatus(current.status) && cameBack(session, current)
+          if (returned) return current
           if (isOpenStatus(current.status)) {
             // A transfer this end leaves ringing stays pending until its outcome (TransferOutcomes);
             // one whose carrier request failed is dropped with this end.
@@ -116,6 +133,8 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
         const stored = Option.isSome(written)
           ? written.value
           : yield* Effect.as(sessions.record({ ...session, turns: job.turns ?? session.turns }), session)
+        // Back with an agent (or the fallback) since: that stay ends the session, and sends its session.ended.
+        if (returned) return stored
         // A transfer still pending sends session.ended with its outcome (docs/fallback.md, "Transfer outcomes").
         if (stored.pendingTransfer === undefined) yield* outbox.enqueue(sessionEndedEvent(stored))
         if (session.instanceId !== undefined) {

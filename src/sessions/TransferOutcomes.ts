@@ -49,7 +49,16 @@ export interface SettledTransfer {
   readonly sayBeforeHangup: string | null
   /** The session as stored after the outcome. */
   readonly session: Session
+  /**
+   * The agent's transfer was not answered and the caller is back with callgate (docs/fallback.md,
+   * "The return path"): the session was re-opened (active) by the same write and no session.ended
+   * was queued; whoever reopened it puts the caller on an agent or runs the error fallback.
+   */
+  readonly reopened: boolean
 }
+
+/** A transfer status the caller comes back from: the number never answered. */
+export const notAnswered = (status: TransferStatus): boolean => status === "busy" || status === "no-answer" || status === "failed"
 
 /**
  * Transfer outcomes (docs/fallback.md, "Transfer outcomes"). A transfer is written on its session
@@ -106,10 +115,15 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
      * Moves the pending transfer into `transfers` (once: a second report finds none pending and
      * reads the first one's record). Queues session.ended when the session had already ended.
      */
-    const settle = (ref: TransferRef, reported: ReportedOutcome, startedAt?: string): Effect.Effect<Option.Option<SettledTransfer>, StoreError> =>
+    const settle = (
+      ref: TransferRef,
+      reported: ReportedOutcome,
+      startedAt?: string,
+      returnCaller = false
+    ): Effect.Effect<Option.Option<SettledTransfer>, StoreError> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
-        let decided: { record: TransferRecord; pending: PendingTransfer; closed: boolean } | undefined
+        let decided: { record: TransferRecord; pending: PendingTransfer; closed: boolean; reopened: boolean } | undefined
         const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
           decided = undefined
           const pending = current.pendingTransfer
@@ -132,9 +146,13 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
             carrierStatus: reported.carrierStatus,
             transferFailedMessage: sayBeforeHangup !== null
           }
-          decided = { record, pending, closed: !isOpenStatus(current.status) }
           const { pendingTransfer: _settled, ...rest } = current
-          return { ...rest, transfers: [...(current.transfers ?? []), record] }
+          const transfers = [...(current.transfers ?? []), record]
+          // The agent's transfer was not answered and the carrier waits for what the caller hears
+          // next: the session opens again, in the same write, so no session.ended goes now.
+          const reopened = returnCaller && pending.initiatedBy === "agent" && notAnswered(status) && reported.unreported !== true
+          decided = { record, pending, closed: !reopened && !isOpenStatus(current.status), reopened }
+          return reopened ? { ...rest, transfers, status: "active" as const, endReason: null, endedAt: null } : { ...rest, transfers }
         })
         if (Option.isNone(written)) return Option.none()
         const session = written.value
@@ -142,9 +160,9 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
           // Reported already: the caller still hears what the first report decided.
           const last = session.transfers?.at(-1)
           if (last === undefined || session.pendingTransfer !== undefined) return Option.none()
-          return Option.some({ transfer: last, sayBeforeHangup: null, session })
+          return Option.some({ transfer: last, sayBeforeHangup: null, session, reopened: false })
         }
-        const { record, closed } = decided
+        const { record, closed, reopened } = decided
         outcomes.inc({ initiated_by: record.initiatedBy, status: record.status })
         yield* Effect.logInfo("transfer outcome", {
           sessionId: ref.sessionId,
@@ -159,7 +177,8 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         return Option.some({
           transfer: record,
           sayBeforeHangup: record.transferFailedMessage ? decided.pending.failedMessage : null,
-          session
+          session,
+          reopened
         })
       })
 
@@ -223,7 +242,17 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         )
       }).pipe(Effect.retry(storeRetry))
 
-    return { begin, answered, settle: (ref: TransferRef, reported: ReportedOutcome) => settle(ref, reported) } as const
+    return {
+      begin,
+      answered,
+      /**
+       * `returnCaller`: the report is a `<Dial action>` whose answer decides what the caller hears
+       * next (Twilio, TeXML), so an agent's transfer that was not answered re-opens the session
+       * (`reopened`) for the caller to come back (docs/fallback.md, "The return path").
+       */
+      settle: (ref: TransferRef, reported: ReportedOutcome, options: { readonly returnCaller?: boolean } = {}) =>
+        settle(ref, reported, undefined, options.returnCaller === true)
+    } as const
   })
 }) {}
 

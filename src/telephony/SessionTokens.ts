@@ -35,7 +35,14 @@ export const SessionClaims = Schema.Struct({
   agentSocket: Schema.optional(Schema.String),
   /** A live session moved here by an agent failover (docs/design.md, "The path of a failover"): the stream resumes it. */
   resumed: Schema.optional(
-    Schema.Struct({ failover: Schema.Number, previousEndReason: Schema.String, lostAt: Schema.Number, createdAt: Schema.Number })
+    Schema.Struct({
+      failover: Schema.Number,
+      previousEndReason: Schema.String,
+      lostAt: Schema.Number,
+      createdAt: Schema.Number,
+      /** The caller came back from an agent's transfer that was not answered (docs/fallback.md, "The return path"). */
+      transfer: Schema.optional(Schema.Struct({ to: Schema.String, status: Schema.String }))
+    })
   ),
   /** The token's own random id, spent by the first stream that presents it. */
   jti: Schema.String,

@@ -145,7 +145,9 @@ describe("Prometheus scraping callgate: the rules and the dashboard's queries", 
     // session.ended), and a stalled call on an environment whose breaker trips at once (its webhook
     // refuses the delivery for good).
     const answering = uniqueId("agent")
-    const { id: answeringEnv } = await gateway.createEnvironment(answering, { webhookUrl: hooks.url("/events") })
+    // agentFailoverTimeout 0: the agent's error is rescued at once (with failover on, the example agent's
+    // reopened dial-in socket would take the call back; docs/reliability.md, "Agent failover").
+    const { id: answeringEnv } = await gateway.createEnvironment(answering, { webhookUrl: hooks.url("/events"), agentFailoverTimeout: 0 })
     const agent = await startAnsweringAgent({ gatewayUrl: gateway.httpBase, agentId: answering, environmentId: answeringEnv, apiKey: ADMIN_KEY, reply, responseLatencyMs: 100, errorAfterTurns: 2 })
     closers.push(() => agent.close())
     await agent.ready()

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type Gateway, startGateway, until } from "../livecall/callHarness.js"
+import { dialInAgent, type Gateway, startGateway, telnyxCall, twilioCall, until } from "../livecall/callHarness.js"
 import { ADMIN_KEY } from "../support/testApp.js"
 import { CA_FILE } from "../webhooks/httpsReceiver.js"
 import {
@@ -15,6 +15,7 @@ import {
   getSession,
   placeCall,
   reportTransferOutcome,
+  trackedDial,
   type TransferOutcome,
   transferRequestOf,
   waitForEnded
@@ -132,7 +133,8 @@ describe.each(CALL_KINDS)("transfer outcomes: %s calls", (kind) => {
     expect(record!.ringMs + record!.talkMs).toBe(Date.parse(record!.endedAt) - Date.parse(record!.startedAt))
   })
 
-  it("an agent's transfer not answered: recorded as the agent's, the caller hung up, completed agent_transfer", async () => {
+  // Twilio and TeXML calls come back to an agent or the fallback: see "the return path" below.
+  it.runIf(kind === "telnyx-call-control")("an agent's transfer not answered: recorded as the agent's, the caller hung up, completed agent_transfer", async () => {
     const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: "+14155550777", transferFailedMessage: SORRY })
     const call = await placeCall(gateway, env, kind)
     const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
@@ -198,5 +200,118 @@ describe.each(CALL_KINDS)("transfer outcomes: %s calls", (kind) => {
       expect(res.status).toBe(400)
       expect(JSON.stringify(await res.json())).toContain("transferFailedMessage")
     }
+  })
+})
+
+/**
+ * The return path (docs/fallback.md, "The return path"): an agent's transfer of a Twilio or TeXML
+ * call is not answered; the `<Dial action>`'s answer puts the caller back on a stream to an idle
+ * dial-in agent of the environment (the same session, `start` with `resumed`, `resume` with
+ * previousEndReason transfer_failed and the transfer), or, with none idle, is the environment's
+ * error fallback. Either way the session ends once, with one session.ended listing the transfers.
+ */
+describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", (kind) => {
+  let gateway: Gateway
+  beforeAll(async () => {
+    gateway = await startGateway({ env: fallbackGatewayEnv(CA_FILE) })
+  })
+  afterAll(() => gateway.close())
+
+  const OTHER_NUMBER = "+14155550777"
+
+  /** A live call whose agent transferred it to FALLBACK_NUMBER; resolves once the session ended with the transfer pending. */
+  const transferredCall = async (env: Awaited<ReturnType<typeof createEnvironment>>) => {
+    const call = await placeCall(gateway, env, kind)
+    const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
+    call.agent!.send({ event: "transfer", transfer: { to: FALLBACK_NUMBER } })
+    await transferRequestOf(gateway, call)
+    await sessionWhere(gateway, env.agentId, sessionId, (s) => s.status === "completed" && s.pendingTransfer !== undefined)
+    await call.carrier.peer.waitClosed()
+    return { call, ref: { agentId: env.agentId, sessionId } }
+  }
+
+  it("not answered, another agent idle: the caller is back on it (resumed, the reason in resume), the call goes on, one session.ended lists the transfer", async () => {
+    const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: OTHER_NUMBER })
+    const { call, ref } = await transferredCall(env)
+    const second = await dialInAgent(gateway, env.agentId, env.environmentId)
+    await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the second agent to be idle")
+
+    const answer = await reportTransferOutcome(gateway, call, ref, "no-answer")
+    // The answer is a stream back to this instance, with its own single-use token; no fallback ran.
+    const streamUrl = /<Stream url="([^"]+)"/.exec(answer)?.[1]
+    expect(streamUrl, answer).toBeDefined()
+    const token =
+      kind === "twilio" ? /<Parameter name="token" value="([^"]+)"/.exec(answer)?.[1] : new URL(streamUrl!).searchParams.get("token") ?? undefined
+    expect(token).toBeTruthy()
+    expect(new URL(streamUrl!).pathname).toBe(kind === "twilio" ? "/telephony/twilio/stream" : "/telephony/telnyx/stream")
+    expect(answer).not.toContain(OTHER_NUMBER)
+    // Back to active with the failed transfer recorded; no session.ended yet.
+    const reopened = await getSession(gateway, env.agentId, ref.sessionId)
+    expect(reopened).toMatchObject({ status: "active", endedAt: null, transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "no-answer" }] })
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(0)
+
+    // The carrier opens the stream the answer names.
+    const carrier =
+      kind === "twilio"
+        ? await twilioCall(gateway, { token: token!, callSid: call.callId })
+        : await telnyxCall(gateway, { token: token!, callControlId: `v3:back-${ref.sessionId}`, headers: { authorization: `Bearer ${token}` } })
+    carrier.start()
+    await second.waitForEvent("resume")
+    expect(second.received.map((m) => m.event).slice(0, 3)).toEqual(["connected", "start", "resume"])
+    const start = second.events("start")[0]!.start
+    expect(start.customParameters).toMatchObject({ sessionId: ref.sessionId, resumed: "true" })
+    expect(start.customParameters.failover).toBeUndefined()
+    const resume = second.events("resume")[0]!.resume
+    expect(resume).toMatchObject({ previousEndReason: "transfer_failed", transfer: { to: FALLBACK_NUMBER, status: "no-answer" } })
+    expect(Array.isArray(resume.turns)).toBe(true)
+
+    // The call goes on: the new agent's audio reaches the caller, then the caller hangs up.
+    const voice = Buffer.alloc(160, 0x55).toString("base64")
+    second.send({ event: "media", streamSid: start.streamSid, media: { payload: voice } })
+    await until(() => carrier.sentMedia().includes(voice), "the new agent's audio at the carrier")
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(0)
+    carrier.stop()
+
+    const ended = await waitForEnded(gateway, call.callId)
+    expect(ended).toMatchObject({
+      sessionId: ref.sessionId,
+      status: "completed",
+      endReason: "caller_hangup",
+      transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "no-answer", talkMs: 0, transferFailedMessage: false }]
+    })
+    const session = await sessionWhere(gateway, env.agentId, ref.sessionId, (s) => s.status === "completed")
+    expect(session).toMatchObject({ endReason: "caller_hangup", fallback: null })
+    expect(session.transfers).toEqual(ended.transfers)
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
+  })
+
+  it("not answered, no agent idle: the answer is the environment's error fallback, the session ends failed transfer_failed with both transfers", async () => {
+    const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: OTHER_NUMBER })
+    const { call, ref } = await transferredCall(env)
+    expect(gateway.idleAgents(env.agentId, env.environmentId)).toBe(0)
+
+    const answer = await reportTransferOutcome(gateway, call, ref, "busy")
+    // The phone fallback, tracked like any transfer of callgate's, in the answer itself.
+    expect(answer).toBe(trackedDial(kind === "twilio" ? "twilio" : "telnyx", OTHER_NUMBER, AGENT_NUMBER, ref))
+    const failed = await sessionWhere(gateway, env.agentId, ref.sessionId, (s) => s.status === "failed")
+    expect(failed).toMatchObject({
+      endReason: "transfer_failed",
+      fallback: { type: "phone", outcome: "transferred", via: "redirect" },
+      pendingTransfer: { to: OTHER_NUMBER, initiatedBy: "fallback" },
+      transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "busy" }]
+    })
+    // session.ended waits for the fallback transfer's outcome.
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(0)
+    await reportTransferOutcome(gateway, call, ref, "answered")
+    const ended = await waitForEnded(gateway, call.callId)
+    expect(ended).toMatchObject({
+      status: "failed",
+      endReason: "transfer_failed",
+      transfers: [
+        { to: FALLBACK_NUMBER, initiatedBy: "agent", status: "busy" },
+        { to: OTHER_NUMBER, initiatedBy: "fallback", status: "answered" }
+      ]
+    })
+    expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
   })
 })

@@ -165,4 +165,45 @@ describe.each<StoreKind>(["memory", "redis"])("transfer outcomes (%s store)", (k
     expect((await stored(ref)).transfers).toHaveLength(1)
     expect(events.filter((e) => e.sessionId === ref.sessionId)).toHaveLength(1)
   })
+  it("an agent's transfer not answered, reported where the caller can come back: the session re-opens with no session.ended; the late end of the stay that made it leaves it open; the next end sends the one", async () => {
+    const { ref, session } = await liveSession()
+    const begun = await run(
+      Effect.flatMap(TransferOutcomes, (outcomes) =>
+        outcomes.begin(ref, { to: "+14155550123", initiatedBy: "agent", failedMessage: null }, "twilio")
+      )
+    )
+    // The carrier's no-answer at the 20 s ring timeout (before callgate's own bound at 30 s).
+    await t.adjustClock("20 seconds")
+    const settled = await run(
+      Effect.flatMap(TransferOutcomes, (outcomes) => outcomes.settle(ref, { status: "no-answer", carrierStatus: "no-answer" }, { returnCaller: true }))
+    )
+    expect(settled._tag === "Some" && settled.value.reopened).toBe(true)
+    expect(await stored(ref)).toMatchObject({ status: "active", endedAt: null, endReason: null, transfers: [{ initiatedBy: "agent", status: "no-answer", ringMs: 20_000 }] })
+    // The stay that made the transfer ends only now (the number failed at once): the re-opened session is the caller's new stay.
+    await endSession(session, begun!.pending)
+    expect(await stored(ref)).toMatchObject({ status: "active", endedAt: null })
+    expect(events.filter((e) => e.sessionId === ref.sessionId)).toHaveLength(0)
+    // The new stay's end: the one session.ended, with the transfer.
+    await run(
+      Effect.flatMap(SessionEndJournal, (journal) =>
+        journal.submit({ session: { ...session, status: "completed", endReason: "caller_hangup", endedAt: session.createdAt } })
+      )
+    )
+    await until(() => events.some((e) => e.sessionId === ref.sessionId), "session.ended at the new stay's end")
+    const ended = events.filter((e) => e.sessionId === ref.sessionId)
+    expect(ended).toHaveLength(1)
+    expect(ended[0]).toMatchObject({ status: "completed", endReason: "caller_hangup", transfers: [{ initiatedBy: "agent", status: "no-answer" }] })
+  })
+
+  it("a fallback transfer not answered re-opens nothing, even reported where the caller could come back", async () => {
+    const { ref, session } = await liveSession()
+    const begun = await begin(ref)
+    await endSession(session, begun!.pending)
+    const settled = await run(
+      Effect.flatMap(TransferOutcomes, (outcomes) => outcomes.settle(ref, { status: "no-answer", carrierStatus: "no-answer" }, { returnCaller: true }))
+    )
+    expect(settled._tag === "Some" && settled.value.reopened).toBe(false)
+    expect(await stored(ref)).toMatchObject({ status: "failed" })
+    await until(() => events.some((e) => e.sessionId === ref.sessionId), "session.ended with the outcome")
+  })
 })

@@ -27,6 +27,7 @@ import { twilioVoiceEntry } from "../../telephony/entry/TwilioVoiceEntry.js"
 import { telnyxTransferEventsEntry, transferOutcomeEntry, transferProgressEntry } from "../../telephony/entry/TransferCallbacks.js"
 import type { TransferOutcomes } from "../../sessions/TransferOutcomes.js"
 import type { Carriers } from "../../kernel/Carrier.js"
+import type { CallRelocation } from "../../telephony/entry/CallRelocation.js"
 import { hangupTwiml } from "../../twiml/TwimlBuilder.js"
 
 /** What the call entry endpoints need from the app's runtime. */
@@ -50,6 +51,7 @@ export type TelephonyEntryServices =
   | Breaker
   | TransferOutcomes
   | Carriers
+  | CallRelocation
 
 const internalError: EntryResponse = {
   status: 500,

@@ -5,10 +5,20 @@ import { goneAfterMs, RESERVATION_HOLD_MS } from "../../fleet/FleetTiming.js"
 import { InstanceRegistry } from "../../fleet/InstanceRegistry.js"
 import { InstanceStore } from "../../fleet/InstanceStore.js"
 import { Carriers } from "../../kernel/Carrier.js"
+import type { StoreError } from "../../kernel/StoreError.js"
 import { CallMover, type CallMoverShape } from "../../livecall/CallMover.js"
+import type { ResumedSession } from "../../kernel/CallLegs.js"
+import type { SessionInfo } from "../../kernel/SessionInfo.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { SessionTokens } from "../SessionTokens.js"
 import { joinStreamTwiml } from "./CallAdmission.js"
+
+/** An idle dial-in agent socket held for a call, and where its instance takes streams. */
+interface ReservedInstance {
+  readonly id: string
+  readonly publicUrl: string
+  readonly socketId: string
+}
 
 /** An outer bound on the carrier's answer to the move (the adapters time their own requests out first). */
 const MOVE_TIMEOUT = Duration.seconds(10)
@@ -20,6 +30,8 @@ const MOVE_TIMEOUT = Duration.seconds(10)
  * the session's id, that instance and socket, and `resumed`, and asks the carrier once for a
  * live-call update with a new `<Connect><Stream>` to that instance (Twilio and TeXML, built as
  * the call entry builds it). Call Control calls are not moved (the failover stays on this instance).
+ * `bringBack` reserves the same way for a caller back from an agent's transfer that was not
+ * answered (docs/fallback.md, "The return path"), this instance first, and answers the markup.
  */
 export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/CallRelocation", {
   effect: Effect.gen(function* () {
@@ -32,44 +44,68 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
     const carriers = yield* Carriers
     const self = registry.instanceId
 
+    /**
+     * The `<Connect><Stream>` markup that sends the call's media to `instance` (its public URL),
+     * with the stream's single-use session token: the session's id, that instance and reserved
+     * socket, and `resumed`. Built as the call entry builds it (Twilio, TeXML).
+     */
+    const streamMarkup = (
+      info: SessionInfo,
+      kind: "twilio" | "telnyx-texml",
+      instance: ReservedInstance,
+      resumed: ResumedSession
+    ): string => {
+      const token = tokens.issue({
+        entrySessionId: info.sessionId,
+        agentId: info.agentId,
+        environmentId: info.environmentId,
+        kind,
+        callId: info.call.callId,
+        direction: info.direction,
+        ...(info.from !== null ? { from: info.from } : {}),
+        ...(info.to !== null ? { to: info.to } : {}),
+        ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
+        ...(info.customParameters !== undefined ? { customParameters: { ...info.customParameters } } : {}),
+        placedOn: instance.id,
+        agentSocket: instance.socketId,
+        resumed
+      })
+      return joinStreamTwiml(kind, { publicUrl: publicUrl.current(), fleetUrl: config.fleetUrl }, {
+        streamBase: publicWsUrl(instance.publicUrl),
+        token,
+        agentId: info.agentId,
+        environmentId: info.environmentId,
+        sessionId: info.sessionId,
+        from: info.from ?? undefined,
+        to: info.to ?? undefined,
+        direction: info.direction
+      })
+    }
+
+    /** Holds an idle dial-in agent of the call's environment, `self` first; its instance's address, or None (none idle, or its instance is gone or draining). */
+    const reserveAgent = (info: SessionInfo): Effect.Effect<Option.Option<ReservedInstance>, StoreError> =>
+      Effect.gen(function* () {
+        yield* registry.flush(info.agentId, info.environmentId)
+        const reserved = yield* store.reserve(info.agentId, info.environmentId, self, RESERVATION_HOLD_MS, ttlMs)
+        if (Option.isNone(reserved)) return Option.none<ReservedInstance>()
+        const { instanceId, socketId } = reserved.value
+        if (instanceId === self) return Option.some<ReservedInstance>({ id: self, publicUrl: publicUrl.current(), socketId })
+        const entry = registry.known(instanceId)
+        const live = Option.isSome(entry) ? entry : Option.fromNullable((yield* registry.instances).find((e) => e.id === instanceId))
+        if (Option.isNone(live) || live.value.draining) return Option.none<ReservedInstance>()
+        return Option.some<ReservedInstance>({ id: instanceId, publicUrl: live.value.publicUrl, socketId })
+      })
+
     const mover: CallMoverShape = {
       move: (info, resumed) =>
         Effect.gen(function* () {
           const kind = info.call.kind
           if (kind === "telnyx-call-control") return Option.none()
-          yield* registry.flush(info.agentId, info.environmentId)
-          const reserved = yield* store.reserve(info.agentId, info.environmentId, self, RESERVATION_HOLD_MS, ttlMs)
+          const reserved = yield* reserveAgent(info)
           // None elsewhere, or the registry still lists one here: the failover waits on this instance.
-          if (Option.isNone(reserved) || reserved.value.instanceId === self) return Option.none()
-          const { instanceId, socketId } = reserved.value
-          const entry = registry.known(instanceId)
-          const live = Option.isSome(entry) ? entry : Option.fromNullable((yield* registry.instances).find((e) => e.id === instanceId))
-          if (Option.isNone(live) || live.value.draining) return Option.none()
-          const token = tokens.issue({
-            entrySessionId: info.sessionId,
-            agentId: info.agentId,
-            environmentId: info.environmentId,
-            kind,
-            callId: info.call.callId,
-            direction: info.direction,
-            ...(info.from !== null ? { from: info.from } : {}),
-            ...(info.to !== null ? { to: info.to } : {}),
-            ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
-            ...(info.customParameters !== undefined ? { customParameters: { ...info.customParameters } } : {}),
-            placedOn: instanceId,
-            agentSocket: socketId,
-            resumed
-          })
-          const twiml = joinStreamTwiml(kind, { publicUrl: publicUrl.current(), fleetUrl: config.fleetUrl }, {
-            streamBase: publicWsUrl(live.value.publicUrl),
-            token,
-            agentId: info.agentId,
-            environmentId: info.environmentId,
-            sessionId: info.sessionId,
-            from: info.from ?? undefined,
-            to: info.to ?? undefined,
-            direction: info.direction
-          })
+          if (Option.isNone(reserved) || reserved.value.id === self) return Option.none()
+          const instanceId = reserved.value.id
+          const twiml = streamMarkup(info, kind, reserved.value, resumed)
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
             yield* Effect.logWarning("the carrier did not move the call's stream to another instance", {
@@ -85,7 +121,29 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
           )
         )
     }
+
+    /**
+     * The caller back from an agent's transfer that was not answered (docs/fallback.md, "The
+     * return path"): an idle dial-in agent of the environment is reserved (on this instance when
+     * it has one, else where placement would find one), and the answer to the `<Dial action>` is
+     * the `<Connect><Stream>` to its instance, whose stream re-opens the session with `resumed`.
+     * None: no agent is idle anywhere (or the store did not answer).
+     */
+    const bringBack = (
+      info: SessionInfo,
+      kind: "twilio" | "telnyx-texml",
+      resumed: ResumedSession
+    ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly twiml: string }>> =>
+      reserveAgent(info).pipe(
+        Effect.map(Option.map((instance: ReservedInstance) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed) }))),
+        Effect.catchAll((error) =>
+          Effect.as(
+            Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }),
+            Option.none<{ readonly instanceId: string; readonly twiml: string }>()
+          )
+        )
+      )
     ;(yield* CallMover).install(mover)
-    return { move: mover.move } as const
+    return { move: mover.move, bringBack } as const
   })
 }) {}

@@ -6,6 +6,7 @@ import { sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type TelnyxVerifier } from "../CarrierSignatures.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer, signedForm, telnyxSigned } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
+import { returnCaller } from "./TransferReturn.js"
 import { CallControlWebhook, type EntryRequest, type EntryResponse } from "./EntryWire.js"
 
 /** `?agentId=..&sessionId=..` on every transfer report URL (TransferOutcomes.begin): the session, as the session routes name it. */
@@ -41,8 +42,9 @@ const afterTransfer = (settled: Option.Option<SettledTransfer>): string | undefi
  * `POST /telephony/twilio/transfer-outcome` and `/telephony/telnyx/transfer-outcome`
  * (`?agentId=..&sessionId=..`): the `<Dial action>` of a tracked transfer (docs/fallback.md,
  * "Transfer outcomes"). Records the outcome from `DialCallStatus` and `DialCallDuration`, and
- * answers what the caller hears next: the environment's transferFailedMessage then a hang-up for a
- * failed fallback transfer, a hang-up otherwise.
+ * answers what the caller hears next: for an agent's transfer not answered, a stream back to an
+ * idle agent or else the error fallback (TransferReturn); the environment's transferFailedMessage
+ * then a hang-up for a failed fallback transfer; a hang-up otherwise.
  */
 export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, verifyTelnyx: TelnyxVerifier) =>
   Effect.gen(function* () {
@@ -55,11 +57,17 @@ export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, ver
     }
     const carrierStatus = form.right.DialCallStatus
     const duration = form.right.DialCallDuration
-    const settled = yield* (yield* TransferOutcomes).settle(query.right, {
-      status: dialCallStatusOutcome(carrierStatus) ?? "failed",
-      carrierStatus,
-      ...(duration !== undefined ? { talkMsHint: Number(duration) * 1000 } : {})
-    })
+    const settled = yield* (yield* TransferOutcomes).settle(
+      query.right,
+      {
+        status: dialCallStatusOutcome(carrierStatus) ?? "failed",
+        carrierStatus,
+        ...(duration !== undefined ? { talkMsHint: Number(duration) * 1000 } : {})
+      },
+      { returnCaller: true }
+    )
+    // The agent's transfer was not answered: the caller comes back (docs/fallback.md, "The return path").
+    if (Option.isSome(settled) && settled.value.reopened) return yield* returnCaller(kind, settled.value)
     return markupAnswer(afterTransfer(settled))
   })
 
