@@ -36,7 +36,9 @@ describe("carrier REST failing the rescue: the <Redirect> carries it", () => {
     const patched = await fetch(`${live.gateway.baseUrl}/v1/agents/${live.agentId}/environments/${live.environmentId}`, {
       method: "PATCH",
       headers: { ...adminAuth, "content-type": "application/json" },
-      body: JSON.stringify({ errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER })
+      // No agent failover: the agent's error is to be rescued, through the carrier (the agent process
+      // would otherwise take its own call back on its next idle socket).
+      body: JSON.stringify({ errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER, agentFailoverTimeout: 0 })
     })
     expect(patched.status).toBe(200)
     const agent = await startSilentAgent({ gatewayUrl: live.gateway.baseUrl, agentId: live.agentId, environmentId: live.environmentId, apiKey: ADMIN_KEY, capacity: 1 })
