@@ -9,7 +9,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
+import { fileURLToPath, pathToFileURL } from "node:url"
 
 /** The repository root: `--import tsx` resolves from here. */
 export const repoRoot = fileURLToPath(new URL("..", import.meta.url))
@@ -275,4 +275,20 @@ export const machineBusySeconds = (): number => {
 export const rssBytesOf = (pid: number): number => {
   const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
   return match ? Number(match[1]) * 1024 : NaN
+}
+
+/**
+ * A part run on its own (`npx tsx bench/failover.ts --calls 100`): when `moduleUrl` is the script
+ * node was started with, runs `run` with the numeric `--name value` arguments, prints its figures
+ * as JSON and exits; imported by run.ts, does nothing.
+ */
+export const whenRunDirectly = async (moduleUrl: string, run: (arg: (name: string) => number | undefined) => Promise<unknown>) => {
+  if (process.argv[1] === undefined || moduleUrl !== pathToFileURL(process.argv[1]).href) return
+  const arg = (name: string) => {
+    const i = process.argv.indexOf(`--${name}`)
+    return i > 0 ? Number(process.argv[i + 1]) : undefined
+  }
+  const figures = await run(arg)
+  process.stdout.write(JSON.stringify(figures, null, 2) + "\n")
+  process.exit(0)
 }

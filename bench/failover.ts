@@ -12,12 +12,11 @@
  *   npx tsx bench/failover.ts [--calls 100] [--failovers 50]
  */
 import { createServer } from "node:http"
-import { pathToFileURL } from "node:url"
 import { agentConnectUrl, DialInPool } from "../examples/agents/agent-host.js"
 import { nowUs } from "../sim/FrameStamp.js"
 import type { SimCall } from "../sim/SimCall.js"
 import { placeTwilioCall } from "../sim/TwilioCall.js"
-import { sleep } from "./benchProcess.js"
+import { sleep, whenRunDirectly } from "./benchProcess.js"
 import { callerNumber } from "./carrierSim.js"
 import { createBenchEnvironment, type RunningGateway, startGateway } from "./systemUnderTest.js"
 
@@ -167,12 +166,4 @@ export const runFailoverBench = async (options: FailoverBenchOptions = {}): Prom
   }
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const arg = (name: string) => {
-    const i = process.argv.indexOf(`--${name}`)
-    return i > 0 ? Number(process.argv[i + 1]) : undefined
-  }
-  const figures = await runFailoverBench({ calls: arg("calls"), failovers: arg("failovers") })
-  process.stdout.write(JSON.stringify(figures, null, 2) + "\n")
-  process.exit(0)
-}
+await whenRunDirectly(import.meta.url, (arg) => runFailoverBench({ calls: arg("calls"), failovers: arg("failovers") }))

@@ -20,14 +20,13 @@
  *   npx tsx bench/fallback.ts [--calls 100] [--breaker-calls 20]
  */
 import { createServer, type IncomingMessage } from "node:http"
-import { pathToFileURL } from "node:url"
 import { agentConnectUrl, DialInPool } from "../examples/agents/agent-host.js"
 import { speechLike } from "../sim/AudioSource.js"
 import { nowUs } from "../sim/FrameStamp.js"
 import { FRAME_BYTES, FRAME_MS, isVoicedFrame } from "../sim/Mulaw.js"
 import type { SimCall } from "../sim/SimCall.js"
 import { placeTwilioCall } from "../sim/TwilioCall.js"
-import { sleep } from "./benchProcess.js"
+import { sleep, whenRunDirectly } from "./benchProcess.js"
 import { callerNumber } from "./carrierSim.js"
 import { createBenchEnvironment, type RunningGateway, startGateway } from "./systemUnderTest.js"
 
@@ -286,12 +285,4 @@ export const runFallbackBench = async (options: FallbackBenchOptions = {}): Prom
   }
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const arg = (name: string) => {
-    const i = process.argv.indexOf(`--${name}`)
-    return i > 0 ? Number(process.argv[i + 1]) : undefined
-  }
-  const figures = await runFallbackBench({ calls: arg("calls"), breakerCalls: arg("breaker-calls") })
-  process.stdout.write(JSON.stringify(figures, null, 2) + "\n")
-  process.exit(0)
-}
+await whenRunDirectly(import.meta.url, (arg) => runFallbackBench({ calls: arg("calls"), breakerCalls: arg("breaker-calls") }))

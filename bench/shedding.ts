@@ -18,14 +18,13 @@
  *
  *   npx tsx bench/shedding.ts [--calls 200] [--off-calls 20]
  */
-import { pathToFileURL } from "node:url"
 import { agentConnectUrl, DialInPool } from "../examples/agents/agent-host.js"
 import { twilioSignature } from "../sim/CallEntry.js"
 import { nowUs } from "../sim/FrameStamp.js"
 import { FRAME_MS } from "../sim/Mulaw.js"
 import type { SimCall } from "../sim/SimCall.js"
 import { placeTwilioCall } from "../sim/TwilioCall.js"
-import { cpuSecondsOf, sleep } from "./benchProcess.js"
+import { cpuSecondsOf, sleep, whenRunDirectly } from "./benchProcess.js"
 import { callerNumber } from "./carrierSim.js"
 import { ACCOUNT_SID, AUTH_TOKEN, callSidOf, percentile, sentence, startFakeTwilio, trailingFrames } from "./fallback.js"
 import { createBenchEnvironment, type RunningGateway, startGateway } from "./systemUnderTest.js"
@@ -269,12 +268,4 @@ export const runSheddingBench = async (options: SheddingBenchOptions = {}): Prom
   }
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const arg = (name: string) => {
-    const i = process.argv.indexOf(`--${name}`)
-    return i > 0 ? Number(process.argv[i + 1]) : undefined
-  }
-  const figures = await runSheddingBench({ calls: arg("calls"), offCalls: arg("off-calls") })
-  process.stdout.write(JSON.stringify(figures, null, 2) + "\n")
-  process.exit(0)
-}
+await whenRunDirectly(import.meta.url, (arg) => runSheddingBench({ calls: arg("calls"), offCalls: arg("off-calls") }))
