@@ -9,6 +9,7 @@ import type { StoreError } from "../../kernel/StoreError.js"
 import { CallMover, type CallMoverShape } from "../../livecall/CallMover.js"
 import type { ResumedSession } from "../../kernel/CallLegs.js"
 import type { SessionInfo } from "../../kernel/SessionInfo.js"
+import { telnyxStreamCodecOf } from "../../kernel/TelnyxStreamCodec.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { SessionTokens } from "../SessionTokens.js"
 import { joinStreamTwiml } from "./CallAdmission.js"
@@ -78,7 +79,9 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         sessionId: info.sessionId,
         from: info.from ?? undefined,
         to: info.to ?? undefined,
-        direction: info.direction
+        direction: info.direction,
+        // The format the call streams in now: the agent keeps the audio it was given.
+        telnyxStreamCodec: telnyxStreamCodecOf(info.mediaFormat)
       })
     }
 
