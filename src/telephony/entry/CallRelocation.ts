@@ -9,7 +9,8 @@ import type { StoreError } from "../../kernel/StoreError.js"
 import { CallMover, type CallMoverShape } from "../../livecall/CallMover.js"
 import type { ResumedSession } from "../../kernel/CallLegs.js"
 import type { SessionInfo } from "../../kernel/SessionInfo.js"
-import { telnyxStreamCodecOf } from "../../kernel/TelnyxStreamCodec.js"
+import { DEFAULT_TELNYX_STREAM_CODEC, type TelnyxStreamCodec, telnyxStreamCodecOf } from "../../kernel/TelnyxStreamCodec.js"
+import { Environments } from "../../environments/Environments.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { SessionTokens } from "../SessionTokens.js"
 import { joinStreamTwiml } from "./CallAdmission.js"
@@ -43,6 +44,7 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
     const registry = yield* InstanceRegistry
     const tokens = yield* SessionTokens
     const carriers = yield* Carriers
+    const environments = yield* Environments
     const self = registry.instanceId
 
     /**
@@ -54,7 +56,8 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       info: SessionInfo,
       kind: "twilio" | "telnyx-texml",
       instance: ReservedInstance,
-      resumed: ResumedSession
+      resumed: ResumedSession,
+      codec: TelnyxStreamCodec
     ): string => {
       const token = tokens.issue({
         entrySessionId: info.sessionId,
@@ -80,10 +83,22 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         from: info.from ?? undefined,
         to: info.to ?? undefined,
         direction: info.direction,
-        // The format the call streams in now: the agent keeps the audio it was given.
-        telnyxStreamCodec: telnyxStreamCodecOf(info.mediaFormat)
+        telnyxStreamCodec: codec
       })
     }
+
+    /**
+     * The codec a TeXML stream is asked in again: the format the call streams in now, when this
+     * instance carries it (a move: the agent keeps the audio it was given), else the environment's
+     * telnyxStreamCodec (a caller back from a transfer, whose session was read from the store).
+     */
+    const codecFor = (info: SessionInfo): Effect.Effect<TelnyxStreamCodec> =>
+      info.mediaFormat !== undefined
+        ? Effect.succeed(telnyxStreamCodecOf(info.mediaFormat))
+        : environments.get(info.agentId, info.environmentId).pipe(
+            Effect.map((env) => env.telnyxStreamCodec),
+            Effect.orElseSucceed(() => DEFAULT_TELNYX_STREAM_CODEC)
+          )
 
     /** Holds an idle dial-in agent of the call's environment, `self` first; its instance's address, or None (none idle, or its instance is gone or draining). */
     const reserveAgent = (info: SessionInfo): Effect.Effect<Option.Option<ReservedInstance>, StoreError> =>
@@ -108,7 +123,7 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
           // None elsewhere, or the registry still lists one here: the failover waits on this instance.
           if (Option.isNone(reserved) || reserved.value.id === self) return Option.none()
           const instanceId = reserved.value.id
-          const twiml = streamMarkup(info, kind, reserved.value, resumed)
+          const twiml = streamMarkup(info, kind, reserved.value, resumed, yield* codecFor(info))
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
             yield* Effect.logWarning("the carrier did not move the call's stream to another instance", {
@@ -137,8 +152,10 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       kind: "twilio" | "telnyx-texml",
       resumed: ResumedSession
     ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly twiml: string }>> =>
-      reserveAgent(info).pipe(
-        Effect.map(Option.map((instance: ReservedInstance) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed) }))),
+      Effect.zip(reserveAgent(info), codecFor(info)).pipe(
+        Effect.map(([reserved, codec]) =>
+          Option.map(reserved, (instance: ReservedInstance) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed, codec) }))
+        ),
         Effect.catchAll((error) =>
           Effect.as(
             Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }),
