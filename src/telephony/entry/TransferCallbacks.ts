@@ -1,9 +1,10 @@
-import { Effect, Either, Option, Schema } from "effect"
+import { Duration, Effect, Either, Option, Schema } from "effect"
 import { Carriers, type CallRef } from "../../kernel/Carrier.js"
 import { SessionParams } from "../../sessions/SessionSchema.js"
 import { dialCallStatusOutcome, hangupCauseOutcome, TransferOutcomes, type SettledTransfer } from "../../sessions/TransferOutcomes.js"
 import { sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type TelnyxVerifier } from "../CarrierSignatures.js"
+import { TOKEN_TTL_MS } from "../SessionTokens.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer, signedForm, telnyxSigned } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
 import { returnCaller } from "./TransferReturn.js"
@@ -64,7 +65,7 @@ export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, ver
         carrierStatus,
         ...(duration !== undefined ? { talkMsHint: Number(duration) * 1000 } : {})
       },
-      { returnCaller: true }
+      { returnCaller: { within: Duration.millis(TOKEN_TTL_MS) } }
     )
     // The agent's transfer was not answered: the caller comes back (docs/fallback.md, "The return path").
     if (Option.isSome(settled) && settled.value.reopened) return yield* returnCaller(kind, settled.value)
