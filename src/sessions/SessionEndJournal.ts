@@ -59,7 +59,7 @@ export const storeAddress = (
  */
 const cameBack = (ending: Session, current: Session): boolean => {
   const left = ending.pendingTransfer
-  if (left === undefined || current.pendingTransfer !== undefined || current.callKind === "telnyx-call-control") return false
+  if (left === undefined || current.pendingTransfer !== undefined) return false
   return (current.transfers ?? []).some(
     (t) => t.startedAt === left.startedAt && t.initiatedBy === "agent" && t.carrierStatus !== null && notAnswered(t.status)
   )

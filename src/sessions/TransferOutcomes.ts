@@ -238,22 +238,48 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
      * hung up, or the carrier could not open it). It is ended failed / return_stream_timeout, at the
      * time of the answer (the caller's last moment with callgate), with its one session.ended.
      */
+    /** Ends a session still waiting for the caller's stream back (`until`: that wait's, or any), once. */
+    const endAwaitingReturn = (ref: TransferRef, until: string | undefined, end: (current: Session) => Pick<Session, "status" | "endReason" | "endedAt">) =>
+      Effect.gen(function* () {
+        let ended = false
+        const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
+          ended = current.status === "active" && current.awaitingStreamUntil !== undefined && (until === undefined || current.awaitingStreamUntil === until)
+          if (!ended) return current
+          const { awaitingStreamUntil: _over, ...rest } = current
+          return { ...rest, ...end(current) }
+        }).pipe(Effect.retry(storeRetry))
+        if (!ended || Option.isNone(written)) return false
+        yield* sendEnded(written.value)
+        yield* FiberMap.remove(returns, ref.sessionId).pipe(Effect.when(() => until === undefined))
+        return true
+      })
+
     const awaitReturn = (ref: TransferRef, until: string): Effect.Effect<void> =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
         const due = Date.parse(until)
         if (now < due) yield* Effect.sleep(Duration.millis(due - now))
-        let ended = false
-        const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
-          ended = current.status === "active" && current.awaitingStreamUntil === until
-          if (!ended) return current
-          const { awaitingStreamUntil: _expired, ...rest } = current
-          return { ...rest, status: "failed" as const, endReason: RETURN_STREAM_TIMEOUT, endedAt: current.transfers?.at(-1)?.endedAt ?? isoAt(now) }
-        }).pipe(Effect.retry(storeRetry))
-        if (!ended || Option.isNone(written)) return
-        yield* Effect.logWarning("the caller's stream back from the failed transfer never opened: the session is ended", { sessionId: ref.sessionId })
-        yield* sendEnded(written.value)
+        const ended = yield* endAwaitingReturn(ref, until, (current) => ({
+          status: "failed",
+          endReason: RETURN_STREAM_TIMEOUT,
+          endedAt: current.transfers?.at(-1)?.endedAt ?? isoAt(now)
+        }))
+        if (ended) yield* Effect.logWarning("the caller's stream back from the failed transfer never opened: the session is ended", { sessionId: ref.sessionId })
       }).pipe(Effect.catchAllCause((cause) => Effect.logError("the return path's deadline failed", cause)))
+
+    /**
+     * The carrier says the caller's call ended (Telnyx Call Control `call.hangup` of the caller's
+     * leg): a session still waiting for the caller's stream back ends now, completed /
+     * caller_hangup, with its one session.ended. Any other session is left as it is.
+     */
+    const callerLeft = (ref: TransferRef) =>
+      Effect.gen(function* () {
+        const now = isoAt(yield* Clock.currentTimeMillis)
+        const ended = yield* endAwaitingReturn(ref, undefined, () => ({ status: "completed", endReason: "caller_hangup", endedAt: now }))
+        if (ended) yield* Effect.logInfo("the caller hung up on the way back from the failed transfer: the session is ended", { sessionId: ref.sessionId })
+      }).pipe(
+        Effect.catchAll((error) => Effect.logWarning("could not end the session of a caller who hung up on the way back", { error: error.message }))
+      )
 
     /**
      * Writes the transfer as pending on the session (before the carrier is asked) and watches for
@@ -319,7 +345,8 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
       settle: (ref: TransferRef, reported: ReportedOutcome, options: { readonly returnCaller?: { readonly within: Duration.DurationInput } } = {}) =>
         settle(ref, reported, undefined, options.returnCaller === undefined ? undefined : Duration.sum(options.returnCaller.within, RETURN_STREAM_GRACE)),
       watchLeft,
-      awaitReturnLeft
+      awaitReturnLeft,
+      callerLeft
     } as const
   })
 }) {}
