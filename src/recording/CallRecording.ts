@@ -229,6 +229,11 @@ export class CallRecording {
     return this.merge(early, out, take)
   }
 
+  /** Where the caller's audio ends (the carrier's clock), in samples. */
+  get callerEnd(): number {
+    return this.clock
+  }
+
   /** The end of the audio so far, in samples (the recording's duration once final). */
   get end(): number {
     return Math.max(this.clock, this.agentCursor, this.base)
