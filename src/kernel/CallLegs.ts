@@ -173,6 +173,8 @@ export interface StreamOpening {
   readonly reservedAgent?: string | null | undefined
   /** The session moved here from another instance in an agent failover (see SessionInfo.resumed). */
   readonly resumed?: ResumedSession | undefined
+  /** The environment's `recording` as the call's admission read it (SessionInfo.recording). */
+  readonly recording?: "on" | "off" | undefined
   readonly carrier: CarrierLeg
 }
 

@@ -44,6 +44,11 @@ export const SessionClaims = Schema.Struct({
       transfer: Schema.optional(Schema.Struct({ to: Schema.String, status: Schema.String }))
     })
   ),
+  /**
+   * The environment's `recording` as the entry read it when it admitted the call: the stream's
+   * recorder decides from it at once, with no store read and nothing kept for a call not recorded.
+   */
+  recording: Schema.optional(Schema.Literal("on", "off")),
   /** The token's own random id, spent by the first stream that presents it. */
   jti: Schema.String,
   /** Expiry, Unix milliseconds. */

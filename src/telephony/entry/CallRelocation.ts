@@ -65,7 +65,8 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         ...(info.customParameters !== undefined ? { customParameters: { ...info.customParameters } } : {}),
         placedOn: instance.id,
         agentSocket: instance.socketId,
-        resumed
+        resumed,
+        ...(info.recording !== undefined ? { recording: info.recording } : {})
       })
 
     const streamMarkup = (
