@@ -1,3 +1,4 @@
+import { G722Decoder, G722Encoder } from "../src/audio/G722.js"
 import { alawToLinear, linearToAlaw } from "../src/kernel/AudioFormat.js"
 import { FRAME_BYTES, linearToMulaw, MULAW_TO_LINEAR } from "./Mulaw.js"
 
@@ -7,7 +8,7 @@ import { FRAME_BYTES, linearToMulaw, MULAW_TO_LINEAR } from "./Mulaw.js"
  * frame by frame as it is sent, and the gateway's audio converted back to mu-law as it arrives, so
  * the voice detector and the playout clock work the same in every codec.
  */
-export const SIM_STREAM_CODECS = ["PCMU", "PCMA", "L16;rate=8000", "L16;rate=16000"] as const
+export const SIM_STREAM_CODECS = ["PCMU", "PCMA", "L16;rate=8000", "L16;rate=16000", "G722"] as const
 export type SimStreamCodec = (typeof SIM_STREAM_CODECS)[number]
 
 export const isSimStreamCodec = (text: string): text is SimStreamCodec => (SIM_STREAM_CODECS as ReadonlyArray<string>).includes(text)
@@ -24,7 +25,18 @@ export interface SimAudioCodec {
 
 const identity = (bytes: Buffer) => bytes
 
-/** A codec instance for one call (the 16 kHz upsampler keeps the previous frame's last sample). */
+/** 8 kHz mu-law to 16 kHz samples into `out`: each sample after one interpolated between it and `previous`; returns the last sample. */
+const upsample = (mulaw: Buffer, out: Int16Array, previous: number): number => {
+  for (let i = 0; i < mulaw.length; i++) {
+    const sample = MULAW_TO_LINEAR[mulaw[i]!]!
+    out[i * 2] = (previous + sample) >> 1
+    out[i * 2 + 1] = sample
+    previous = sample
+  }
+  return previous
+}
+
+/** A codec instance for one call (the 16 kHz upsampler keeps the previous frame's last sample; G.722 its coder states). */
 export const simAudioCodec = (codec: SimStreamCodec): SimAudioCodec => {
   switch (codec) {
     case "PCMU":
@@ -81,6 +93,34 @@ export const simAudioCodec = (codec: SimStreamCodec): SimAudioCodec => {
         decode: (bytes) => {
           const mulaw = Buffer.alloc(bytes.length >> 2)
           for (let i = 0; i < mulaw.length; i++) mulaw[i] = linearToMulaw(bytes.readInt16BE(i * 4 + 2))
+          return mulaw
+        }
+      }
+    }
+    case "G722": {
+      // 16 kHz audio, 8 bits per pair of samples: 160 bytes per 20 ms, through callgate's own G.722 coder (src/audio/G722.ts).
+      const encoder = new G722Encoder()
+      const decoder = new G722Decoder()
+      const pcm = new Int16Array(FRAME_BYTES * 2)
+      const out = Buffer.alloc(FRAME_BYTES)
+      let previous = 0
+      let decoded = new Int16Array(FRAME_BYTES * 2)
+      return {
+        codec,
+        mediaFormat: { encoding: "G722", sample_rate: 16000 },
+        encode: (mulaw) => {
+          const samples = mulaw.length === FRAME_BYTES ? pcm : new Int16Array(mulaw.length * 2)
+          const frame = mulaw.length === FRAME_BYTES ? out : Buffer.alloc(mulaw.length)
+          previous = upsample(mulaw, samples, previous)
+          encoder.encode(samples, mulaw.length * 2, frame)
+          return frame
+        },
+        // Half the samples: the second of each pair, as for L16 at 16 kHz.
+        decode: (bytes) => {
+          if (decoded.length < bytes.length * 2) decoded = new Int16Array(bytes.length * 2)
+          decoder.decode(bytes, bytes.length, decoded)
+          const mulaw = Buffer.alloc(bytes.length)
+          for (let i = 0; i < mulaw.length; i++) mulaw[i] = linearToMulaw(decoded[i * 2 + 1]!)
           return mulaw
         }
       }

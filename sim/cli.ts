@@ -37,7 +37,7 @@ Options:
                          (default: the TWILIO_AUTH_TOKEN environment variable)
   --public-url URL       the gateway's PUBLIC_URL, for signatures (default: --gateway)
   --codec CODEC          telnyx only: the codec the call streams both ways: PCMU, PCMA,
-                         L16;rate=8000 or L16;rate=16000 (quote it); default: what the answer's
+                         L16;rate=8000, L16;rate=16000 (quote it) or G722; default: what the answer's
                          <Stream> asks for (the environment's telnyxStreamCodec), as Telnyx does
   --stream-via WHERE     twiml: connect to the stream URL the answer gives (default);
                          gateway: the same path and query on the --gateway host

@@ -53,6 +53,8 @@ export const telnyxStreamCodecOf = (format: AudioFormat | undefined): TelnyxStre
       return "PCMA"
     case "audio/L16":
       return format.sampleRate === 16000 ? "L16;rate=16000" : "L16;rate=8000"
+    case "audio/G722":
+      return "G722"
     default:
       return "PCMU"
   }

@@ -4,6 +4,7 @@ import { readUlawFile } from "../../sim/AudioSource.js"
 import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
+import { G722Decoder } from "../../src/audio/G722.js"
 import { linearToAlaw, mulawToLinear } from "../../src/kernel/AudioFormat.js"
 import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
@@ -207,6 +208,37 @@ describe("simulated Telnyx call", () => {
         expect(call.stats.protocolErrors).toBe(0)
       }
     )
+
+    it("G722: streams 160-byte G.722 frames that callgate's decoder hears as the caller's speech, and reads the gateway's G.722 back", async () => {
+      await regateway(askingFor("G722", 16000))
+      const call = track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", continuousMedia: false }))
+      expect(call.codec).toBe("G722")
+      const stream = await gateway.stream()
+      expect((await stream.nth("start")).start.media_format).toEqual({ encoding: "G722", sample_rate: 16000, channels: 1 })
+      const spoken = appointment.subarray(40 * FRAME_BYTES, 60 * FRAME_BYTES)
+      await call.play(spoken)
+      await stream.until(() => stream.events("media").length === 20)
+      const sent = stream.events("media").map(payloadOf)
+      expect(sent.every((frame) => frame.length === FRAME_BYTES)).toBe(true)
+      // Decoded by callgate's G.722 decoder, the speech keeps its level (a lossy coder: within a few dB).
+      const decoder = new G722Decoder()
+      const pcm = new Int16Array(sent.length * FRAME_BYTES * 2)
+      decoder.decode(Buffer.concat(sent), sent.length * FRAME_BYTES, pcm)
+      const rms = (samples: ArrayLike<number>, from = 0) => {
+        let sum = 0
+        for (let i = from; i < samples.length; i++) sum += samples[i]! * samples[i]!
+        return Math.sqrt(sum / (samples.length - from))
+      }
+      const original = rms(Array.from(spoken, (byte) => mulawToLinear(byte)))
+      expect(rms(pcm, 640)).toBeGreaterThan(original * 0.5)
+      expect(rms(pcm, 640)).toBeLessThan(original * 2)
+      // The gateway's G.722 is heard as 8 kHz mu-law, voiced.
+      const heard = new Promise<{ payload: Buffer; voiced: boolean }>((resolve) => call.once("agentMedia", resolve))
+      stream.sendMedia(Buffer.concat(sent.slice(5, 15)), {})
+      const media = await heard
+      expect(media.payload).toHaveLength(10 * FRAME_BYTES)
+      expect(media.voiced).toBe(true)
+    })
 
     it("an explicit codec overrides the markup; a codec the simulator cannot stream is a clear error", async () => {
       await regateway(askingFor("PCMU", 8000))

@@ -104,6 +104,6 @@ describe("callgate-sim", () => {
     expect(twilio.stderr).toContain("--codec is for --provider telnyx")
     const unknown = await runCli(["--agent", "a", "--environment", "e", "--provider", "telnyx", "--codec", "OPUS"])
     expect(unknown.code).toBe(2)
-    expect(unknown.stderr).toContain('--codec takes PCMU, PCMA, L16;rate=8000, L16;rate=16000; got "OPUS"')
+    expect(unknown.stderr).toContain('--codec takes PCMU, PCMA, L16;rate=8000, L16;rate=16000, G722; got "OPUS"')
   })
 })
