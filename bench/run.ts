@@ -35,7 +35,7 @@ const QUICK_TRACING_CALLS = 20
 const VERSUS_CALLS = 100
 const QUICK_VERSUS_CALLS = 20
 /** Calls each format's callgate carries in the formats part (PCMU, PCMA, L16 8 and 16 kHz, G.722, all at once). */
-const FORMATS_CALLS = 25
+const FORMATS_CALLS = 20
 const QUICK_FORMATS_CALLS = 10
 /** Calls both callgates carry at once in the recording part (recording on against off). */
 const RECORDING_CALLS = 50
