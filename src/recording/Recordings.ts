@@ -229,23 +229,35 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         })
       )
 
-    /** Reads the environment; an "on" call gets its file (header with provisional sizes) and sidecar. */
+    /** A call's recording; paused from its first sample when the call moved here while its agent had the recording paused. */
+    const newRecording = (info: SessionInfo): CallRecording => {
+      const recording = new CallRecording(info.mediaFormat)
+      if (info.resumed?.recordingPaused === true) recording.pause(true)
+      return recording
+    }
+
+    /**
+     * The environment's mode (as the call's admission read it, else read now); an "on" call gets
+     * its file (header with provisional sizes) and sidecar.
+     */
     const decide = async (entry: Live): Promise<boolean> => {
       const { info } = entry
       const key = `${info.agentId}/${info.environmentId}`
-      const mode = await runPromise(
-        environments.stored(info.agentId, info.environmentId).pipe(
-          Effect.map((env): RecordingMode => env.recording ?? "off"),
-          Effect.catchAll(() => Effect.succeed<RecordingMode | undefined>(undefined))
-        )
-      )
+      const mode =
+        info.recording ??
+        (await runPromise(
+          environments.stored(info.agentId, info.environmentId).pipe(
+            Effect.map((env): RecordingMode => env.recording ?? "off"),
+            Effect.catchAll(() => Effect.succeed<RecordingMode | undefined>(undefined))
+          )
+        ))
       if (mode !== undefined) modes.set(key, mode)
       if (mode !== "on") {
         entry.leg.recording = undefined
         if (live.get(info.sessionId) === entry) live.delete(info.sessionId)
         return false
       }
-      const recording = (entry.leg.recording ??= new CallRecording(info.mediaFormat))
+      const recording = (entry.leg.recording ??= newRecording(info))
       try {
         // The sidecar first: a file a crash leaves is always found by its sidecar.
         await makeDir(entry.paths.meta)
@@ -263,12 +275,18 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
 
     /**
      * The recorder's hook at the opening of a session (synchronous): the carrier leg the session is
-     * to use. The call's audio is kept from its first frame while the environment is read (unless
-     * the environment was last seen with recording off).
+     * to use. A call its admission found not recorded keeps its carrier leg as it is: nothing per
+     * frame, nothing kept. Otherwise the call's audio is kept from its first frame while its file is
+     * opened (and, for a stream that came without the admission's word, the environment is read,
+     * unless it was last seen with recording off).
      */
     const tap = (info: SessionInfo, carrier: CarrierLeg): CarrierLeg => {
+      if (info.recording === "off") {
+        modes.set(`${info.agentId}/${info.environmentId}`, "off")
+        return carrier
+      }
       const leg = new RecordingLeg(carrier)
-      if (modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = new CallRecording(info.mediaFormat)
+      if (info.recording === "on" || modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = newRecording(info)
       // A stream the call was moved to (resumed) is a part of its own: it never overwrites the earlier parts.
       const partStartedAtMs = clock.unsafeCurrentTimeMillis()
       const part = info.resumed === undefined ? undefined : `${partStartedAtMs}-${randomBytes(3).toString("hex")}`

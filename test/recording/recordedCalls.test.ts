@@ -429,4 +429,35 @@ describe("recorded calls", () => {
     expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(404)
     expect(existsSync(join(recordingsDir, agentId))).toBe(false)
   })
+
+  it("the mode the call's admission read decides, with no read at the stream: a stream admitted off is not recorded, one admitted on is", async () => {
+    // The environment says the opposite of each token: only the admission's word can explain the outcome.
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { recording: "on" })
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: callSid, recording: "off" }), callSid })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+    await callerSays(call, agent, frames(8, 10), range(1, 10))
+    call.stop()
+    expect((await gateway.outbox.forSession(sessionId)).recording).toBeUndefined()
+    expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(404)
+
+    const offAgentId = uniqueId("agent")
+    const offEnv = await gateway.createEnvironment(offAgentId)
+    const offAgent = await dialInAgent(gateway, offAgentId, offEnv.id)
+    await until(() => gateway.idleAgents(offAgentId, offEnv.id) === 1, "an idle agent")
+    const onSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const onCall = await twilioCall(gateway, { token: gateway.issueToken({ agentId: offAgentId, environmentId: offEnv.id, kind: "twilio", callId: onSid, recording: "on" }), callSid: onSid })
+    onCall.start()
+    await offAgent.waitForEvent("start")
+    const onSession = sessionIdOf(offAgent)
+    await callerSays(onCall, offAgent, frames(8, 10), range(1, 10))
+    onCall.stop()
+    expect((await gateway.outbox.forSession(onSession)).recording).toMatchObject({ url: expect.stringContaining(onSession) })
+    expect((await get(gateway, recordingPath(offAgentId, onSession))).status).toBe(200)
+  })
 })
