@@ -631,7 +631,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
         failover,
         previousEndReason: error.kind,
         lostAt: frameTimeToEpochMs(lostAtMs),
-        createdAt: info.createdAt.getTime()
+        createdAt: info.createdAt.getTime(),
+        ...(call.carrier.recordingPaused?.() === true ? { recordingPaused: true } : {})
       })
       call.moving = false
       if (moved._tag === "Some") {

@@ -44,7 +44,9 @@ export interface JoinedRecording {
  * Lays the parts on one timeline, at the first part's rate. Each part starts where its stream began
  * (on its instance's clock), but never before the caller's audio of the part before it ends (clocks
  * of two machines disagree a little; the caller's audio is never cut for it). Where two parts
- * overlap (agent audio the earlier stream had queued but never played), the later one wins.
+ * overlap (agent audio the earlier stream had queued but never played), the later one wins. A
+ * pause that lasts to the end of a part and goes on from the start of the next (the call moved
+ * while paused) is listed once, across the gap.
  */
 export const joinParts = (parts: ReadonlyArray<JoinablePart>): JoinedRecording => {
   const order = parts.map((_, index) => index).sort((a, b) => parts[a]!.startedAtMs - parts[b]!.startedAtMs || a - b)
@@ -67,6 +69,8 @@ export const joinParts = (parts: ReadonlyArray<JoinablePart>): JoinedRecording =
   const pieces: Array<Piece> = []
   const pauses: Array<{ startMs: number; endMs: number }> = []
   let cursor = 0
+  /** The last pause listed lasted to the end of its part: a pause the next part starts with continues it (the move's gap included). */
+  let openAtPartEnd = false
   used.forEach((index, k) => {
     const offset = offsets[k]!
     const frames = k + 1 < used.length ? Math.min(framesOf(index), offsets[k + 1]! - offset) : framesOf(index)
@@ -75,11 +79,16 @@ export const joinParts = (parts: ReadonlyArray<JoinablePart>): JoinedRecording =
     cursor = offset + frames
     const shiftMs = offset / framesPerMs
     const lengthMs = frames / framesPerMs
+    let continues = openAtPartEnd
+    openAtPartEnd = false
     for (const pause of parts[index]!.pauses) {
       const startMs = Math.min(pause.startMs, lengthMs)
       const endMs = Math.min(pause.endMs ?? lengthMs, lengthMs)
       if (endMs < startMs || pause.startMs > lengthMs) continue
-      pauses.push({ startMs: Math.round(shiftMs + startMs), endMs: Math.round(shiftMs + endMs) })
+      if (continues && startMs === 0) pauses[pauses.length - 1]!.endMs = Math.round(shiftMs + endMs)
+      else pauses.push({ startMs: Math.round(shiftMs + startMs), endMs: Math.round(shiftMs + endMs) })
+      continues = false
+      openAtPartEnd = endMs >= lengthMs - 1
     }
   })
   const dataBytes = cursor * FRAME_BYTES

@@ -229,6 +229,13 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         })
       )
 
+    /** A call's recording; paused from its first sample when the call moved here while its agent had the recording paused. */
+    const newRecording = (info: SessionInfo): CallRecording => {
+      const recording = new CallRecording(info.mediaFormat)
+      if (info.resumed?.recordingPaused === true) recording.pause(true)
+      return recording
+    }
+
     /**
      * The environment's mode (as the call's admission read it, else read now); an "on" call gets
      * its file (header with provisional sizes) and sidecar.
@@ -250,7 +257,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         if (live.get(info.sessionId) === entry) live.delete(info.sessionId)
         return false
       }
-      const recording = (entry.leg.recording ??= new CallRecording(info.mediaFormat))
+      const recording = (entry.leg.recording ??= newRecording(info))
       try {
         // The sidecar first: a file a crash leaves is always found by its sidecar.
         await makeDir(entry.paths.meta)
@@ -279,7 +286,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         return carrier
       }
       const leg = new RecordingLeg(carrier)
-      if (info.recording === "on" || modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = new CallRecording(info.mediaFormat)
+      if (info.recording === "on" || modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = newRecording(info)
       // A stream the call was moved to (resumed) is a part of its own: it never overwrites the earlier parts.
       const partStartedAtMs = clock.unsafeCurrentTimeMillis()
       const part = info.resumed === undefined ? undefined : `${partStartedAtMs}-${randomBytes(3).toString("hex")}`

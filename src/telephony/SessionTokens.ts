@@ -41,7 +41,9 @@ export const SessionClaims = Schema.Struct({
       lostAt: Schema.Number,
       createdAt: Schema.Number,
       /** The caller came back from an agent's transfer that was not answered (docs/fallback.md, "The return path"). */
-      transfer: Schema.optional(Schema.Struct({ to: Schema.String, status: Schema.String }))
+      transfer: Schema.optional(Schema.Struct({ to: Schema.String, status: Schema.String })),
+      /** The call's recording was paused when it moved: the next stream's recording starts paused. */
+      recordingPaused: Schema.optional(Schema.Boolean)
     })
   ),
   /**

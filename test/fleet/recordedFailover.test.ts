@@ -32,6 +32,18 @@ const pcmOf = (payload: string) => Array.from(Buffer.from(payload, "base64"), (b
 const speaks = (payload: string) => pcmOf(payload).some((sample) => Math.abs(sample) > 200)
 const callerAt = (samples: Int16Array, from: number, length: number) => Array.from({ length }, (_, i) => samples[(from + i) * 2] ?? Number.NaN)
 
+/** The pauses in the sidecar of the session's part that `gateway` writes (its own RECORDINGS_DIR): the first part's, or a later one's. */
+const sidecarPauses = (gateway: GatewayProcess, agentId: string, sessionId: string, later: boolean) => {
+  try {
+    const folder = join(gateway.env.RECORDINGS_DIR!, agentId)
+    const name = readdirSync(folder).find((file) => file.endsWith(".json") && (later ? file.startsWith(`${sessionId}.`) && file !== `${sessionId}.json` : file === `${sessionId}.json`))
+    if (name === undefined) return undefined
+    return (JSON.parse(readFileSync(join(folder, name), "utf8")) as { pauses: Array<{ startMs: number; endMs: number | null }> }).pauses
+  } catch {
+    return undefined
+  }
+}
+
 type Store = "shared RECORDINGS_DIR" | "S3 bucket"
 
 describe.each<Store>(["shared RECORDINGS_DIR", "S3 bucket"])("a recorded call moved between instances (%s)", (store) => {
@@ -136,7 +148,7 @@ describe.each<Store>(["shared RECORDINGS_DIR", "S3 bucket"])("a recorded call mo
 
   const mediaOf = (agent: Peer) => agent.events("media").map((m) => m.media.payload as string)
 
-  it("one recording, served by either instance: the caller's audio of both streams in order, the pauses of the whole", { timeout: 240_000 }, async () => {
+  it("one recording, served by either instance: the caller's audio of both streams in order, a pause that moved with the call, the pauses of the whole", { timeout: 240_000 }, async () => {
     const agentId = uniqueId("agent")
     const created = await fetch(`${a.baseUrl}/v1/agents/${agentId}/environments`, {
       method: "POST",
@@ -162,8 +174,11 @@ describe.each<Store>(["shared RECORDINGS_DIR", "S3 bucket"])("a recorded call mo
     const second = await dialIn(b, agentId, environmentId)
     await idleOn(a, b, agentId, 1)
 
-    // What A's agent heard is what A recorded, from the stream's start. Then A's agent vanishes.
+    // What A's agent heard is what A recorded, from the stream's start. Then A's agent pauses the
+    // recording (the caller goes on speaking) and vanishes: the call moves while paused.
     const heardOnA = mediaOf(first)
+    first.send({ event: "recording", recording: { paused: true } })
+    await until(() => sidecarPauses(a, agentId, sessionId, false)?.length === 1, "A's part paused", 60_000)
     first.ws.terminate()
     await until(() => twilio.callUpdates(callSid).length > 0, "the carrier asked to move the stream", 60_000)
     const moved = parseStreamMarkup(twilio.callUpdates(callSid)[0]!.form?.Twiml ?? "")
@@ -171,6 +186,11 @@ describe.each<Store>(["shared RECORDINGS_DIR", "S3 bucket"])("a recorded call mo
     const onB = await connectTwilioStream({ url: moved.url, callSid, customParameters: moved.parameters, authToken: twilio.authToken })
     calls.push(onB)
     await second.waitForEvent("resume", 1, 60_000)
+
+    // B's part starts paused (the pause moved with the call) until B's agent resumes it.
+    await until(() => sidecarPauses(b, agentId, sessionId, true)?.[0]?.startMs === 0, "B's part paused from its start", 60_000)
+    second.send({ event: "recording", recording: { paused: false } })
+    await until(() => typeof sidecarPauses(b, agentId, sessionId, true)?.[0]?.endMs === "number", "B's part resumed", 60_000)
 
     // On B the caller says something else; then B's agent pauses the recording for a while.
     await onB.play(readFileSync(new URL("../fixtures/audio/caller-account.ulaw", import.meta.url)))
@@ -220,11 +240,16 @@ describe.each<Store>(["shared RECORDINGS_DIR", "S3 bucket"])("a recorded call mo
       // The whole call: both streams' audio, and B's pause after it, inside the recording.
       expect(total).toBeGreaterThanOrEqual(bStart + (heardOnB.length + 50) * FRAME)
 
-      // The pause B's agent asked for, on the whole's timeline: inside B's part, after what B's agent had heard, silent.
+      // The pauses on the whole's timeline (whole milliseconds: a bound is off by up to one ms, 8
+      // samples, either way). The first: from A's agent's pause, across the move, into B's part
+      // until B's agent resumed; silent although the caller spoke on A meanwhile.
       const pauses = ended!.recording!.pauses
-      expect(pauses).toHaveLength(1)
-      const [pause] = pauses
-      // (Whole milliseconds: a bound is off by up to one ms, 8 samples, either way.)
+      expect(pauses).toHaveLength(2)
+      const [held, pause] = pauses
+      expect(held!.startMs * 8).toBeGreaterThanOrEqual(heardOnA.length * FRAME - 8)
+      expect(held!.endMs * 8).toBeGreaterThanOrEqual(bStart)
+      expect(callerAt(samples, held!.startMs * 8 + 8, (held!.endMs - held!.startMs) * 8 - 16).every((sample) => sample === 0)).toBe(true)
+      // The second: the pause B's agent asked for later, after what B's agent had heard, silent.
       expect(pause!.startMs * 8).toBeGreaterThanOrEqual(bStart + heardOnB.length * FRAME - 8)
       expect(pause!.endMs - pause!.startMs).toBeGreaterThanOrEqual(100)
       expect(callerAt(samples, pause!.startMs * 8 + 8, (pause!.endMs - pause!.startMs) * 8 - 16).every((sample) => sample === 0)).toBe(true)

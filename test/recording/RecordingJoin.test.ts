@@ -58,6 +58,14 @@ describe("joining a recording's parts", () => {
     ])
   })
 
+  it("a pause that lasts to the end of a part and goes on from the start of the next is one pause, across the gap", () => {
+    const joined = joinParts([part(0, 2, { pauses: [{ startMs: 1_500, endMs: 2_000 }] }), part(3_000, 2, { pauses: [{ startMs: 0, endMs: 400 }, { startMs: 1_000, endMs: 1_200 }] })])
+    expect(joined.pauses).toEqual([
+      { startMs: 1_500, endMs: 3_400 },
+      { startMs: 4_000, endMs: 4_200 }
+    ])
+  })
+
   it("a clock behind never cuts the caller's audio: the later part starts where the caller's audio of the earlier ends, and cuts its agent's unplayed tail", () => {
     // The first part's caller audio ends at 2 s; its file runs to 3 s (agent audio queued, never played).
     const joined = joinParts([part(0, 3, { callerEndMs: 2_000 }), part(1_500, 1)])
