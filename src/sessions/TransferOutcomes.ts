@@ -231,13 +231,6 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         }
       }).pipe(Effect.catchAllCause((cause) => Effect.logError("the transfer outcome watch failed", cause)))
 
-    /**
-     * The return path's deadline (docs/fallback.md, "The return path"): the caller was answered
-     * with a stream back to an agent, whose single-use token expires; a session still waiting for
-     * that stream at `until` (the token's life and a grace after the answer) never gets it (the caller
-     * hung up, or the carrier could not open it). It is ended failed / return_stream_timeout, at the
-     * time of the answer (the caller's last moment with callgate), with its one session.ended.
-     */
     /** Ends a session still waiting for the caller's stream back (`until`: that wait's, or any), once. */
     const endAwaitingReturn = (ref: TransferRef, until: string | undefined, end: (current: Session) => Pick<Session, "status" | "endReason" | "endedAt">) =>
       Effect.gen(function* () {
@@ -254,6 +247,13 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         return true
       })
 
+    /**
+     * The return path's deadline (docs/fallback.md, "The return path"): the caller was answered
+     * with a stream back to an agent, whose single-use token expires; a session still waiting for
+     * that stream at `until` (the token's life and a grace after the answer) never gets it (the caller
+     * hung up, or the carrier could not open it). It is ended failed / return_stream_timeout, at the
+     * time of the answer (the caller's last moment with callgate), with its one session.ended.
+     */
     const awaitReturn = (ref: TransferRef, until: string): Effect.Effect<void> =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
