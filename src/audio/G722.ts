@@ -152,8 +152,16 @@ class Band {
 const encodeLow = (low: Band, xLow: number): number => {
   const el = sat16(xLow - low.s)
   const magnitude = el >= 0 ? el : -el - 1
+  // The first of levels 1..29 whose decision level is above the magnitude (30 if none): the
+  // recommendation's linear search, as a binary one (the decision levels rise).
+  const det = low.det
   let level = 1
-  while (level < 30 && magnitude >= (Q6[level]! * low.det) >> 12) level++
+  let above = 30
+  while (level < above) {
+    const middle = (level + above) >> 1
+    if (magnitude >= (Q6[middle]! * det) >> 12) level = middle + 1
+    else above = middle
+  }
   const code = el < 0 ? ILN[level]! : ILP[level]!
   adaptLow(low, code >> 2)
   return code
