@@ -44,6 +44,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const dirty = new Map<string, EnvironmentRef>()
     /** Environments this instance has idle agents published in (an empty list withdraws them). */
     const published = new Map<string, EnvironmentRef>()
+    /** Environments whose publish is being written now (taken out of `dirty`, not yet in the store). */
+    const publishing = new Set<string>()
     const lock = yield* Effect.makeSemaphore(1)
     const wake = yield* Queue.sliding<void>(1)
     let known: ReadonlyArray<InstanceEntry> = []
@@ -60,10 +62,12 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const publishOne = (ref: EnvironmentRef) => {
       const key = environmentKey(ref.agentId, ref.environmentId)
       dirty.delete(key)
+      publishing.add(key)
       const sockets = pool.idleSocketsOf(ref.agentId, ref.environmentId)
       return store.publishIdle(self, { ...ref, sockets }).pipe(
         Effect.tap(() => Effect.sync(() => (sockets.length > 0 ? published.set(key, ref) : published.delete(key)))),
-        Effect.tapError(() => Effect.sync(() => dirty.set(key, ref)))
+        Effect.tapError(() => Effect.sync(() => dirty.set(key, ref))),
+        Effect.ensuring(Effect.sync(() => publishing.delete(key)))
       )
     }
 
@@ -116,6 +120,13 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     })
     yield* Effect.addFinalizer(() => Effect.sync(stopListening))
 
+    // A restart under the same INSTANCE_ID: the previous run's idle sockets are still listed under
+    // this id (it was killed, it withdrew nothing). Its last report names their environments: this
+    // run's first refresh publishes those with the sockets it has (none yet), withdrawing them.
+    const previous = yield* store.list(ttlMs).pipe(Effect.orElseSucceed((): ReadonlyArray<InstanceEntry> => []))
+    for (const { agentId, environmentId } of previous.find((entry) => entry.id === self)?.idleAgents ?? []) {
+      dirty.set(environmentKey(agentId, environmentId), { agentId, environmentId })
+    }
     yield* refresh
     yield* Option.isSome(config.redisUrl)
       ? Effect.logInfo("joined the fleet registry", { instanceId: self, publicUrl: publicUrl.current() })
@@ -141,9 +152,14 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     return {
       instanceId: self,
       instances,
-      /** Publishes the environment's idle agents now if they changed since last published. */
-      flush: (agentId: string, environmentId: string) =>
-        dirty.has(environmentKey(agentId, environmentId)) ? publish(false) : Effect.void,
+      /**
+       * Publishes the environment's idle agents now if they changed since last published; when a
+       * publish of them is being written, waits until it is in the store.
+       */
+      flush: (agentId: string, environmentId: string) => {
+        const key = environmentKey(agentId, environmentId)
+        return dirty.has(key) || publishing.has(key) ? publish(false) : Effect.void
+      },
       /** The instance as last read from the registry (None when not seen in the last refresh). */
       known: (instanceId: string): Option.Option<InstanceEntry> => Option.fromNullable(known.find((entry) => entry.id === instanceId)),
       /** This instance's report as it stands now. */
