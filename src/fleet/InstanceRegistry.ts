@@ -105,12 +105,14 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     })
 
     const refresh = Effect.gen(function* () {
-      yield* publish(true)
-      // Taken just before the write the fleet times this instance by (a slow store's other round trips do not count).
+      // The entry first, the hold renewed as soon as the store took it: taken just before the write
+      // the fleet times this instance by (the refresh's other round trips, however slow, do not count).
       const at = yield* Clock.currentTimeMillis
       yield* store.report(report(), ttlMs)
+      lease.renewed(at)
+      yield* publish(true)
       known = yield* store.list(ttlMs)
-      lease.renewed(at, known.some((entry) => entry.id !== self))
+      lease.sawOthers(known.some((entry) => entry.id !== self))
       yield* letGoOfTaken
     }).pipe(Effect.catchAll((error) => logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })))
 
@@ -160,6 +162,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
         const key = environmentKey(agentId, environmentId)
         return dirty.has(key) || publishing.has(key) ? publish(false) : Effect.void
       },
+      /** The live instances as last read from the registry (no store round trip). */
+      knownInstances: (): ReadonlyArray<InstanceEntry> => known,
       /** The instance as last read from the registry (None when not seen in the last refresh). */
       known: (instanceId: string): Option.Option<InstanceEntry> => Option.fromNullable(known.find((entry) => entry.id === instanceId)),
       /** This instance's report as it stands now. */

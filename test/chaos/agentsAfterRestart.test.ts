@@ -210,7 +210,9 @@ describe("agents reconnecting right after a restart: the next call reaches them"
     const instance = a!
     const before = 6
     // Every call of the first run in one environment (Twilio): its agent's sockets are all reserved then taken.
-    const worker = new SilentAgent({ gatewayUrl: instance.baseUrl, agentId, environmentId: environments.get("twilio")!, apiKey: ADMIN_KEY, capacity: before })
+    // Its sockets retry every 50 ms, doubling, while the instance is down: they are back within a few
+    // seconds of the restart, while the first run's reservations of them (10 s) still hold.
+    const worker = new SilentAgent({ gatewayUrl: instance.baseUrl, agentId, environmentId: environments.get("twilio")!, apiKey: ADMIN_KEY, capacity: before, reconnectDelayMs: 50 })
     agents.push(worker)
     listenForStarts(worker)
     await worker.start()
@@ -230,6 +232,7 @@ describe("agents reconnecting right after a restart: the next call reaches them"
       return { kind, agent }
     })
 
+    const lastPlacedAt = performance.now()
     expect(await instance.gateway.stop("SIGKILL")).toEqual({ code: null, signal: "SIGKILL" })
     await Promise.all(first.map(({ call }) => call.closed))
     // The first run's calls' sockets reconnect, with back-off, once the instance is back. Each
@@ -254,6 +257,7 @@ describe("agents reconnecting right after a restart: the next call reaches them"
     onReady("twilio", worker)
     instance.gateway = await spawnGateway(instance.env)
     await waitForHealthy(instance.gateway, "/readyz", 90_000)
+    const restartedMs = performance.now() - lastPlacedAt
     for (const { kind, agent } of others) {
       // Listening from the start: its sockets open (and say ready) on later turns of the event loop.
       await agent.start()
@@ -271,7 +275,7 @@ describe("agents reconnecting right after a restart: the next call reaches them"
     console.log(
       `restart under the same INSTANCE_ID: ${answered}/6 calls placed as agent sockets reconnected answered by an agent ` +
         `(${KINDS.map((kind) => `${kind} ${settled.filter((o) => o.kind === kind && o.reached).length}/2`).join(", ")}), ${noIdle} no_idle_agent; ` +
-        `socket ready -> the call's start at the agent: ${figures(readyToAgent)}; the first run's ${before} calls: ` +
+        `socket ready -> the call's start at the agent: ${figures(readyToAgent)}; ready again ${Math.round(restartedMs)} ms after the first run's last call; its ${before} calls: ` +
         `${ended.filter((s) => s.endReason === "instance_lost").length} instance_lost`
     )
     expect(settled.map((outcome) => outcome.reached)).toEqual(settled.map(() => true))
