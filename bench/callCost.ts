@@ -215,7 +215,8 @@ const program = Effect.gen(function* () {
   if (!DRIVER_ONLY) {
     for (const call of calls) {
       pool.offer(AGENT_ID, environment.id, new AgentConnection(call.agent))
-      const token = tokens.issue({ agentId: AGENT_ID, environmentId: environment.id, kind: "twilio", callId: call.callSid })
+      // As the call's admission issues it: with the environment's recording mode it read.
+      const token = tokens.issue({ agentId: AGENT_ID, environmentId: environment.id, kind: "twilio", callId: call.callSid, recording: RECORDING ? "on" : "off" })
       const leg = streams.acceptTwilio(call.carrier, { url: "/telephony/twilio/stream", headers: {}, address: "127.0.0.1" })
       if (leg === undefined) return yield* Effect.dieMessage("the stream was refused")
       const encoder = twilioInboundEncoder(call.streamSid)

@@ -4,16 +4,20 @@
  * the VAD) per 20 ms frame, and with agentAudioFormat mu-law the transcoding of one frame each way
  * (base64 in, base64 out). mu-law is the baseline (nothing to do). Per call that is 50 frames a
  * second each way: the figure below in ns/frame x 100 is ns of CPU per second of call.
+ * G.722 (a codec, not a table) is measured per frame for its encoder and decoder too; a recorded
+ * G.722 call decodes both channels on top (2 x decode per frame pair).
  *
  *   npx tsx bench/formatCosts.ts
  */
-import { type AudioFormat, bytesPerMs, linearToAlaw, mulawToLinear, payloadTranscoders, toObservedMulaw } from "../src/kernel/AudioFormat.js"
+import { G722Decoder, G722Encoder } from "../src/audio/G722.js"
+import { type AudioFormat, bytesPerMs, G722_16K, linearToAlaw, mulawToLinear, payloadTranscoders, toObservedMulaw } from "../src/kernel/AudioFormat.js"
 
 const formats: ReadonlyArray<[string, AudioFormat]> = [
   ["mu-law 8 kHz", { encoding: "audio/x-mulaw", sampleRate: 8000 }],
   ["PCMA 8 kHz", { encoding: "audio/x-alaw", sampleRate: 8000 }],
   ["L16 8 kHz", { encoding: "audio/L16", sampleRate: 8000 }],
-  ["L16 16 kHz", { encoding: "audio/L16", sampleRate: 16000 }]
+  ["L16 16 kHz", { encoding: "audio/L16", sampleRate: 16000 }],
+  ["G.722 16 kHz", G722_16K]
 ]
 
 const measure = (runs: number, once: (i: number) => unknown): number => {
@@ -30,6 +34,11 @@ const mulaw = Uint8Array.from({ length: 160 }, (_, i) => (i * 37) & 0xff)
 const frameIn = (format: AudioFormat): Uint8Array => {
   if (format.encoding === "audio/x-mulaw") return mulaw
   if (format.encoding === "audio/x-alaw") return Uint8Array.from(mulaw, (b) => linearToAlaw(mulawToLinear(b)))
+  if (format.encoding === "audio/G722") {
+    const codes = new Uint8Array(160)
+    new G722Encoder().encode(Int16Array.from({ length: 320 }, (_, i) => mulawToLinear(mulaw[i >> 1]!)), 320, codes)
+    return codes
+  }
   const out = Buffer.alloc(bytesPerMs(format) * 20)
   const repeat = format.sampleRate / 8000
   mulaw.forEach((b, i) => {
@@ -50,4 +59,15 @@ for (const [name, format] of formats) {
     `${name.padEnd(13)} observer conversion ${observed.toFixed(0).padStart(5)} ns/frame; ` +
       `mu-law agent transcoding (both ways) ${both.toFixed(0).padStart(5)} ns/frame pair = ${((observed * 2 + both) * 50 / 1000).toFixed(1)} us CPU per second of call\n`
   )
+}
+
+{
+  // The G.722 codec alone, per 20 ms frame (320 samples, 160 bytes).
+  const pcm = Int16Array.from({ length: 320 }, (_, i) => mulawToLinear(mulaw[i >> 1]!))
+  const codes = new Uint8Array(160)
+  const encoder = new G722Encoder()
+  const decoder = new G722Decoder()
+  const encode = measure(100_000, () => encoder.encode(pcm, 320, codes))
+  const decode = measure(100_000, () => decoder.decode(codes, 160, pcm))
+  process.stdout.write(`G.722 codec   encode ${encode.toFixed(0).padStart(5)} ns/frame; decode ${decode.toFixed(0).padStart(5)} ns/frame\n`)
 }

@@ -13,8 +13,8 @@ import { checkWiring } from "./check-wiring.js"
 
 /** Bottom to top. A folder may import only folders of a lower layer. */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
-  ["config"],
-  ["observability", "secrets", "kernel", "egress", "audio"],
+  ["config", "audio"],
+  ["observability", "secrets", "kernel", "egress"],
   ["environments"],
   ["frames", "twiml"],
   ["apikeys", "webhooks", "breaker", "recording"],

@@ -63,10 +63,12 @@ export interface TimeoutOutcome {
  */
 export class Breaker extends Effect.Service<Breaker>()("callgate/Breaker", {
   scoped: Effect.gen(function* () {
-    const store = yield* BreakerStore
-    const config = yield* AppConfig
-    const environments = yield* Environments
-    const metrics = yield* BreakerMetrics
+    const { store, config, environments, metrics } = yield* Effect.all({
+      store: BreakerStore,
+      config: AppConfig,
+      environments: Environments,
+      metrics: BreakerMetrics
+    })
     const local = yield* makeMemoryBreakerStore
     const scope = yield* Effect.scope
     const origin = randomUUID()

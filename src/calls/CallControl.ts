@@ -57,12 +57,14 @@ const checkTwiml = (call: CallRef, text: string): Either.Either<string, TwilioRe
  */
 export class CallControl extends Effect.Service<CallControl>()("callgate/CallControl", {
   effect: Effect.gen(function* () {
-    const apiKeys = yield* ApiKeys
-    const registry = yield* LiveCalls
-    const sessions = yield* Sessions
-    const http = yield* SafeHttpClient
-    const config = yield* AppConfig
-    const outbound = yield* OutboundCalls
+    const { apiKeys, registry, sessions, http, config, outbound } = yield* Effect.all({
+      apiKeys: ApiKeys,
+      registry: LiveCalls,
+      sessions: Sessions,
+      http: SafeHttpClient,
+      config: AppConfig,
+      outbound: OutboundCalls
+    })
 
     const pathOf = (request: CallControlRequest) => `/${TWILIO_API_VERSION}/Accounts/${request.accountSid}/Calls/${request.callSid}.json`
 

@@ -56,14 +56,16 @@ const TWILIO_PROGRESS = new Set(["queued", "initiated", "in-progress", "answered
  */
 export class OutboundCalls extends Effect.Service<OutboundCalls>()("callgate/OutboundCalls", {
   scoped: Effect.gen(function* () {
-    const config = yield* AppConfig
-    const publicUrl = yield* PublicUrl
-    const environments = yield* Environments
-    const sessions = yield* Sessions
-    const registry = yield* LiveCalls
-    const outbox = yield* Outbox
-    const carriers = yield* Carriers
-    const callEvents = yield* CarrierCallEvents
+    const { config, publicUrl, environments, sessions, registry, outbox, carriers, callEvents } = yield* Effect.all({
+      config: AppConfig,
+      publicUrl: PublicUrl,
+      environments: Environments,
+      sessions: Sessions,
+      registry: LiveCalls,
+      outbox: Outbox,
+      carriers: Carriers,
+      callEvents: CarrierCallEvents
+    })
     const leases = yield* CallLeases
     const runFork = yield* FiberSet.makeRuntime<never>()
 

@@ -17,9 +17,12 @@ export const TelnyxConnected = Schema.Struct({
   version: Schema.optional(Schema.String)
 })
 
-/** PCMU and PCMA at 8 kHz, L16 at 8 or 16 kHz (AudioFormat.telnyxAudioFormat decides what is relayed). */
+/**
+ * PCMU and PCMA at 8 kHz, L16 at 8 or 16 kHz, G.722 (16 kHz audio, its rate given as 8000 or 16000)
+ * (AudioFormat.telnyxAudioFormat decides what is relayed).
+ */
 export const TelnyxMediaFormat = Schema.Struct({
-  encoding: Schema.Literal("PCMU", "audio/x-mulaw", "PCMA", "audio/x-alaw", "L16", "audio/L16"),
+  encoding: Schema.Literal("PCMU", "audio/x-mulaw", "PCMA", "audio/x-alaw", "L16", "audio/L16", "G722", "audio/G722"),
   sample_rate: Schema.Literal(8000, 16000),
   channels: Schema.Literal(1)
 })

@@ -1,13 +1,16 @@
+import { G722_SAMPLE_RATE, G722Decoder, G722Encoder } from "../audio/G722.js"
+
 /**
  * The audio formats a carrier stream may carry (docs/calls.md, "Audio formats"), and the
  * conversion of each to what the turn observer reads (8 kHz mu-law, the VAD's input). Twilio
- * streams are always 8 kHz mu-law; Telnyx streams may be PCMU, PCMA (A-law) or L16 (16-bit linear,
- * big-endian as RTP carries it) at 8 or 16 kHz. The conversion runs per 20 ms frame: it is chosen
- * once per call (`toObservedMulaw`), works through lookup tables into one buffer shared by every
- * call (the relay is synchronous), and allocates nothing per frame.
+ * streams are always 8 kHz mu-law; Telnyx streams may be PCMU, PCMA (A-law), L16 (16-bit linear,
+ * big-endian as RTP carries it) at 8 or 16 kHz, or G.722 (16 kHz, src/audio/G722.ts). The
+ * conversion runs per 20 ms frame: it is chosen once per call and direction (`toObservedMulaw`),
+ * works through lookup tables (and, for G.722, a decoder made with it) into one buffer shared by
+ * every call (the relay is synchronous), and allocates nothing per frame.
  */
 
-export type AudioEncoding = "audio/x-mulaw" | "audio/x-alaw" | "audio/L16"
+export type AudioEncoding = "audio/x-mulaw" | "audio/x-alaw" | "audio/L16" | "audio/G722"
 
 export interface AudioFormat {
   readonly encoding: AudioEncoding
@@ -15,6 +18,7 @@ export interface AudioFormat {
 }
 
 export const MULAW_8K: AudioFormat = { encoding: "audio/x-mulaw", sampleRate: 8000 }
+export const G722_16K: AudioFormat = { encoding: "audio/G722", sampleRate: G722_SAMPLE_RATE }
 
 /** `start.mediaFormat` as the agent reads it (Twilio's shape). */
 export const agentMediaFormat = (format: AudioFormat) => ({ encoding: format.encoding, sampleRate: format.sampleRate, channels: 1 }) as const
@@ -32,6 +36,10 @@ export const telnyxAudioFormat = (encoding: string, sampleRate: number): AudioFo
     case "L16":
     case "audio/L16":
       return { encoding: "audio/L16", sampleRate }
+    case "G722":
+    case "audio/G722":
+      // 16 kHz audio whatever the rate says: RTP's clock rate for G.722 is 8000 (RFC 3551), so both are seen.
+      return G722_16K
     default:
       return undefined
   }
@@ -115,21 +123,40 @@ const l16Frame16k = (bytes: Uint8Array): Uint8Array => {
   return observed.subarray(0, samples)
 }
 
+/** 16 kHz samples decoded from G.722 (two per byte), shared by every call as `observed` is. */
+const decodedG722 = new Int16Array(MAX_OBSERVED_BYTES * 2)
+
+/** 16 kHz samples (decodedG722) to 8 kHz mu-law, pairwise averaged as L16 at 16 kHz is. */
+const pairsToObserved = (samples: number): Uint8Array => {
+  const pairs = samples >> 1
+  for (let i = 0, j = 0; i < pairs; i++, j += 2) observed[i] = LINEAR_TO_MULAW[((decodedG722[j]! + decodedG722[j + 1]!) >> 1) & 0xffff]!
+  return observed.subarray(0, pairs)
+}
+
+/** A G.722 stream's converter: its own decoder (G.722 is adaptive: one per stream, fed every frame in order). */
+const g722Frames = (): ((bytes: Uint8Array) => Uint8Array) => {
+  const decoder = new G722Decoder()
+  return (bytes) => pairsToObserved(decoder.decode(bytes, Math.min(bytes.length, MAX_OBSERVED_BYTES), decodedG722))
+}
+
 const unchanged = (bytes: Uint8Array): Uint8Array => bytes
 
 /**
- * The frame converter for a call's format: bytes in the format to 8 kHz mu-law for the turn
- * observer, in a buffer shared by every call and valid until the next conversion. Chosen once.
+ * The frame converter for one direction of a call in `format`: bytes in the format to 8 kHz mu-law
+ * for the turn observer, in a buffer shared by every call and valid until the next conversion.
+ * Made once per call and direction: a G.722 converter holds that direction's decoder, so it must
+ * see every frame of its direction, in order, and no other.
  */
 export const toObservedMulaw = (format: AudioFormat): ((bytes: Uint8Array) => Uint8Array) => {
   if (format.encoding === "audio/x-alaw") return alawFrame
   if (format.encoding === "audio/L16") return format.sampleRate === 16000 ? l16Frame16k : l16Frame8k
+  if (format.encoding === "audio/G722") return g722Frames()
   return unchanged
 }
 
-/** Bytes of one millisecond of audio in the format (8 for G.711, 16 or 32 for L16). */
+/** Bytes of one millisecond of audio in the format (8 for G.711 and G.722, 16 or 32 for L16). */
 export const bytesPerMs = (format: AudioFormat): number =>
-  format.encoding === "audio/L16" ? (format.sampleRate / 1000) * 2 : format.sampleRate / 1000
+  format.encoding === "audio/L16" ? (format.sampleRate / 1000) * 2 : format.encoding === "audio/G722" ? 8 : format.sampleRate / 1000
 
 // ---- Transcoding for agents that speak only 8 kHz mu-law (environment field agentAudioFormat) ----
 
@@ -140,7 +167,31 @@ const outgoing = Buffer.allocUnsafeSlow(MAX_OBSERVED_BYTES * 4)
 
 const decodePayload = (payload: string): Buffer => incoming.subarray(0, incoming.write(payload, 0, "base64"))
 
+/** Mu-law upsampled to 16 kHz for the G.722 encoder, shared by every call. */
+const upsampled = new Int16Array(MAX_OBSERVED_BYTES * 8)
+
+/**
+ * Mu-law to G.722 for one call: each 8 kHz sample becomes two at 16 kHz, the second the sample and
+ * the first halfway from the one before (linear interpolation: a hold would put images of the voice
+ * into the 4 to 8 kHz band G.722 codes), then one encoder for the call's whole agent audio.
+ */
+const mulawToG722 = (): ((payload: string) => string) => {
+  const encoder = new G722Encoder()
+  let previous = 0
+  return (payload) => {
+    const bytes = decodePayload(payload)
+    for (let i = 0, j = 0; i < bytes.length; i++, j += 2) {
+      const sample = MULAW_TO_LINEAR[bytes[i]!]!
+      upsampled[j] = (previous + sample) >> 1
+      upsampled[j + 1] = sample
+      previous = sample
+    }
+    return outgoing.toString("base64", 0, encoder.encode(upsampled, bytes.length * 2, outgoing))
+  }
+}
+
 const mulawTo = (format: AudioFormat): ((payload: string) => string) => {
+  if (format.encoding === "audio/G722") return mulawToG722()
   if (format.encoding === "audio/x-alaw") {
     return (payload) => {
       const bytes = decodePayload(payload)
@@ -169,7 +220,8 @@ const mulawTo = (format: AudioFormat): ((payload: string) => string) => {
 /**
  * The per-call payload transcoders between the carrier's format and the agent's (8 kHz mu-law when
  * the environment's agentAudioFormat asks for it): base64 in, base64 out, through the tables and
- * shared buffers above. Undefined when the two are the same format (the relay pastes payloads).
+ * shared buffers above (for G.722, through a decoder and an encoder made here: one pair per call,
+ * kept for the call's life). Undefined when the two are the same format (the relay pastes payloads).
  */
 export const payloadTranscoders = (
   carrier: AudioFormat,
@@ -210,13 +262,18 @@ export const comfortNoiseFrames = (format: AudioFormat): ReadonlyArray<string> =
   }
   const samplesPerFrame = (format.sampleRate / 1000) * 20
   const frames: Array<string> = []
+  // G.722: the frames in order through one encoder (the carrier's decoder adapts to the noise).
+  const encoder = format.encoding === "audio/G722" ? new G722Encoder() : undefined
   for (let f = 0; f < COMFORT_NOISE_FRAMES; f++) {
-    const bytes = Buffer.alloc(samplesPerFrame * (format.encoding === "audio/L16" ? 2 : 1))
+    const bytes = Buffer.alloc(bytesPerMs(format) * 20)
+    const samples = new Int16Array(samplesPerFrame)
     for (let i = 0; i < samplesPerFrame; i++) {
       const sample = nextSample()
       if (format.encoding === "audio/L16") bytes.writeInt16BE(sample, i * 2)
+      else if (encoder !== undefined) samples[i] = sample
       else bytes[i] = format.encoding === "audio/x-alaw" ? linearToAlaw(sample) : linearToMulaw(sample)
     }
+    encoder?.encode(samples, samplesPerFrame, bytes)
     frames.push(bytes.toString("base64"))
   }
   comfortNoiseCache.set(key, frames)

@@ -40,6 +40,8 @@ export interface CarrierLeg {
   bind(events: CallerEvents): void
   /** The agent paused (true) or resumed (false) the call's recording; present on a recorded call's leg (docs/recording.md). */
   pauseRecording?(paused: boolean): void
+  /** Whether the call's recording is paused now (a moved call's next stream starts paused then). */
+  recordingPaused?(): boolean
 }
 
 /**
@@ -173,6 +175,8 @@ export interface StreamOpening {
   readonly reservedAgent?: string | null | undefined
   /** The session moved here from another instance in an agent failover (see SessionInfo.resumed). */
   readonly resumed?: ResumedSession | undefined
+  /** The environment's `recording` as the call's admission read it (SessionInfo.recording). */
+  readonly recording?: "on" | "off" | undefined
   readonly carrier: CarrierLeg
 }
 
@@ -191,4 +195,6 @@ export interface ResumedSession {
    * (previousEndReason `transfer_failed`; `failover` is then the session's count so far).
    */
   readonly transfer?: FailedTransfer | undefined
+  /** The agent had the call's recording paused when the call moved: the next stream's part starts paused (docs/recording.md). */
+  readonly recordingPaused?: boolean | undefined
 }

@@ -43,5 +43,11 @@ export interface SessionInfo {
    * the call over with `resume`.
    */
   readonly resumed?: ResumedSession | undefined
+  /**
+   * The environment's `recording` as the call's admission read it (carried in the stream's
+   * session token): the recorder decides from it at the stream's start. Undefined when the stream
+   * came without it: the recorder reads the environment.
+   */
+  readonly recording?: "on" | "off" | undefined
 }
 

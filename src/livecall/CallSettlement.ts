@@ -108,8 +108,17 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         Effect.flatMap((found) =>
           Option.match(found, {
             onNone: () => Effect.as(sessions.record(recordOf(info, instanceId)), { agentLegs: [], turns: [] }),
-            onSome: (current) =>
-              Effect.as(sessions.record({ ...current, instanceId }), { agentLegs: current.agentLegs ?? [], turns: current.turns })
+            onSome: ({ awaitingStreamUntil: _back, ...current }) =>
+              // The caller is back (the return path's stream, when that is how they came): its deadline is met.
+              sessions.record({ ...current, instanceId }).pipe(
+                // The instance that held it before lets go (it may be gone: a transfer's end kept it owned there).
+                Effect.zipRight(
+                  current.instanceId === undefined || current.instanceId === instanceId
+                    ? Effect.void
+                    : sessions.disown(current.instanceId, { agentId: info.agentId, sessionId: info.sessionId })
+                ),
+                Effect.as({ agentLegs: current.agentLegs ?? [], turns: current.turns })
+              )
           })
         ),
         Effect.retry(storeRetry),

@@ -135,8 +135,14 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   /** The outbound call's machine-detection verdict, once the carrier gave it. */
   answeredBy: MachineVerdict | undefined
-  /** The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call. */
-  private readonly toObserved: (bytes: Uint8Array) => Uint8Array
+  /**
+   * The call's audio as the turn observer reads it (8 kHz mu-law), chosen once per call and
+   * direction (a G.722 call has a decoder in each). They read the frame's bytes from mediaBytes,
+   * the buffer every call shares (decoding and observing are synchronous and observers copy what
+   * they keep, see TurnObserver), decoded once for the observer and the recorder.
+   */
+  private readonly callerToObserved: (bytes: Uint8Array) => Uint8Array
+  private readonly agentToObserved: (bytes: Uint8Array) => Uint8Array
 
   constructor(
     readonly info: SessionInfo,
@@ -144,12 +150,15 @@ export class LiveCall implements CallerEvents, AgentEvents {
     private readonly limits: RelayLimits = DEFAULT_RELAY_LIMITS
   ) {
     this.answeredBy = info.answeredBy
-    this.toObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
+    this.callerToObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
+    this.agentToObserved = toObservedMulaw(info.mediaFormat ?? MULAW_8K)
   }
 
   /** Payloads from the carrier's format to the agent's and back: unchanged unless agentAudioFormat asks for mu-law. */
   private toAgent: (payload: string) => string = samePayload
   private toCarrier: (payload: string) => string = samePayload
+  /** The agent format the transcoders above were made for: a later agent in the same format keeps them (G.722's state goes on). */
+  private transcodedFor: string | undefined
 
   /**
    * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
@@ -344,10 +353,13 @@ export class LiveCall implements CallerEvents, AgentEvents {
     this.firstStart ??= start
     this.legs.push({ startedAt: isoAt(frameTimeToEpochMs(performance.now())), endedAt: null, endReason: null, instanceId: this.parts?.instanceId ?? "" })
     // The agent's audio format differs from the carrier's (agentAudioFormat): transcode both ways, chosen once.
-    const transcoders = payloadTranscoders(this.info.mediaFormat ?? MULAW_8K, start.mediaFormat ?? MULAW_8K)
-    if (transcoders !== undefined) {
-      this.toAgent = transcoders.toAgent
-      this.toCarrier = transcoders.toCarrier
+    const agentFormat = start.mediaFormat ?? MULAW_8K
+    const agentFormatKey = `${agentFormat.encoding}/${agentFormat.sampleRate}`
+    if (agentFormatKey !== this.transcodedFor) {
+      const transcoders = payloadTranscoders(this.info.mediaFormat ?? MULAW_8K, agentFormat)
+      this.toAgent = transcoders?.toAgent ?? samePayload
+      this.toCarrier = transcoders?.toCarrier ?? samePayload
+      this.transcodedFor = agentFormatKey
     }
     agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     if (resume !== undefined) agent.sendResume(resume)
@@ -388,7 +400,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const atMs = performance.now()
     if (this.observer !== nullTurnObserver) {
       try {
-        this.observer.callerAudio(this.decode(payload), atMs)
+        this.observer.callerAudio(this.callerToObserved(mediaBytes(payload)), atMs)
       } catch (error) {
         this.observerFailed(error)
       }
@@ -449,7 +461,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const payload = this.toCarrier(agentPayload)
     if (this.observer !== nullTurnObserver) {
       try {
-        this.observer.agentAudio(this.decode(payload), performance.now())
+        this.observer.agentAudio(this.agentToObserved(mediaBytes(payload)), performance.now())
       } catch (error) {
         this.observerFailed(error)
       }
@@ -619,7 +631,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
         failover,
         previousEndReason: error.kind,
         lostAt: frameTimeToEpochMs(lostAtMs),
-        createdAt: info.createdAt.getTime()
+        createdAt: info.createdAt.getTime(),
+        ...(call.carrier.recordingPaused?.() === true ? { recordingPaused: true } : {})
       })
       call.moving = false
       if (moved._tag === "Some") {
@@ -658,14 +671,6 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private sendPlayoutMark(): void {
     const mark = this.observer.takeMark()
     if (mark !== undefined) this.carrier.sendMark(mark)
-  }
-
-  /**
-   * Base64 to bytes in the buffer every call shares (decoding and observing are synchronous and
-   * observers copy what they keep, see TurnObserver); decoded once for the observer and the recorder.
-   */
-  private decode(payload: string): Uint8Array {
-    return this.toObserved(mediaBytes(payload))
   }
 
   private hold(dtmf: boolean, value: string, atMs: number) {

@@ -179,7 +179,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         ...(outbound?.metadata !== undefined ? { metadata: outbound.metadata } : {}),
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
         ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
-        ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {})
+        ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {}),
+        ...(opening.recording !== undefined ? { recording: opening.recording } : {})
       }
       const carrier = recordings.tap(info, opening.carrier)
       const relay = new LiveCall(info, carrier)

@@ -1,4 +1,5 @@
 import { endianness } from "node:os"
+import { G722Decoder } from "../audio/G722.js"
 import { MULAW_SILENCE, MULAW_TO_PCM } from "../audio/Mulaw.js"
 import { mediaBytes } from "../frames/MediaBytes.js"
 import { alawToLinear, type AudioFormat, MULAW_8K } from "../kernel/AudioFormat.js"
@@ -28,12 +29,18 @@ const AGENT = 1
  * (one byte a sample, 0xFF is silence: a frame is one copy) and is expanded to PCM through a table
  * at flush time, once a second for the whole batch. A-law has no code for zero (a window of A-law
  * codes could not tell silence from its quietest sample), and L16 is PCM already: both are decoded
- * as they arrive into a window of 16-bit samples, where silence is 0.
+ * as they arrive into a window of 16-bit samples, where silence is 0. G.722 (16 kHz, two samples a
+ * byte) is decoded as it arrives too, by a decoder per channel made with the recording: each frame
+ * whole and in order, into a buffer shared by every call, then placed as the others are.
  */
 const MULAW = 0
 const ALAW = 1
 const L16 = 2
-type Codec = typeof MULAW | typeof ALAW | typeof L16
+const G722 = 3
+type Codec = typeof MULAW | typeof ALAW | typeof L16 | typeof G722
+
+/** A decoded G.722 frame of each channel (caller, agent), shared by every call: the longest frame recorded fits. */
+const G722_DECODED = [new Int16Array((16 * WINDOW_MS) / 2), new Int16Array((16 * WINDOW_MS) / 2)] as const
 
 /** Each A-law code's 16-bit sample (ITU-T G.711). */
 const ALAW_TO_PCM = Int16Array.from({ length: 256 }, (_, byte) => alawToLinear(byte))
@@ -44,7 +51,8 @@ const ALAW_TO_PCM = Int16Array.from({ length: 256 }, (_, byte) => alawToLinear(b
 const MULAW_LOW = Int32Array.from(MULAW_TO_PCM, (sample) => sample & 0xffff)
 const MULAW_HIGH = Int32Array.from(MULAW_TO_PCM, (sample) => sample << 16)
 
-const codecOf = (format: AudioFormat): Codec => (format.encoding === "audio/x-alaw" ? ALAW : format.encoding === "audio/L16" ? L16 : MULAW)
+const codecOf = (format: AudioFormat): Codec =>
+  format.encoding === "audio/x-alaw" ? ALAW : format.encoding === "audio/L16" ? L16 : format.encoding === "audio/G722" ? G722 : MULAW
 
 /** Bytes in a base64 payload, without decoding it. */
 const bytesIn = (payload: string): number => {
@@ -81,8 +89,10 @@ export class CallRecording {
   /** Samples per second of the call's audio, and of the file. */
   readonly sampleRate: number
   private readonly codec: Codec
-  /** Bytes per sample in the carrier's format (2 for L16). */
-  private readonly width: number
+  /** Samples per byte of the carrier's format, as a shift: 1 byte per sample (0), 2 (L16: -1), half a byte (G.722: 1). */
+  private readonly widthShift: number
+  /** G.722: each channel's decoder (caller, agent). */
+  private readonly decoders: ReadonlyArray<G722Decoder>
   private readonly windowSamples: number
   /** The longest frame recorded (1.25 s): a longer one would not fit the window beside the audio before it. */
   private readonly maxFrameSamples: number
@@ -117,7 +127,8 @@ export class CallRecording {
   constructor(format: AudioFormat = MULAW_8K) {
     this.sampleRate = format.sampleRate
     this.codec = codecOf(format)
-    this.width = this.codec === L16 ? 2 : 1
+    this.widthShift = this.codec === L16 ? -1 : this.codec === G722 ? 1 : 0
+    this.decoders = this.codec === G722 ? [new G722Decoder(), new G722Decoder()] : []
     this.samplesPerMs = this.sampleRate / 1000
     this.windowSamples = this.samplesPerMs * WINDOW_MS
     this.maxFrameSamples = this.windowSamples / 2
@@ -132,12 +143,14 @@ export class CallRecording {
   /** A caller frame: placed at `timestampMs` (or right after the previous one when it has none). */
   caller(payload: string, timestampMs: number): void {
     let bytes = mediaBytes(payload)
-    const length = this.width === 1 ? bytes.length : bytes.length >> 1
+    const length = this.samplesOf(bytes.length)
     if (length === 0) return
     if (length > this.maxFrameSamples) {
       this.droppedFrames++
       return
     }
+    // G.722's decoder must see every frame, whether or not it is recorded: decoded here, once.
+    if (this.codec === G722) this.decoders[CALLER]!.decode(bytes, bytes.length, G722_DECODED[CALLER])
     let at = timestampMs >= 0 ? timestampMs * this.samplesPerMs + this.timestampShift : this.clock
     if (at > this.clock + this.maxJumpSamples) {
       // The carrier's timestamps leapt: keep maxJumpSamples of silence, and the rest of the stream in step after it.
@@ -229,6 +242,11 @@ export class CallRecording {
     return this.merge(early, out, take)
   }
 
+  /** Where the caller's audio ends (the carrier's clock), in samples. */
+  get callerEnd(): number {
+    return this.clock
+  }
+
   /** The end of the audio so far, in samples (the recording's duration once final). */
   get end(): number {
     return Math.max(this.clock, this.agentCursor, this.base)
@@ -236,14 +254,19 @@ export class CallRecording {
 
   // Internals
 
+  private samplesOf(bytes: number): number {
+    return this.widthShift >= 0 ? bytes << this.widthShift : bytes >> 1
+  }
+
   private samplesIn(payload: string): number {
-    return this.width === 1 ? bytesIn(payload) : bytesIn(payload) >> 1
+    return this.samplesOf(bytesIn(payload))
   }
 
   /** An agent frame at the agent's cursor (which the caller made sure it fits after). */
   private putAgent(payload: string) {
     const bytes = mediaBytes(payload)
-    const samples = this.width === 1 ? bytes.length : bytes.length >> 1
+    const samples = this.samplesOf(bytes.length)
+    if (this.codec === G722) this.decoders[AGENT]!.decode(bytes, bytes.length, G722_DECODED[AGENT])
     this.put(AGENT, bytes, this.agentCursor, 0, samples)
     this.agentCursor += samples
   }
@@ -263,6 +286,12 @@ export class CallRecording {
       const pcm = this.pcm[channel]!
       for (let i = from, index = start; i < split; i++, index++) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
       for (let i = split, index = 0; i < length; i++, index++) pcm[index] = ALAW_TO_PCM[bytes[i]!]!
+    } else if (this.codec === G722) {
+      // Decoded already (caller, putAgent), into the channel's shared buffer.
+      const pcm = this.pcm[channel]!
+      const decoded = G722_DECODED[channel as 0 | 1]
+      for (let i = from, index = start; i < split; i++, index++) pcm[index] = decoded[i]!
+      for (let i = split, index = 0; i < length; i++, index++) pcm[index] = decoded[i]!
     } else {
       // L16 is big-endian (as RTP carries it); an Int16Array lane wraps the 16 bits to a signed sample.
       const pcm = this.pcm[channel]!

@@ -5,10 +5,14 @@ import type { RecordingPause } from "./CallRecording.js"
 import { dataBytesOf, durationMsOf, HEADER_BYTES, sampleRateOf, wavHeader } from "./Wav.js"
 
 /**
- * A recording on disk (docs/recording.md, "Storage"): `DIR/<agentId>/<sessionId>.wav` and its
- * sidecar `DIR/<agentId>/<sessionId>.json` (this metadata). The sidecar says whether the WAV is
- * still being written; a crash leaves "recording", and whoever finishes the file (the next start,
- * or the sweep of any instance) sets the header's sizes from what was written.
+ * A recording's part on disk (docs/recording.md, "Storage"): `DIR/<agentId>/<stem>.wav` and its
+ * sidecar `DIR/<agentId>/<stem>.json` (this metadata), where the stem is the session id for the
+ * call's first stream and `<sessionId>.<part>` for each stream the call was moved to after it (an
+ * agent failover to another instance, a caller back from a transfer): every part has files of its
+ * own, so no instance ever overwrites another's. The sidecar says whether the WAV is still being
+ * written; a crash leaves "recording", and whoever finishes the file (the next start, or the sweep
+ * of any instance) sets the header's sizes from what was written. The parts are joined into the
+ * one recording when it is read (RecordingJoin).
  */
 export interface RecordingMeta {
   readonly sessionId: string
@@ -22,6 +26,24 @@ export interface RecordingMeta {
   readonly pauses: ReadonlyArray<RecordingPause>
   /** Uploaded to the bucket (RECORDINGS_S3_URL); the local copy is removed once it is. */
   readonly uploaded?: boolean
+  /** The part's name after the session id; absent for the call's first stream (and in recordings made before parts). */
+  readonly part?: string
+  /** When the part's stream began (epoch ms, the recording instance's clock): where the part goes in the whole. */
+  readonly partStartedAtMs?: number
+  /** Where the caller's audio of the part ends (ms from the part's start); the next part never starts before it. */
+  readonly callerEndMs?: number
+  /** The part's sample rate (absent in recordings made before parts: the WAV's header says it). */
+  readonly sampleRate?: number
+}
+
+/** The file name (without extension) of a session's part. */
+export const stemOf = (sessionId: string, part: string | undefined): string => (part === undefined ? sessionId : `${sessionId}.${part}`)
+
+/** Whether `name` (a file in an agent's folder) is one of the session's parts' files with that extension (".json", ".wav"). */
+export const isPartFile = (name: string, sessionId: string, extension: ".json" | ".wav"): boolean => {
+  if (!name.endsWith(extension)) return false
+  const stem = name.slice(0, -extension.length)
+  return stem === sessionId || (stem.startsWith(`${sessionId}.`) && stem.length > sessionId.length + 1 && !stem.slice(sessionId.length + 1).includes("."))
 }
 
 export interface RecordingPaths {
@@ -29,13 +51,14 @@ export interface RecordingPaths {
   readonly meta: string
 }
 
-export const pathsOf = (dir: string, agentId: string, sessionId: string): RecordingPaths => ({
-  wav: join(dir, agentId, `${sessionId}.wav`),
-  meta: join(dir, agentId, `${sessionId}.json`)
+/** A part's files; `stem` is `stemOf(sessionId, part)`. */
+export const pathsOf = (dir: string, agentId: string, stem: string): RecordingPaths => ({
+  wav: join(dir, agentId, `${stem}.wav`),
+  meta: join(dir, agentId, `${stem}.json`)
 })
 
 /** Object names in the bucket: the same layout. */
-export const objectNamesOf = (agentId: string, sessionId: string) => ({ wav: `${agentId}/${sessionId}.wav`, meta: `${agentId}/${sessionId}.json` })
+export const objectNamesOf = (agentId: string, stem: string) => ({ wav: `${agentId}/${stem}.wav`, meta: `${agentId}/${stem}.json` })
 
 /** Written to a temporary file and renamed: a crash never leaves half a sidecar. */
 export const writeMeta = async (path: string, meta: RecordingMeta): Promise<void> => {
@@ -98,6 +121,29 @@ export const listRecordings = async (
       const changed = await stat(paths.wav).then((s) => s.mtimeMs, () => undefined)
       found.push({ meta, paths, wavChangedAt: changed })
     }
+  }
+  return found
+}
+
+/** The session's parts in `dir` (its agent's folder): each sidecar of the session, with its WAV's size (undefined when the WAV is gone). */
+export const listSessionParts = async (
+  dir: string,
+  agentId: string,
+  sessionId: string
+): Promise<Array<{ readonly meta: RecordingMeta; readonly paths: RecordingPaths; readonly wavBytes: number | undefined }>> => {
+  let names: Array<string>
+  try {
+    names = await readdir(join(dir, agentId))
+  } catch {
+    return []
+  }
+  const found: Array<{ meta: RecordingMeta; paths: RecordingPaths; wavBytes: number | undefined }> = []
+  for (const name of names) {
+    if (!isPartFile(name, sessionId, ".json")) continue
+    const paths = pathsOf(dir, agentId, name.slice(0, -".json".length))
+    const meta = await readMeta(paths.meta)
+    if (meta === undefined || meta.agentId !== agentId || meta.sessionId !== sessionId) continue
+    found.push({ meta, paths, wavBytes: await stat(paths.wav).then((s) => s.size, () => undefined) })
   }
   return found
 }

@@ -44,6 +44,10 @@ export class RecordingLeg implements CarrierLeg, CallerEvents {
     this.recording?.pause(paused)
   }
 
+  recordingPaused(): boolean {
+    return this.recording?.paused ?? false
+  }
+
   // CallerEvents (the carrier's side)
 
   callerMedia(payload: string, timestampMs: number): void {

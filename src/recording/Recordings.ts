@@ -1,5 +1,6 @@
+import { randomBytes } from "node:crypto"
 import { createReadStream, close as closeFd, mkdir, open as openFd, write as writeFd } from "node:fs"
-import { stat } from "node:fs/promises"
+import { open as openHandle } from "node:fs/promises"
 import { dirname } from "node:path"
 import type { Readable } from "node:stream"
 import { Data, Duration, Effect, Option, Runtime, Schedule } from "effect"
@@ -15,19 +16,22 @@ import { counterOn, Metrics, sampledGaugeOn } from "../observability/Metrics.js"
 import { CallRecording, type FlushedAudio, type RecordingPause, WINDOW_SAMPLES } from "./CallRecording.js"
 import {
   finishWav,
+  isPartFile,
   listRecordings,
+  listSessionParts,
   objectNamesOf,
   pathsOf,
-  readMeta,
   type RecordingMeta,
   type RecordingPaths,
   removeLocal,
+  stemOf,
   writeMeta
 } from "./RecordingFiles.js"
+import { type JoinedRecording, joinParts, streamJoined } from "./RecordingJoin.js"
 import { RecordingLeg } from "./RecordingLeg.js"
 import { readRecordingSettings } from "./RecordingSettings.js"
 import { S3Bucket } from "./S3Bucket.js"
-import { FRAME_BYTES, HEADER_BYTES, PROVISIONAL_SIZE, wavHeader } from "./Wav.js"
+import { dataBytesOf, FRAME_BYTES, HEADER_BYTES, PROVISIONAL_SIZE, sampleRateOf, wavHeader } from "./Wav.js"
 
 export class RecordingNotFound extends Data.TaggedError("RecordingNotFound")<{ readonly agentId: string; readonly sessionId: string }> {}
 export class RecordingInProgress extends Data.TaggedError("RecordingInProgress")<{ readonly agentId: string; readonly sessionId: string }> {}
@@ -60,12 +64,28 @@ const UPLOAD_WAIT = Duration.seconds(30)
 /** Output buffers of one flush: up to the window's audio as PCM at 8 kHz (a second's at 16 kHz). */
 const POOL_BUFFER_BYTES = WINDOW_SAMPLES * FRAME_BYTES
 const MAX_POOLED = 64
+/** How long the instance that ends a moved call waits for the earlier parts to be finished (and visible) before summing them up. */
+const JOIN_WAIT_TRIES = 50
+const JOIN_WAIT_STEP = Duration.millis(100)
+
+/** A finished part of a session's recording, on disk or in the bucket. */
+interface StoredPart {
+  readonly meta: RecordingMeta
+  /** Bytes of the part's WAV file. */
+  readonly fileBytes: number
+  readonly source: { readonly disk: string } | { readonly object: string }
+}
 
 interface Live {
   readonly info: SessionInfo
   readonly leg: RecordingLeg
   readonly paths: RecordingPaths
   readonly startedAt: string
+  /** The part's name after the session id: undefined for the call's first stream, set for a stream it was moved to. */
+  readonly part: string | undefined
+  readonly stem: string
+  /** When the part's stream began (epoch ms): where the part goes when the parts are joined. */
+  readonly partStartedAtMs: number
   /** Resolves once the environment was read: whether the call is recorded. */
   decided: Promise<boolean>
   fd: number | undefined
@@ -125,7 +145,13 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
 
     const urlOf = (agentId: string, sessionId: string) => `${publicUrl.current()}/v1/agents/${agentId}/sessions/${sessionId}/recording`
 
-    const metaOf = (entry: Live, state: RecordingMeta["state"], durationMs: number | null, pauses: ReadonlyArray<RecordingPause>): RecordingMeta => ({
+    const metaOf = (
+      entry: Live,
+      state: RecordingMeta["state"],
+      durationMs: number | null,
+      pauses: ReadonlyArray<RecordingPause>,
+      callerEndMs?: number
+    ): RecordingMeta => ({
       sessionId: entry.info.sessionId,
       agentId: entry.info.agentId,
       environmentId: entry.info.environmentId,
@@ -133,7 +159,11 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
       startedAt: entry.startedAt,
       state,
       durationMs,
-      pauses
+      pauses,
+      ...(entry.part !== undefined ? { part: entry.part } : {}),
+      partStartedAtMs: entry.partStartedAtMs,
+      sampleRate: entry.leg.recording?.sampleRate ?? entry.info.mediaFormat?.sampleRate ?? 8000,
+      ...(callerEndMs !== undefined ? { callerEndMs } : {})
     })
 
     /** Chained after the previous sidecar write; rejects when this one fails (logged once here). */
@@ -199,23 +229,35 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         })
       )
 
-    /** Reads the environment; an "on" call gets its file (header with provisional sizes) and sidecar. */
+    /** A call's recording; paused from its first sample when the call moved here while its agent had the recording paused. */
+    const newRecording = (info: SessionInfo): CallRecording => {
+      const recording = new CallRecording(info.mediaFormat)
+      if (info.resumed?.recordingPaused === true) recording.pause(true)
+      return recording
+    }
+
+    /**
+     * The environment's mode (as the call's admission read it, else read now); an "on" call gets
+     * its file (header with provisional sizes) and sidecar.
+     */
     const decide = async (entry: Live): Promise<boolean> => {
       const { info } = entry
       const key = `${info.agentId}/${info.environmentId}`
-      const mode = await runPromise(
-        environments.stored(info.agentId, info.environmentId).pipe(
-          Effect.map((env): RecordingMode => env.recording ?? "off"),
-          Effect.catchAll(() => Effect.succeed<RecordingMode | undefined>(undefined))
-        )
-      )
+      const mode =
+        info.recording ??
+        (await runPromise(
+          environments.stored(info.agentId, info.environmentId).pipe(
+            Effect.map((env): RecordingMode => env.recording ?? "off"),
+            Effect.catchAll(() => Effect.succeed<RecordingMode | undefined>(undefined))
+          )
+        ))
       if (mode !== undefined) modes.set(key, mode)
       if (mode !== "on") {
         entry.leg.recording = undefined
-        live.delete(info.sessionId)
+        if (live.get(info.sessionId) === entry) live.delete(info.sessionId)
         return false
       }
-      const recording = (entry.leg.recording ??= new CallRecording(info.mediaFormat))
+      const recording = (entry.leg.recording ??= newRecording(info))
       try {
         // The sidecar first: a file a crash leaves is always found by its sidecar.
         await makeDir(entry.paths.meta)
@@ -224,7 +266,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         return true
       } catch (error) {
         entry.leg.recording = undefined
-        live.delete(info.sessionId)
+        if (live.get(info.sessionId) === entry) live.delete(info.sessionId)
         finished.inc({ how: "failed" })
         logError("could not start a call's recording; the call goes on unrecorded", { sessionId: info.sessionId, error: String(error) })
         return false
@@ -233,17 +275,30 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
 
     /**
      * The recorder's hook at the opening of a session (synchronous): the carrier leg the session is
-     * to use. The call's audio is kept from its first frame while the environment is read (unless
-     * the environment was last seen with recording off).
+     * to use. A call its admission found not recorded keeps its carrier leg as it is: nothing per
+     * frame, nothing kept. Otherwise the call's audio is kept from its first frame while its file is
+     * opened (and, for a stream that came without the admission's word, the environment is read,
+     * unless it was last seen with recording off).
      */
     const tap = (info: SessionInfo, carrier: CarrierLeg): CarrierLeg => {
+      if (info.recording === "off") {
+        modes.set(`${info.agentId}/${info.environmentId}`, "off")
+        return carrier
+      }
       const leg = new RecordingLeg(carrier)
-      if (modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = new CallRecording(info.mediaFormat)
+      if (info.recording === "on" || modes.get(`${info.agentId}/${info.environmentId}`) !== "off") leg.recording = newRecording(info)
+      // A stream the call was moved to (resumed) is a part of its own: it never overwrites the earlier parts.
+      const partStartedAtMs = clock.unsafeCurrentTimeMillis()
+      const part = info.resumed === undefined ? undefined : `${partStartedAtMs}-${randomBytes(3).toString("hex")}`
+      const stem = stemOf(info.sessionId, part)
       const entry: Live = {
         info,
         leg,
-        paths: pathsOf(settings.dir, info.agentId, info.sessionId),
+        paths: pathsOf(settings.dir, info.agentId, stem),
         startedAt: info.createdAt.toISOString(),
+        part,
+        stem,
+        partStartedAtMs,
         decided: Promise.resolve(false),
         fd: undefined,
         inflight: undefined,
@@ -255,14 +310,14 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
       // Never rejects: a failure to decide (the runtime shutting down) leaves the call unrecorded.
       entry.decided = decide(entry).catch(() => {
         entry.leg.recording = undefined
-        live.delete(info.sessionId)
+        if (live.get(info.sessionId) === entry) live.delete(info.sessionId)
         return false
       })
       return leg
     }
 
     const upload = async (meta: RecordingMeta, paths: RecordingPaths, s3: S3Bucket) => {
-      const names = objectNamesOf(meta.agentId, meta.sessionId)
+      const names = objectNamesOf(meta.agentId, stemOf(meta.sessionId, meta.part))
       await s3.uploadFile(names.wav, paths.wav, "audio/wav")
       await s3.putJson(names.meta, { ...meta, uploaded: true })
       await removeLocal(paths)
@@ -280,8 +335,8 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
           )
       })
 
-    /** Ends the call's recording: the last audio written, the header's sizes set, the sidecar complete, the upload done. */
-    const complete = async (entry: Live): Promise<RecordingSummary | undefined> => {
+    /** Ends the call's recording (this stream's part): the last audio written, the header's sizes set, the sidecar complete. */
+    const complete = async (entry: Live): Promise<{ readonly meta: RecordingMeta; readonly summary: RecordingSummary } | undefined> => {
       const on = await entry.decided
       const recording = entry.leg.recording
       if (!on || entry.finishing) return undefined
@@ -303,14 +358,123 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         if (entry.failed) return undefined
         const durationMs = await finishWav(entry.paths.wav, recording.end * FRAME_BYTES)
         const pauses = closedPauses(recording.pauses, durationMs)
-        const meta = metaOf(entry, "complete", durationMs, pauses)
+        const meta = metaOf(entry, "complete", durationMs, pauses, Math.round((recording.callerEnd * 1000) / recording.sampleRate))
         await saveMeta(entry, meta)
         finished.inc({ how: "ended" })
-        return { url: urlOf(entry.info.agentId, entry.info.sessionId), durationMs, pauses }
+        return { meta, summary: { url: urlOf(entry.info.agentId, entry.info.sessionId), durationMs, pauses } }
       } finally {
-        live.delete(entry.info.sessionId)
+        if (live.get(entry.info.sessionId) === entry) live.delete(entry.info.sessionId)
       }
     }
+
+    const unavailable = (error: unknown) => new RecordingUnavailable({ message: `the recordings could not be read: ${String(error)}` })
+
+    /**
+     * The finished parts of a session's recording: this instance's RECORDINGS_DIR first (the parts
+     * written here, or by any instance on a shared one), then the bucket for the others; and whether
+     * a part is still being written there (the call goes on elsewhere, or a crash left it).
+     */
+    const partsOf = async (agentId: string, sessionId: string): Promise<{ readonly parts: Array<StoredPart>; readonly inProgress: boolean }> => {
+      const parts: Array<StoredPart> = []
+      const stems = new Set<string>()
+      let inProgress = false
+      for (const found of await listSessionParts(settings.dir, agentId, sessionId)) {
+        if (found.meta.state === "recording") {
+          inProgress = true
+          continue
+        }
+        // A sidecar without its WAV: the upload is removing the local copy (the bucket has it).
+        if (found.wavBytes === undefined) continue
+        stems.add(stemOf(sessionId, found.meta.part))
+        parts.push({ meta: found.meta, fileBytes: found.wavBytes, source: { disk: found.paths.wav } })
+      }
+      if (Option.isSome(bucket)) {
+        const objects = await bucket.value.list(`${agentId}/${sessionId}.`)
+        const sizes = new Map(objects.map((object) => [object.name, object.size]))
+        for (const object of objects) {
+          const name = object.name.slice(agentId.length + 1)
+          if (!isPartFile(name, sessionId, ".json")) continue
+          const stem = name.slice(0, -".json".length)
+          const wav = objectNamesOf(agentId, stem).wav
+          const size = sizes.get(wav)
+          if (stems.has(stem) || size === undefined) continue
+          const meta = (await bucket.value.getJson(object.name)) as RecordingMeta | undefined
+          if (meta === undefined || typeof meta !== "object" || meta.agentId !== agentId || meta.sessionId !== sessionId) continue
+          parts.push({ meta, fileBytes: size, source: { object: wav } })
+        }
+      }
+      return { parts, inProgress }
+    }
+
+    /** Bytes [start, end] (inclusive) of a part's file. */
+    const openPart = async (part: StoredPart, start: number, end: number): Promise<Readable> => {
+      if ("disk" in part.source) return createReadStream(part.source.disk, { start, end })
+      const object = await Option.getOrThrow(bucket).read(part.source.object, start, end, part.fileBytes)
+      if (object === undefined) throw new Error(`the recording's part ${part.source.object} is gone`)
+      return object.body
+    }
+
+    /** A part's sample rate: its sidecar's, or (recordings made before parts) its header's. */
+    const rateOf = async (part: StoredPart): Promise<number> => {
+      if (part.meta.sampleRate !== undefined) return part.meta.sampleRate
+      if ("disk" in part.source) {
+        const handle = await openHandle(part.source.disk, "r")
+        try {
+          return sampleRateOf((await handle.read(Buffer.alloc(HEADER_BYTES), 0, HEADER_BYTES, 0)).buffer)
+        } finally {
+          await handle.close()
+        }
+      }
+      const chunks: Array<Buffer> = []
+      for await (const chunk of await openPart(part, 0, HEADER_BYTES - 1)) chunks.push(Buffer.from(chunk as Uint8Array))
+      return sampleRateOf(Buffer.concat(chunks))
+    }
+
+    /** The parts laid on one timeline (RecordingJoin). */
+    const join = async (sessionId: string, parts: ReadonlyArray<StoredPart>): Promise<JoinedRecording> => {
+      const rates = await Promise.all(parts.map(rateOf))
+      const joined = joinParts(
+        parts.map((part, index) => ({
+          startedAtMs: part.meta.partStartedAtMs ?? Date.parse(part.meta.startedAt),
+          callerEndMs: part.meta.callerEndMs,
+          dataBytes: dataBytesOf(part.fileBytes),
+          sampleRate: rates[index]!,
+          pauses: part.meta.pauses
+        }))
+      )
+      if (joined.skipped.length > 0) {
+        logError("a part of a recording has another sample rate than the first and is left out of it", { sessionId, parts: joined.skipped.length })
+      }
+      return joined
+    }
+
+    /**
+     * The summary of a moved call's whole recording, given by the instance that ends it: the
+     * earlier parts are waited for (a few seconds at most) until they are finished and visible
+     * here (on a shared RECORDINGS_DIR, or in the bucket once uploaded). None while one is still
+     * being written after that (the recording is served through /v1 once it is finished).
+     */
+    const wholeSummary = (agentId: string, sessionId: string): Effect.Effect<RecordingSummary | undefined> =>
+      Effect.gen(function* () {
+        for (let tries = 1; ; tries++) {
+          const found = yield* Effect.tryPromise(() => partsOf(agentId, sessionId))
+          if ((!found.inProgress && found.parts.length > 1) || tries >= JOIN_WAIT_TRIES) {
+            if (found.inProgress || found.parts.length === 0) {
+              yield* Effect.logWarning("an earlier part of the moved call's recording is not finished yet; session.ended goes without the recording", {
+                sessionId
+              })
+              return undefined
+            }
+            const joined = yield* Effect.tryPromise(() => join(sessionId, found.parts))
+            return { url: urlOf(agentId, sessionId), durationMs: joined.durationMs, pauses: joined.pauses }
+          }
+          yield* Effect.sleep(JOIN_WAIT_STEP)
+        }
+      }).pipe(
+        Effect.catchAll((error) =>
+          Effect.as(Effect.logWarning("the moved call's recording could not be summed up", { sessionId, error: String(error) }), undefined)
+        )
+      )
 
     /**
      * The call ended: its recording is finished (and uploaded, waiting UPLOAD_WAIT at most); what
@@ -321,8 +485,10 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         const entry = live.get(sessionId)
         if (entry === undefined) return Effect.succeed(Option.none())
         return Effect.tryPromise(() => complete(entry)).pipe(
-          Effect.tap((summary) =>
-            summary === undefined ? Effect.void : uploadBounded(metaOf(entry, "complete", summary.durationMs, summary.pauses), entry.paths)
+          Effect.tap((done) => (done === undefined ? Effect.void : uploadBounded(done.meta, entry.paths))),
+          // A stream the call was moved to: the summary is the whole recording's, its parts joined.
+          Effect.flatMap((done) =>
+            done === undefined || entry.part === undefined ? Effect.succeed(done?.summary) : wholeSummary(entry.info.agentId, entry.info.sessionId)
           ),
           Effect.map(Option.fromNullable),
           Effect.catchAll((error) =>
@@ -351,7 +517,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         const cutoff = Option.map(settings.retentionDays, (days) => now - days * 86_400_000)
         for (const found of await listRecordings(settings.dir)) {
           let meta = found.meta
-          if (live.has(meta.sessionId)) continue
+          if (live.get(meta.sessionId)?.stem === stemOf(meta.sessionId, meta.part)) continue
           if (meta.state === "recording") {
             const mine = atStart && (meta.instanceId === instanceId || embedded)
             const abandoned = found.wavChangedAt === undefined || now - found.wavChangedAt > ABANDONED_AFTER_MS
@@ -386,32 +552,18 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
       )
     )
 
-    /** The recording's bytes (the whole file, or one range of it): disk first, then the bucket. */
+    /** The recording's bytes (the whole file, or one range of it): its parts joined, read from disk or the bucket as they are streamed. */
     const read = (agentId: string, sessionId: string, rangeHeader: string | undefined) =>
       Effect.gen(function* () {
         const running = live.get(sessionId)
         if (running !== undefined && running.info.agentId === agentId && (yield* Effect.promise(() => running.decided))) {
           return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
         }
-        const paths = pathsOf(settings.dir, agentId, sessionId)
-        const local = yield* Effect.promise(() => readMeta(paths.meta))
-        const names = objectNamesOf(agentId, sessionId)
-        if (local !== undefined && local.agentId === agentId && local.state === "recording") {
-          return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
-        }
-        let size: number | undefined
-        let source: "disk" | "bucket" = "disk"
-        if (local !== undefined && local.agentId === agentId) {
-          size = yield* Effect.promise(() => stat(paths.wav).then((s) => s.size, () => undefined))
-        }
-        if (size === undefined && Option.isSome(bucket)) {
-          size = yield* Effect.tryPromise({
-            try: () => bucket.value.size(names.wav),
-            catch: (error) => new RecordingUnavailable({ message: `the recordings bucket did not answer: ${String(error)}` })
-          })
-          source = "bucket"
-        }
-        if (size === undefined) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
+        const found = yield* Effect.tryPromise({ try: () => partsOf(agentId, sessionId), catch: unavailable })
+        if (found.inProgress) return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
+        if (found.parts.length === 0) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
+        const joined = yield* Effect.tryPromise({ try: () => join(sessionId, found.parts), catch: unavailable })
+        const size = HEADER_BYTES + joined.dataBytes
         let range: { start: number; end: number } | undefined
         if (rangeHeader !== undefined) {
           const parsed = parseRange(size, rangeHeader, { combine: true })
@@ -421,36 +573,31 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         }
         const start = range?.start ?? 0
         const end = range?.end ?? size - 1
-        if (source === "disk") {
-          const download: RecordingDownload = { body: createReadStream(paths.wav, { start, end: Math.max(start, end) }), size, range }
-          return download
-        }
-        const object = yield* Effect.tryPromise({
-          try: () => bucket.pipe(Option.getOrThrow).read(names.wav, start, end, size),
-          catch: (error) => new RecordingUnavailable({ message: `the recordings bucket did not answer: ${String(error)}` })
-        })
-        if (object === undefined) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
-        const download: RecordingDownload = { body: object.body, size, range }
+        const body = streamJoined(joined, start, end, (part, from, to) => openPart(found.parts[part]!, from, to))
+        const download: RecordingDownload = { body, size, range }
         return download
       })
 
-    /** Deletes the recording (disk and bucket). */
+    /** Deletes the recording, every part of it (disk and bucket). */
     const remove = (agentId: string, sessionId: string) =>
       Effect.gen(function* () {
         if (live.has(sessionId) && live.get(sessionId)!.info.agentId === agentId) {
           return yield* Effect.fail(new RecordingInProgress({ agentId, sessionId }))
         }
-        const paths = pathsOf(settings.dir, agentId, sessionId)
-        const local = yield* Effect.promise(() => readMeta(paths.meta))
-        let existed = local !== undefined && local.agentId === agentId
-        if (existed) yield* Effect.promise(() => removeLocal(paths))
+        const local = yield* Effect.promise(() => listSessionParts(settings.dir, agentId, sessionId))
+        yield* Effect.promise(() => Promise.all(local.map((found) => removeLocal(found.paths))))
+        let existed = local.length > 0
         if (Option.isSome(bucket)) {
-          const names = objectNamesOf(agentId, sessionId)
           const inBucket = yield* Effect.tryPromise({
             try: async () => {
-              const size = await bucket.value.size(names.wav)
-              if (size !== undefined) await bucket.value.remove([names.wav, names.meta])
-              return size !== undefined
+              const names = (await bucket.value.list(`${agentId}/${sessionId}.`))
+                .map((object) => object.name)
+                .filter((name) => {
+                  const file = name.slice(agentId.length + 1)
+                  return isPartFile(file, sessionId, ".wav") || isPartFile(file, sessionId, ".json")
+                })
+              for (let i = 0; i < names.length; i += 1000) await bucket.value.remove(names.slice(i, i + 1000))
+              return names.length > 0
             },
             catch: (error) => new RecordingUnavailable({ message: `the recordings bucket did not answer: ${String(error)}` })
           })
@@ -458,6 +605,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         }
         if (!existed) return yield* Effect.fail(new RecordingNotFound({ agentId, sessionId }))
       })
+
 
     return {
       tap,

@@ -164,16 +164,17 @@ export class S3Bucket {
     )
   }
 
-  /** Every object under the prefix, with its last change. */
-  async list(): Promise<Array<{ readonly name: string; readonly lastModified: Date }>> {
-    const found: Array<{ name: string; lastModified: Date }> = []
+  /** Every object under the prefix (and whose name starts with `namePrefix`), with its size and last change. */
+  async list(namePrefix = ""): Promise<Array<{ readonly name: string; readonly size: number; readonly lastModified: Date }>> {
+    const found: Array<{ name: string; size: number; lastModified: Date }> = []
     let token: string | undefined
     do {
       const page = await this.client.send(
-        new ListObjectsV2Command({ Bucket: this.location.bucket, Prefix: this.location.prefix, ContinuationToken: token })
+        new ListObjectsV2Command({ Bucket: this.location.bucket, Prefix: this.key(namePrefix), ContinuationToken: token })
       )
       for (const object of page.Contents ?? []) {
-        if (object.Key !== undefined) found.push({ name: object.Key.slice(this.location.prefix.length), lastModified: object.LastModified ?? dateAt(0) })
+        if (object.Key === undefined) continue
+        found.push({ name: object.Key.slice(this.location.prefix.length), size: object.Size ?? 0, lastModified: object.LastModified ?? dateAt(0) })
       }
       token = page.IsTruncated === true ? page.NextContinuationToken : undefined
     } while (token !== undefined)

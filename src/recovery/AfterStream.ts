@@ -47,7 +47,7 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
         const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(OWNER_GRACE)
         for (;;) {
           const found = yield* read(call)
-          if (Option.isSome(found) && found.value.status !== "active") return found
+          if (Option.isSome(found) && (found.value.status !== "active" || found.value.awaitingStreamUntil !== undefined)) return found
           if (journal.isPending(call.sessionId) || (yield* Clock.currentTimeMillis) >= deadline) return found
           yield* Effect.sleep(POLL)
         }
@@ -65,6 +65,10 @@ export class AfterStream extends Effect.Service<AfterStream>()("callgate/AfterSt
         if (journal.isPending(call.sessionId)) return "ended" as const
         if (Option.isSome(found)) {
           if (found.value.status !== "active") return "ended" as const
+          // A Call Control caller on the way back from a failed transfer: this is the old stream's
+          // stop, come after the outcome re-opened the session. Its stream back, the caller's
+          // hang-up or the return deadline ends it (docs/fallback.md, "The return path").
+          if (call.call.kind === "telnyx-call-control" && found.value.awaitingStreamUntil !== undefined) return "ended" as const
           const claimed = yield* reconciler.claim({ agentId: call.agentId, sessionId: call.sessionId })
           if (Option.isNone(claimed)) return "ended" as const
           yield* reconciler.rescueClaimed(claimed.value, carrier)

@@ -11,6 +11,7 @@ import { SessionEndJournal } from "../sessions/SessionEndJournal.js"
 import { isOpenStatus, type Session } from "../sessions/SessionSchema.js"
 import type { SessionRef } from "../sessions/SessionStore.js"
 import { Sessions } from "../sessions/Sessions.js"
+import { TransferOutcomes } from "../sessions/TransferOutcomes.js"
 import { dateAt, nowIso } from "../kernel/Time.js"
 
 export const INSTANCE_LOST_MESSAGE = "The callgate instance serving the call stopped before the call ended."
@@ -21,8 +22,15 @@ export interface ReconcileReport {
   readonly rescued: number
   /** Sessions already ended whose session.ended was queued again (idempotent) and let go of. */
   readonly finished: number
-  /** Sessions left alone: claimed by someone else first, too new, or on their way through this instance's journal. */
+  /** Sessions left alone: claimed by someone else first, too new, on their way through this instance's journal, or held by another instance now. */
   readonly skipped: number
+  /**
+   * Sessions ended with a transfer still pending (its outcome not come yet): this instance now
+   * watches it and closes it at the transfer's bound unless the carrier reports first
+   * (docs/fallback.md, "When the outcome never comes"), or re-opened sessions whose caller was
+   * not back yet, whose return deadline it now keeps.
+   */
+  readonly watched: number
 }
 
 export interface ReconcileOptions {
@@ -65,6 +73,7 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
     const fallback = yield* ErrorFallback
     const journal = yield* SessionEndJournal
     const fencing = yield* SessionFencing
+    const outcomes = yield* TransferOutcomes
     const { instanceId } = yield* InstanceIdentity
 
     /**
@@ -112,13 +121,32 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
           yield* sessions.disown(instanceId, ref)
           return "finished" as const
         }
-        if (!isOpenStatus(found.value.status)) {
-          yield* journal.submit({ session: found.value })
+        const session = found.value
+        // Moved to another instance since (a failover, or the caller back from a transfer): not this one's.
+        if (session.instanceId !== undefined && session.instanceId !== instanceId) {
+          yield* sessions.disown(instanceId, ref)
+          return "skipped" as const
+        }
+        if (!isOpenStatus(session.status)) {
+          // Its transfer's outcome is still to come: whoever comes first, the carrier's report or this watch, ends it.
+          if (session.pendingTransfer !== undefined) {
+            yield* outcomes.watchLeft(ref, session.pendingTransfer)
+            return "watched" as const
+          }
+          yield* journal.submit({ session })
           return "finished" as const
+        }
+        // Re-opened for a caller back from a failed transfer whose stream has not opened: no live
+        // call to rescue yet; the return path's deadline is kept here (the stream may still come).
+        if (session.status === "active" && session.awaitingStreamUntil !== undefined) {
+          yield* outcomes.awaitReturnLeft(ref, session.awaitingStreamUntil)
+          return "watched" as const
         }
         const claimed = yield* claim(ref, createdBefore)
         if (Option.isNone(claimed)) return "skipped" as const
         yield* rescueClaimed(claimed.value)
+        // A transfer it left ringing: its outcome (or the bound) still decides the one session.ended.
+        if (claimed.value.pendingTransfer !== undefined) yield* outcomes.watchLeft(ref, claimed.value.pendingTransfer)
         return "rescued" as const
       }).pipe(
         Effect.annotateLogs({ sessionId: ref.sessionId, agentId: ref.agentId }),
@@ -132,7 +160,7 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
         const refs = yield* sessions.ownedBy(instanceId)
         const outcomes = yield* Effect.forEach(refs, (ref) => reconcileOne(instanceId, ref, createdBefore), { concurrency: 16 })
         const count = (what: string) => outcomes.filter((outcome) => outcome === what).length
-        return { rescued: count("rescued"), finished: count("finished"), skipped: count("skipped") }
+        return { rescued: count("rescued"), finished: count("finished"), skipped: count("skipped"), watched: count("watched") }
       })
 
     return { reconcileOrphans, claim, rescueClaimed } as const

@@ -59,7 +59,7 @@ export const storeAddress = (
  */
 const cameBack = (ending: Session, current: Session): boolean => {
   const left = ending.pendingTransfer
-  if (left === undefined || current.pendingTransfer !== undefined || current.callKind === "telnyx-call-control") return false
+  if (left === undefined || current.pendingTransfer !== undefined) return false
   return (current.transfers ?? []).some(
     (t) => t.startedAt === left.startedAt && t.initiatedBy === "agent" && t.carrierStatus !== null && notAnswered(t.status)
   )
@@ -109,7 +109,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
           if (isOpenStatus(current.status)) {
             // A transfer this end leaves ringing stays pending until its outcome (TransferOutcomes);
             // one whose carrier request failed is dropped with this end.
-            const { pendingTransfer, ...rest } = current
+            const { pendingTransfer, awaitingStreamUntil: _back, ...rest } = current
             const stillPending = session.pendingTransfer !== undefined && pendingTransfer !== undefined
             return {
               ...rest,
@@ -135,8 +135,10 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
           : yield* Effect.as(sessions.record({ ...session, turns: job.turns ?? session.turns }), session)
         // Back with an agent (or the fallback) since: that stay ends the session, and sends its session.ended.
         if (returned) return stored
-        // A transfer still pending sends session.ended with its outcome (docs/fallback.md, "Transfer outcomes").
-        if (stored.pendingTransfer === undefined) yield* outbox.enqueue(sessionEndedEvent(stored))
+        // A transfer still pending sends session.ended with its outcome (docs/fallback.md, "Transfer outcomes"),
+        // and the session stays owned until then: the fleet's reconciliation finds it if this instance dies.
+        if (stored.pendingTransfer !== undefined) return stored
+        yield* outbox.enqueue(sessionEndedEvent(stored))
         if (session.instanceId !== undefined) {
           yield* sessions.disown(session.instanceId, { agentId: session.agentId, sessionId: session.id })
         }

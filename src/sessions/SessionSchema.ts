@@ -85,6 +85,12 @@ export const Session = Schema.Struct({
   pendingTransfer: Schema.optional(
     PendingTransfer.annotations({ description: "A transfer ringing or talking whose outcome has not come yet; session.ended waits for it" })
   ),
+  awaitingStreamUntil: Schema.optional(
+    Schema.String.annotations({
+      description:
+        "ISO 8601: the caller is on the way back from an agent's transfer that was not answered and the stream that takes them back has not opened yet; a session still waiting at this time is ended failed / return_stream_timeout (docs/fallback.md, \"The return path\")"
+    })
+  ),
   answeredByDetail: Schema.optional(Schema.String.annotations({ description: "The carrier's own verdict (Twilio AnsweredBy, Telnyx result)" })),
   agentLegs: Schema.optional(
     Schema.Array(AgentLeg).annotations({

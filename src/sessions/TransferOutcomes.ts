@@ -22,7 +22,13 @@ const MAX_RING_SECONDS = 600
  */
 export const TRANSFER_OUTCOME_GRACE = Duration.seconds(10)
 
+/** How long past its stream token's expiry a caller on the return path may take to be back: a stream verified just before the expiry still adopts the session. */
+export const RETURN_STREAM_GRACE = Duration.seconds(10)
+
 export type TransferStatus = TransferRecord["status"]
+
+/** The endReason of a session whose caller never came back on the stream of the return path (docs/fallback.md, "The return path"). */
+export const RETURN_STREAM_TIMEOUT = "return_stream_timeout"
 
 export interface TransferRef {
   readonly agentId: string
@@ -77,6 +83,8 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
     const outbox = yield* Outbox
     const metrics = yield* Metrics
     const bounds = yield* FiberMap.make<string, void, never>()
+    /** The return path's deadlines, by session: the caller's stream back must open before it. */
+    const returns = yield* FiberMap.make<string, void, never>()
 
     const outcomes = counterOn(metrics.registry, "callgate_transfers_total", "Transfers by who asked for them and their outcome (docs/fallback.md, \"Transfer outcomes\")", ["initiated_by", "status"])
 
@@ -103,9 +111,16 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
       progressUrl: tracking.progressUrl.replace(EntryPaths.twilioTransferProgress, EntryPaths.telnyxTransferProgress)
     })
 
-    /** Queues the session's one session.ended once it is ended with no transfer pending. */
+    /**
+     * Queues the session's one session.ended once it is ended with no transfer pending, and lets go
+     * of its ownership (kept while the transfer was pending, so the fleet's reconciliation finds a
+     * session whose instance died before the outcome came: "When the outcome never comes").
+     */
     const sendEnded = (session: Session) =>
       outbox.enqueue(sessionEndedEvent(session)).pipe(
+        Effect.zipRight(
+          session.instanceId === undefined ? Effect.void : sessions.disown(session.instanceId, { agentId: session.agentId, sessionId: session.id })
+        ),
         Effect.retry(storeRetry),
         Effect.tapError((error) => Effect.logError("could not queue session.ended after the transfer's outcome", { error: error.message })),
         Effect.ignore
@@ -119,10 +134,12 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
       ref: TransferRef,
       reported: ReportedOutcome,
       startedAt?: string,
-      returnCaller = false
+      returnWithin?: Duration.Duration
     ): Effect.Effect<Option.Option<SettledTransfer>, StoreError> =>
       Effect.gen(function* () {
         const nowMs = yield* Clock.currentTimeMillis
+        const returnCaller = returnWithin !== undefined
+        const awaitingStreamUntil = returnWithin === undefined ? undefined : isoAt(nowMs + Duration.toMillis(returnWithin))
         let decided: { record: TransferRecord; pending: PendingTransfer; closed: boolean; reopened: boolean } | undefined
         const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
           decided = undefined
@@ -152,7 +169,9 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
           // next: the session opens again, in the same write, so no session.ended goes now.
           const reopened = returnCaller && pending.initiatedBy === "agent" && notAnswered(status) && reported.unreported !== true
           decided = { record, pending, closed: !reopened && !isOpenStatus(current.status), reopened }
-          return reopened ? { ...rest, transfers, status: "active" as const, endReason: null, endedAt: null } : { ...rest, transfers }
+          return reopened && awaitingStreamUntil !== undefined
+            ? { ...rest, transfers, status: "active" as const, endReason: null, endedAt: null, awaitingStreamUntil }
+            : { ...rest, transfers }
         })
         if (Option.isNone(written)) return Option.none()
         const session = written.value
@@ -174,6 +193,7 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         })
         if (closed) yield* sendEnded(session)
         yield* FiberMap.remove(bounds, ref.sessionId).pipe(Effect.when(() => startedAt === undefined))
+        if (reopened && awaitingStreamUntil !== undefined) yield* FiberMap.run(returns, ref.sessionId, awaitReturn(ref, awaitingStreamUntil))
         return Option.some({
           transfer: record,
           sayBeforeHangup: record.transferFailedMessage ? decided.pending.failedMessage : null,
@@ -182,29 +202,84 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         })
       })
 
-    /** Closes a transfer whose outcome never came (docs/fallback.md, "When the outcome never comes"). */
+    /**
+     * Closes a transfer whose outcome never came (docs/fallback.md, "When the outcome never comes"):
+     * its bounds count from the pending transfer's own times, so an instance that takes the watch
+     * over from one that died (`watchLeft`) closes it when its maker would have.
+     */
     const watch = (ref: TransferRef, startedAt: string): Effect.Effect<void> =>
       Effect.gen(function* () {
-        yield* Effect.sleep(ringBound)
         for (;;) {
           const current = yield* sessions.get(ref.agentId, ref.sessionId).pipe(Effect.option)
           const pending = Option.flatMap(current, (s) => Option.fromNullable(s.pendingTransfer))
           if (Option.isNone(pending) || pending.value.startedAt !== startedAt) return
-          if (pending.value.answeredAt === null) {
+          const answeredAt = pending.value.answeredAt
+          const due = answeredAt === null ? Date.parse(startedAt) + Duration.toMillis(ringBound) : Date.parse(answeredAt) + Duration.toMillis(talkBound)
+          const now = yield* Clock.currentTimeMillis
+          if (now < due) {
+            yield* Effect.sleep(Duration.millis(due - now))
+            continue
+          }
+          if (answeredAt === null) {
             yield* Effect.logWarning("no outcome came for the transfer within its ring bound: closed as failed", { sessionId: ref.sessionId })
             yield* Effect.ignore(settle(ref, { status: "failed", carrierStatus: null, unreported: true }, startedAt))
-            return
-          }
-          const talkEnd = Date.parse(pending.value.answeredAt) + Duration.toMillis(talkBound)
-          const now = yield* Clock.currentTimeMillis
-          if (now >= talkEnd) {
+          } else {
             yield* Effect.logWarning("no end came for the answered transfer within SESSION_MAX_DURATION: closed as answered", { sessionId: ref.sessionId })
             yield* Effect.ignore(settle(ref, { status: "answered", carrierStatus: null, unreported: true }, startedAt))
-            return
           }
-          yield* Effect.sleep(Duration.millis(talkEnd - now))
+          return
         }
       }).pipe(Effect.catchAllCause((cause) => Effect.logError("the transfer outcome watch failed", cause)))
+
+    /** Ends a session still waiting for the caller's stream back (`until`: that wait's, or any), once. */
+    const endAwaitingReturn = (ref: TransferRef, until: string | undefined, end: (current: Session) => Pick<Session, "status" | "endReason" | "endedAt">) =>
+      Effect.gen(function* () {
+        let ended = false
+        const written = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
+          ended = current.status === "active" && current.awaitingStreamUntil !== undefined && (until === undefined || current.awaitingStreamUntil === until)
+          if (!ended) return current
+          const { awaitingStreamUntil: _over, ...rest } = current
+          return { ...rest, ...end(current) }
+        }).pipe(Effect.retry(storeRetry))
+        if (!ended || Option.isNone(written)) return false
+        yield* sendEnded(written.value)
+        yield* FiberMap.remove(returns, ref.sessionId).pipe(Effect.when(() => until === undefined))
+        return true
+      })
+
+    /**
+     * The return path's deadline (docs/fallback.md, "The return path"): the caller was answered
+     * with a stream back to an agent, whose single-use token expires; a session still waiting for
+     * that stream at `until` (the token's life and a grace after the answer) never gets it (the caller
+     * hung up, or the carrier could not open it). It is ended failed / return_stream_timeout, at the
+     * time of the answer (the caller's last moment with callgate), with its one session.ended.
+     */
+    const awaitReturn = (ref: TransferRef, until: string): Effect.Effect<void> =>
+      Effect.gen(function* () {
+        const now = yield* Clock.currentTimeMillis
+        const due = Date.parse(until)
+        if (now < due) yield* Effect.sleep(Duration.millis(due - now))
+        const ended = yield* endAwaitingReturn(ref, until, (current) => ({
+          status: "failed",
+          endReason: RETURN_STREAM_TIMEOUT,
+          endedAt: current.transfers?.at(-1)?.endedAt ?? isoAt(now)
+        }))
+        if (ended) yield* Effect.logWarning("the caller's stream back from the failed transfer never opened: the session is ended", { sessionId: ref.sessionId })
+      }).pipe(Effect.catchAllCause((cause) => Effect.logError("the return path's deadline failed", cause)))
+
+    /**
+     * The carrier says the caller's call ended (Telnyx Call Control `call.hangup` of the caller's
+     * leg): a session still waiting for the caller's stream back ends now, completed /
+     * caller_hangup, with its one session.ended. Any other session is left as it is.
+     */
+    const callerLeft = (ref: TransferRef) =>
+      Effect.gen(function* () {
+        const now = isoAt(yield* Clock.currentTimeMillis)
+        const ended = yield* endAwaitingReturn(ref, undefined, () => ({ status: "completed", endReason: "caller_hangup", endedAt: now }))
+        if (ended) yield* Effect.logInfo("the caller hung up on the way back from the failed transfer: the session is ended", { sessionId: ref.sessionId })
+      }).pipe(
+        Effect.catchAll((error) => Effect.logWarning("could not end the session of a caller who hung up on the way back", { error: error.message }))
+      )
 
     /**
      * Writes the transfer as pending on the session (before the carrier is asked) and watches for
@@ -242,16 +317,36 @@ export class TransferOutcomes extends Effect.Service<TransferOutcomes>()("callga
         )
       }).pipe(Effect.retry(storeRetry))
 
+    /**
+     * Takes over the watch of a transfer whose instance stopped before its outcome came
+     * (OrphanReconciler): closed at the same bound as its maker would have, by whichever watching
+     * instance comes first (one conditional write), with the session's one session.ended.
+     */
+    const watchLeft = (ref: TransferRef, pending: PendingTransfer) =>
+      FiberMap.run(bounds, ref.sessionId, watch(ref, pending.startedAt), { onlyIfMissing: true }).pipe(Effect.asVoid)
+
+    /**
+     * Takes over the return path's deadline of a re-opened session whose instance stopped
+     * (OrphanReconciler, before its claim of an active session: the caller was not back yet).
+     */
+    const awaitReturnLeft = (ref: TransferRef, until: string) =>
+      FiberMap.run(returns, ref.sessionId, awaitReturn(ref, until), { onlyIfMissing: true }).pipe(Effect.asVoid)
+
     return {
       begin,
       answered,
       /**
        * `returnCaller`: the report is a `<Dial action>` whose answer decides what the caller hears
-       * next (Twilio, TeXML), so an agent's transfer that was not answered re-opens the session
-       * (`reopened`) for the caller to come back (docs/fallback.md, "The return path").
+       * next (Twilio, TeXML), or a Call Control hang-up of the new leg with the caller's leg still up,
+       * so an agent's transfer that was not answered re-opens the session (`reopened`) for the
+       * caller to come back (docs/fallback.md, "The return path"), for at most `within` (the life of
+       * the stream token the caller comes back with; RETURN_STREAM_GRACE is added).
        */
-      settle: (ref: TransferRef, reported: ReportedOutcome, options: { readonly returnCaller?: boolean } = {}) =>
-        settle(ref, reported, undefined, options.returnCaller === true)
+      settle: (ref: TransferRef, reported: ReportedOutcome, options: { readonly returnCaller?: { readonly within: Duration.DurationInput } } = {}) =>
+        settle(ref, reported, undefined, options.returnCaller === undefined ? undefined : Duration.sum(options.returnCaller.within, RETURN_STREAM_GRACE)),
+      watchLeft,
+      awaitReturnLeft,
+      callerLeft
     } as const
   })
 }) {}

@@ -41,9 +41,16 @@ export const SessionClaims = Schema.Struct({
       lostAt: Schema.Number,
       createdAt: Schema.Number,
       /** The caller came back from an agent's transfer that was not answered (docs/fallback.md, "The return path"). */
-      transfer: Schema.optional(Schema.Struct({ to: Schema.String, status: Schema.String }))
+      transfer: Schema.optional(Schema.Struct({ to: Schema.String, status: Schema.String })),
+      /** The call's recording was paused when it moved: the next stream's recording starts paused. */
+      recordingPaused: Schema.optional(Schema.Boolean)
     })
   ),
+  /**
+   * The environment's `recording` as the entry read it when it admitted the call: the stream's
+   * recorder decides from it at once, with no store read and nothing kept for a call not recorded.
+   */
+  recording: Schema.optional(Schema.Literal("on", "off")),
   /** The token's own random id, spent by the first stream that presents it. */
   jti: Schema.String,
   /** Expiry, Unix milliseconds. */

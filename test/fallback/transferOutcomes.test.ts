@@ -133,30 +133,6 @@ describe.each(CALL_KINDS)("transfer outcomes: %s calls", (kind) => {
     expect(record!.ringMs + record!.talkMs).toBe(Date.parse(record!.endedAt) - Date.parse(record!.startedAt))
   })
 
-  // Twilio and TeXML calls come back to an agent or the fallback: see "the return path" below.
-  it.runIf(kind === "telnyx-call-control")("an agent's transfer not answered: recorded as the agent's, the caller hung up, completed agent_transfer", async () => {
-    const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: "+14155550777", transferFailedMessage: SORRY })
-    const call = await placeCall(gateway, env, kind)
-    const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
-    call.agent!.send({ event: "transfer", transfer: { to: FALLBACK_NUMBER } })
-    await transferRequestOf(gateway, call)
-    const answer = await reportTransferOutcome(gateway, call, { agentId: env.agentId, sessionId }, "no-answer")
-    const ended = await waitForEnded(gateway, call.callId)
-    expect(ended).toMatchObject({
-      status: "completed",
-      endReason: "agent_transfer",
-      transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "no-answer", talkMs: 0, transferFailedMessage: false }]
-    })
-    // The transferFailedMessage is the phone fallback's: an agent's failed transfer is hung up.
-    if (kind === "telnyx-call-control") {
-      await until(() => gateway.telnyx.commands(call.callId, "hangup").length > 0, "the hang-up")
-      expect(gateway.telnyx.commands(call.callId, "speak")).toHaveLength(0)
-    } else {
-      expect(answer).toBe(`${XML}<Response><Hangup/></Response>`)
-    }
-    expect(carrierRequestsFor(gateway, call.callId).some((r) => JSON.stringify(r.form ?? r.json).includes("+14155550777"))).toBe(false)
-  })
-
   it("reports with a bad signature are refused and change nothing", async () => {
     const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: FALLBACK_NUMBER })
     const call = await placeCall(gateway, env, kind)
@@ -204,13 +180,15 @@ describe.each(CALL_KINDS)("transfer outcomes: %s calls", (kind) => {
 })
 
 /**
- * The return path (docs/fallback.md, "The return path"): an agent's transfer of a Twilio or TeXML
- * call is not answered; the `<Dial action>`'s answer puts the caller back on a stream to an idle
- * dial-in agent of the environment (the same session, `start` with `resumed`, `resume` with
- * previousEndReason transfer_failed and the transfer), or, with none idle, is the environment's
- * error fallback. Either way the session ends once, with one session.ended listing the transfers.
+ * The return path (docs/fallback.md, "The return path"): an agent's transfer is not answered; the
+ * caller is put back on a stream to an idle dial-in agent of the environment (the same session,
+ * `start` with `resumed`, `resume` with previousEndReason transfer_failed and the transfer), or,
+ * with none idle, gets the environment's error fallback. Twilio and TeXML: in the answer to the
+ * `<Dial action>`; Call Control: commands on the caller's leg, which Telnyx keeps when the new leg
+ * hangs up unanswered (`streaming_start`, or the fallback's own). Either way the session ends once,
+ * with one session.ended listing the transfers.
  */
-describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", (kind) => {
+describe.each(["twilio", "telnyx-texml", "telnyx-call-control"] as const)("the return path: %s calls", (kind) => {
   let gateway: Gateway
   beforeAll(async () => {
     gateway = await startGateway({ env: fallbackGatewayEnv(CA_FILE) })
@@ -230,6 +208,25 @@ describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", 
     return { call, ref: { agentId: env.agentId, sessionId } }
   }
 
+  /** Where the caller is streamed back to: the `<Dial action>`'s answer, or Call Control's `streaming_start` on the caller's leg. */
+  const streamBack = async (call: { callId: string }, answer: string) => {
+    if (kind !== "telnyx-call-control") {
+      const streamUrl = /<Stream url="([^"]+)"/.exec(answer)?.[1]
+      expect(streamUrl, answer).toBeDefined()
+      const token =
+        kind === "twilio" ? /<Parameter name="token" value="([^"]+)"/.exec(answer)?.[1] : new URL(streamUrl!).searchParams.get("token") ?? undefined
+      return { streamUrl: streamUrl!, token: token! }
+    }
+    expect(answer).toBe("")
+    await until(() => gateway.telnyx.commands(call.callId, "streaming_start").length > 0, "the streaming_start on the caller's leg")
+    const [started, ...more] = gateway.telnyx.commands(call.callId, "streaming_start")
+    expect(more).toHaveLength(0)
+    const json = started!.json as { stream_url: string; stream_auth_token: string; stream_bidirectional_mode: string }
+    expect(json.stream_bidirectional_mode).toBe("rtp")
+    expect(new URL(json.stream_url).searchParams.get("token")).toBe(json.stream_auth_token)
+    return { streamUrl: json.stream_url, token: json.stream_auth_token }
+  }
+
   it("not answered, another agent idle: the caller is back on it (resumed, the reason in resume), the call goes on, one session.ended lists the transfer", async () => {
     const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: OTHER_NUMBER })
     const { call, ref } = await transferredCall(env)
@@ -237,14 +234,12 @@ describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", 
     await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the second agent to be idle")
 
     const answer = await reportTransferOutcome(gateway, call, ref, "no-answer")
-    // The answer is a stream back to this instance, with its own single-use token; no fallback ran.
-    const streamUrl = /<Stream url="([^"]+)"/.exec(answer)?.[1]
-    expect(streamUrl, answer).toBeDefined()
-    const token =
-      kind === "twilio" ? /<Parameter name="token" value="([^"]+)"/.exec(answer)?.[1] : new URL(streamUrl!).searchParams.get("token") ?? undefined
+    // A stream back to this instance, with its own single-use token; no fallback ran.
+    const { streamUrl, token } = await streamBack(call, answer)
     expect(token).toBeTruthy()
-    expect(new URL(streamUrl!).pathname).toBe(kind === "twilio" ? "/telephony/twilio/stream" : "/telephony/telnyx/stream")
+    expect(new URL(streamUrl).pathname).toBe(kind === "twilio" ? "/telephony/twilio/stream" : "/telephony/telnyx/stream")
     expect(answer).not.toContain(OTHER_NUMBER)
+    expect(carrierRequestsFor(gateway, call.callId).some((r) => JSON.stringify(r.form ?? r.json).includes(OTHER_NUMBER))).toBe(false)
     // Back to active with the failed transfer recorded; no session.ended yet.
     const reopened = await getSession(gateway, env.agentId, ref.sessionId)
     expect(reopened).toMatchObject({ status: "active", endedAt: null, transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "no-answer" }] })
@@ -253,8 +248,12 @@ describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", 
     // The carrier opens the stream the answer names.
     const carrier =
       kind === "twilio"
-        ? await twilioCall(gateway, { token: token!, callSid: call.callId })
-        : await telnyxCall(gateway, { token: token!, callControlId: `v3:back-${ref.sessionId}`, headers: { authorization: `Bearer ${token}` } })
+        ? await twilioCall(gateway, { token, callSid: call.callId })
+        : await telnyxCall(gateway, {
+            token,
+            callControlId: kind === "telnyx-call-control" ? call.callId : `v3:back-${ref.sessionId}`,
+            headers: { authorization: `Bearer ${token}` }
+          })
     carrier.start()
     await second.waitForEvent("resume")
     expect(second.received.map((m) => m.event).slice(0, 3)).toEqual(["connected", "start", "resume"])
@@ -291,12 +290,21 @@ describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", 
     expect(gateway.idleAgents(env.agentId, env.environmentId)).toBe(0)
 
     const answer = await reportTransferOutcome(gateway, call, ref, "busy")
-    // The phone fallback, tracked like any transfer of callgate's, in the answer itself.
-    expect(answer).toBe(trackedDial(kind === "twilio" ? "twilio" : "telnyx", OTHER_NUMBER, AGENT_NUMBER, ref))
+    if (kind === "telnyx-call-control") {
+      // The phone fallback's own transfer command on the caller's leg, tracked like any other.
+      await until(() => gateway.telnyx.commands(call.callId, "transfer").length === 2, "the fallback's transfer command")
+      const fallbackTransfer = gateway.telnyx.commands(call.callId, "transfer")[1]!.json as { to: string; webhook_url: string }
+      expect(fallbackTransfer.to).toBe(OTHER_NUMBER)
+      expect(fallbackTransfer.webhook_url).toContain(`sessionId=${ref.sessionId}`)
+      expect(gateway.telnyx.commands(call.callId, "streaming_start")).toHaveLength(0)
+    } else {
+      // The phone fallback, tracked like any transfer of callgate's, in the answer itself.
+      expect(answer).toBe(trackedDial(kind === "twilio" ? "twilio" : "telnyx", OTHER_NUMBER, AGENT_NUMBER, ref))
+    }
     const failed = await sessionWhere(gateway, env.agentId, ref.sessionId, (s) => s.status === "failed")
     expect(failed).toMatchObject({
       endReason: "transfer_failed",
-      fallback: { type: "phone", outcome: "transferred", via: "redirect" },
+      fallback: { type: "phone", outcome: "transferred", via: kind === "telnyx-call-control" ? "rest" : "redirect" },
       pendingTransfer: { to: OTHER_NUMBER, initiatedBy: "fallback" },
       transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "busy" }]
     })
@@ -314,4 +322,37 @@ describe.each(["twilio", "telnyx-texml"] as const)("the return path: %s calls", 
     })
     expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
   })
+
+  // Twilio and TeXML send callgate no call status: their return path's deadline ends such a session (test/sessions/TransferOutcomes.test.ts).
+  if (kind === "telnyx-call-control")
+    it("not answered, the caller hangs up before the stream back opens: the caller's call.hangup ends the session completed / caller_hangup, one session.ended",
+    async () => {
+      const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: OTHER_NUMBER })
+      const { call, ref } = await transferredCall(env)
+      await dialInAgent(gateway, env.agentId, env.environmentId)
+      await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the second agent to be idle")
+      await streamBack(call, await reportTransferOutcome(gateway, call, ref, "no-answer"))
+      expect(await getSession(gateway, env.agentId, ref.sessionId)).toMatchObject({ status: "active", awaitingStreamUntil: expect.any(String) })
+      // The caller's leg hangs up: Telnyx posts call.hangup (with the session's client_state) to the Call Control webhook.
+      const body = gateway.telnyx.callControlEvent("call.hangup", {
+        call_control_id: call.callId,
+        hangup_cause: "normal_clearing",
+        client_state: Buffer.from(ref.sessionId).toString("base64")
+      })
+      const posted = await fetch(`${gateway.httpBase}/telephony/telnyx/call-control?agentId=${env.agentId}&environmentId=${env.environmentId}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...gateway.telnyx.signWebhook(body) },
+        body
+      })
+      expect(posted.status).toBe(200)
+      const ended = await waitForEnded(gateway, call.callId)
+      expect(ended).toMatchObject({
+        status: "completed",
+        endReason: "caller_hangup",
+        transfers: [{ to: FALLBACK_NUMBER, initiatedBy: "agent", status: "no-answer" }]
+      })
+      const session = await getSession(gateway, env.agentId, ref.sessionId)
+      expect(session.awaitingStreamUntil).toBeUndefined()
+      expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
+    })
 })

@@ -1,5 +1,44 @@
+import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { alawToLinear, linearToAlaw, linearToMulaw, mulawToLinear, telnyxAudioFormat, toObservedMulaw } from "../../src/kernel/AudioFormat.js"
+import { G722Decoder, G722Encoder } from "../../src/audio/G722.js"
+import {
+  alawToLinear,
+  bytesPerMs,
+  comfortNoiseFrames,
+  G722_16K,
+  linearToAlaw,
+  linearToMulaw,
+  MULAW_8K,
+  mulawToLinear,
+  payloadTranscoders,
+  telnyxAudioFormat,
+  toObservedMulaw
+} from "../../src/kernel/AudioFormat.js"
+
+const speechMulaw = new Uint8Array(readFileSync(new URL("../fixtures/audio/caller-appointment.ulaw", import.meta.url)))
+
+/** The speech at 16 kHz (each sample, then the midpoint to the next), G.722-encoded through one encoder. */
+const speechG722 = (): Uint8Array => {
+  const wide = new Int16Array(speechMulaw.length * 2)
+  speechMulaw.forEach((byte, i) => {
+    const next = i + 1 < speechMulaw.length ? mulawToLinear(speechMulaw[i + 1]!) : mulawToLinear(byte)
+    wide[2 * i] = mulawToLinear(byte)
+    wide[2 * i + 1] = (mulawToLinear(byte) + next) >> 1
+  })
+  const codes = new Uint8Array(speechMulaw.length)
+  new G722Encoder().encode(wide, wide.length, codes)
+  return codes
+}
+
+/** What the observer must read of G.722 codes: one decoder over the stream, pairs averaged, mu-law. */
+const expectedObserved = (codes: Uint8Array): Uint8Array => {
+  const pcm = new Int16Array(codes.length * 2)
+  new G722Decoder().decode(codes, codes.length, pcm)
+  return Uint8Array.from({ length: codes.length }, (_, i) => linearToMulaw((pcm[2 * i]! + pcm[2 * i + 1]!) >> 1))
+}
+
+const frames = (bytes: Uint8Array, size: number): Array<Uint8Array> =>
+  Array.from({ length: Math.ceil(bytes.length / size) }, (_, i) => bytes.subarray(i * size, (i + 1) * size))
 
 describe("audio formats", () => {
   it("G.711 reference points: A-law and mu-law silence, extremes and sign", () => {
@@ -37,6 +76,65 @@ describe("audio formats", () => {
     expect(telnyxAudioFormat("PCMA", 8000)).toEqual({ encoding: "audio/x-alaw", sampleRate: 8000 })
     expect(telnyxAudioFormat("L16", 16000)).toEqual({ encoding: "audio/L16", sampleRate: 16000 })
     expect(telnyxAudioFormat("PCMA", 16000)).toBeUndefined()
-    expect(telnyxAudioFormat("G722", 8000)).toBeUndefined()
+    expect(telnyxAudioFormat("OPUS", 8000)).toBeUndefined()
+  })
+
+  it("G.722: Telnyx's G722 at the RTP rate (8000) or the audio's (16000) is 16 kHz audio, 8 bytes a millisecond", () => {
+    expect(telnyxAudioFormat("G722", 8000)).toEqual({ encoding: "audio/G722", sampleRate: 16000 })
+    expect(telnyxAudioFormat("G722", 16000)).toEqual(G722_16K)
+    expect(bytesPerMs(G722_16K)).toBe(8)
+  })
+
+  it("G.722 for the observer: each direction's converter decodes its own stream, frame by frame, to the mu-law of the pairs' means", () => {
+    const codes = speechG722()
+    const expected = expectedObserved(codes)
+    const caller = toObservedMulaw(G722_16K)
+    const agent = toObservedMulaw(G722_16K)
+    expect(caller).not.toBe(agent)
+    const seen: Array<number> = []
+    // The two directions interleaved, as a call's frames are: neither disturbs the other's decoder.
+    for (const frame of frames(codes, 160)) {
+      seen.push(...caller(frame))
+      agent(Uint8Array.from(frame).reverse())
+    }
+    expect(Uint8Array.from(seen)).toEqual(expected)
+  })
+
+  it("G.722 transcoding for a mu-law agent: the caller's audio decoded once per call, the agent's encoded by one encoder, both frame by frame", () => {
+    const codes = speechG722()
+    const transcoders = payloadTranscoders(G722_16K, MULAW_8K)!
+    const toAgent = frames(codes, 160).map((frame) => Buffer.from(transcoders.toAgent(Buffer.from(frame).toString("base64")), "base64"))
+    expect(new Uint8Array(Buffer.concat(toAgent))).toEqual(expectedObserved(codes))
+
+    // The agent's mu-law speech, in 20 ms frames, to G.722: decoded again it is the speech (16 kHz, 22 samples of codec delay).
+    const toCarrier = frames(speechMulaw, 160).map((frame) => Buffer.from(transcoders.toCarrier(Buffer.from(frame).toString("base64")), "base64"))
+    expect(toCarrier.every((frame, i) => frame.length === Math.min(160, speechMulaw.length - i * 160))).toBe(true)
+    const carried = new Uint8Array(Buffer.concat(toCarrier))
+    const pcm = new Int16Array(carried.length * 2)
+    new G722Decoder().decode(carried, carried.length, pcm)
+    let signal = 0
+    let noise = 0
+    for (let i = 0; i < speechMulaw.length - 12; i++) {
+      const sample = mulawToLinear(speechMulaw[i]!)
+      signal += sample ** 2
+      noise += (sample - pcm[2 * i + 22 + 1]!) ** 2
+    }
+    expect(10 * Math.log10(signal / noise)).toBeGreaterThan(20)
+  })
+
+  it("G.722 comfort noise: 20 ms frames of 160 bytes that decode to quiet noise", () => {
+    const noise = comfortNoiseFrames(G722_16K)
+    expect(noise.length).toBeGreaterThan(1)
+    const decoder = new G722Decoder()
+    const pcm = new Int16Array(320)
+    let loudest = 0
+    for (const frame of noise) {
+      const bytes = Buffer.from(frame, "base64")
+      expect(bytes.length).toBe(160)
+      decoder.decode(bytes, bytes.length, pcm)
+      for (const sample of pcm) loudest = Math.max(loudest, Math.abs(sample))
+    }
+    expect(loudest).toBeGreaterThan(0)
+    expect(loudest).toBeLessThan(100)
   })
 })

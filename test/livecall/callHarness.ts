@@ -319,6 +319,8 @@ export interface Gateway {
     to?: string
     direction?: "inbound" | "outbound"
     accountSid?: string
+    /** The environment's recording mode as an admission would have read it. */
+    recording?: "on" | "off"
   }) => string
   /** The URL Twilio signs for a stream upgrade (built from PUBLIC_URL, as Twilio was told). */
   readonly signedStreamUrl: (provider: "twilio") => string

@@ -68,7 +68,7 @@ describe("ending a session twice", () => {
     const deliveries = await run(Effect.flatMap(Deliveries, (d) => d.list(agentId, environmentId, { limit: 100 })))
     expect(deliveries.deliveries.map((d) => d.sessionId).sort()).toEqual(orphans.map((o) => o.id).sort())
     // Let go of: a later reconciliation finds nothing.
-    expect(await run(Effect.flatMap(OrphanReconciler, (r) => r.reconcileOrphans(dead)))).toEqual({ rescued: 0, finished: 0, skipped: 0 })
+    expect(await run(Effect.flatMap(OrphanReconciler, (r) => r.reconcileOrphans(dead)))).toEqual({ rescued: 0, finished: 0, skipped: 0, watched: 0 })
   })
 
   it("the same end submitted twice (a replayed spool, a racing survivor): the first ending stays, one session.ended", async () => {

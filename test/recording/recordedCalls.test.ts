@@ -3,6 +3,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
+import { G722Decoder, G722Encoder } from "../../src/audio/G722.js"
 import { alawToLinear, comfortNoiseFrames, linearToAlaw, MULAW_8K } from "../../src/kernel/AudioFormat.js"
 import { parseWav } from "../../src/recording/Wav.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
@@ -251,19 +252,61 @@ describe("recorded calls", () => {
     expect(silent(samples, 1, 0, 6560)).toBe(true)
   })
 
-  // Telnyx streams in PCMA and L16: each channel holds the samples sent, decoded (A-law by G.711, L16 as it is), at the call's rate.
-  const alaw = { encoding: "PCMA", sampleRate: 8000 as const, bytesPerSample: 1, encode: linearToAlaw, decode: (bytes: Buffer) => Array.from(bytes, alawToLinear) }
-  const l16 = (sampleRate: 8000 | 16000) => ({
+  // Telnyx streams in PCMA, L16 and G.722: each channel holds the samples sent, decoded (A-law by G.711, L16 as it is,
+  // G.722 by one decoder over each direction's stream), at the call's rate.
+  interface StreamFormat {
+    readonly encoding: string
+    readonly sampleRate: 8000 | 16000
+    /** Each direction's frames of samples to payloads, and back (G.722 through one encoder, one decoder, per stream). */
+    readonly encode: (frames: ReadonlyArray<ReadonlyArray<number>>) => Array<string>
+    readonly decode: (payloads: ReadonlyArray<string>) => Array<Array<number>>
+  }
+  const alaw: StreamFormat = {
+    encoding: "PCMA",
+    sampleRate: 8000,
+    encode: (frames) => frames.map((samples) => Buffer.from(samples.map(linearToAlaw)).toString("base64")),
+    decode: (payloads) => payloads.map((payload) => Array.from(Buffer.from(payload, "base64"), alawToLinear))
+  }
+  const l16 = (sampleRate: 8000 | 16000): StreamFormat => ({
     encoding: "L16",
     sampleRate,
-    bytesPerSample: 2,
-    encode: (sample: number) => sample,
-    decode: (bytes: Buffer) => Array.from({ length: bytes.length / 2 }, (_, i) => bytes.readInt16BE(i * 2))
+    encode: (frames) =>
+      frames.map((samples) => {
+        const bytes = Buffer.alloc(samples.length * 2)
+        samples.forEach((sample, i) => bytes.writeInt16BE(sample, i * 2))
+        return bytes.toString("base64")
+      }),
+    decode: (payloads) =>
+      payloads.map((payload) => {
+        const bytes = Buffer.from(payload, "base64")
+        return Array.from({ length: bytes.length / 2 }, (_, i) => bytes.readInt16BE(i * 2))
+      })
   })
-  it.each([
+  const g722: StreamFormat = {
+    encoding: "G722",
+    sampleRate: 16000,
+    encode: (frames) => {
+      const encoder = new G722Encoder()
+      return frames.map((samples) => {
+        const codes = Buffer.alloc(samples.length / 2)
+        encoder.encode(Int16Array.from(samples), samples.length, codes)
+        return codes.toString("base64")
+      })
+    },
+    decode: (payloads) => {
+      const decoder = new G722Decoder()
+      return payloads.map((payload) => {
+        const pcm = new Int16Array(320)
+        decoder.decode(Buffer.from(payload, "base64"), 160, pcm)
+        return Array.from(pcm)
+      })
+    }
+  }
+  it.each<[string, StreamFormat]>([
     ["PCMA", alaw],
     ["L16 at 8 kHz", l16(8000)],
-    ["L16 at 16 kHz", l16(16000)]
+    ["L16 at 16 kHz", l16(16000)],
+    ["G722 (16 kHz)", g722]
   ])("Telnyx %s: both channels hold the samples sent, sample for sample, at the call's rate", async (_name, format) => {
     const { agentId, env, agent } = await recordedLine()
     const callControlId = `v3:${uniqueId("cc")}`
@@ -271,7 +314,8 @@ describe("recorded calls", () => {
       token: gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId: callControlId }),
       callControlId,
       encoding: format.encoding,
-      sampleRate: format.sampleRate
+      // Telnyx announces G.722 at its RTP clock rate.
+      sampleRate: format.encoding === "G722" ? 8000 : format.sampleRate
     })
     call.start()
     await agent.waitForEvent("start")
@@ -279,15 +323,14 @@ describe("recorded calls", () => {
     const perFrame = (format.sampleRate / 1000) * 20
     /** Real speech in the call's format (at 16 kHz each sample held for two), stamped so that no two frames are alike. */
     const framesIn = (owner: number, count: number, offset: number) =>
-      Array.from({ length: count }, (_, n) => {
-        const samples = pcmOf(speech[(offset + n) % speech.length]!).flatMap((sample) => (perFrame === 320 ? [sample, sample] : [sample]))
-        samples[0] = owner * 1000 + n
-        samples[1] = -(owner * 1000 + n)
-        const bytes = Buffer.alloc(samples.length * format.bytesPerSample)
-        samples.forEach((sample, i) => (format.bytesPerSample === 1 ? (bytes[i] = format.encode(sample)) : bytes.writeInt16BE(format.encode(sample), i * 2)))
-        return bytes.toString("base64")
-      })
-    const samplesOf = (payload: string) => format.decode(Buffer.from(payload, "base64"))
+      format.encode(
+        Array.from({ length: count }, (_, n) => {
+          const samples = pcmOf(speech[(offset + n) % speech.length]!).flatMap((sample) => (perFrame === 320 ? [sample, sample] : [sample]))
+          samples[0] = owner * 1000 + n
+          samples[1] = -(owner * 1000 + n)
+          return samples
+        })
+      )
     const caller = framesIn(1, 40, 0)
     // Chunks 1..30 with pairs swapped (Telnyx's reordering), then the agent's answer, then chunks 31..40.
     await callerSays(call, agent, range(1, 30).map((n) => caller[(n % 2 === 1 ? n + 1 : n - 1) - 1]!), range(1, 30).map((n) => (n % 2 === 1 ? n + 1 : n - 1)))
@@ -303,10 +346,11 @@ describe("recorded calls", () => {
     const { samples } = wav
     expect(samples.length / 2).toBe(41 * perFrame)
     expect(silent(samples, 0, 0, perFrame)).toBe(true)
-    for (const n of range(1, 40)) expect(channel(samples, 0, n * perFrame, perFrame), `caller chunk ${n}`).toEqual(samplesOf(caller[n - 1]!))
+    const callerSamples = format.decode(caller)
+    for (const n of range(1, 40)) expect(channel(samples, 0, n * perFrame, perFrame), `caller chunk ${n}`).toEqual(callerSamples[n - 1])
     // The answer starts where the caller's 30th chunk ends (620 ms); the agent's channel is silent before it.
     expect(silent(samples, 1, 0, 31 * perFrame)).toBe(true)
-    answer.forEach((payload, k) => expect(channel(samples, 1, (31 + k) * perFrame, perFrame), `agent frame ${k}`).toEqual(samplesOf(payload)))
+    format.decode(answer).forEach((decoded, k) => expect(channel(samples, 1, (31 + k) * perFrame, perFrame), `agent frame ${k}`).toEqual(decoded))
   })
 
   it("Range requests, DELETE, and scoped keys: another agent's key finds nothing", async () => {
@@ -384,5 +428,36 @@ describe("recorded calls", () => {
     expect(agent.events("error")).toEqual([])
     expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(404)
     expect(existsSync(join(recordingsDir, agentId))).toBe(false)
+  })
+
+  it("the mode the call's admission read decides, with no read at the stream: a stream admitted off is not recorded, one admitted on is", async () => {
+    // The environment says the opposite of each token: only the admission's word can explain the outcome.
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { recording: "on" })
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const callSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const call = await twilioCall(gateway, { token: gateway.issueToken({ agentId, environmentId: env.id, kind: "twilio", callId: callSid, recording: "off" }), callSid })
+    call.start()
+    await agent.waitForEvent("start")
+    const sessionId = sessionIdOf(agent)
+    await callerSays(call, agent, frames(8, 10), range(1, 10))
+    call.stop()
+    expect((await gateway.outbox.forSession(sessionId)).recording).toBeUndefined()
+    expect((await get(gateway, recordingPath(agentId, sessionId))).status).toBe(404)
+
+    const offAgentId = uniqueId("agent")
+    const offEnv = await gateway.createEnvironment(offAgentId)
+    const offAgent = await dialInAgent(gateway, offAgentId, offEnv.id)
+    await until(() => gateway.idleAgents(offAgentId, offEnv.id) === 1, "an idle agent")
+    const onSid = `CA${uniqueId("c").replace(/[^A-Za-z0-9]/g, "")}`
+    const onCall = await twilioCall(gateway, { token: gateway.issueToken({ agentId: offAgentId, environmentId: offEnv.id, kind: "twilio", callId: onSid, recording: "on" }), callSid: onSid })
+    onCall.start()
+    await offAgent.waitForEvent("start")
+    const onSession = sessionIdOf(offAgent)
+    await callerSays(onCall, offAgent, frames(8, 10), range(1, 10))
+    onCall.stop()
+    expect((await gateway.outbox.forSession(onSession)).recording).toMatchObject({ url: expect.stringContaining(onSession) })
+    expect((await get(gateway, recordingPath(offAgentId, onSession))).status).toBe(200)
   })
 })

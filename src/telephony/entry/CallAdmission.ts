@@ -125,7 +125,8 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       ...claims,
       ...(claims.sessionId !== undefined ? {} : { entrySessionId: sessionId }),
       ...(agent._tag === "Any" ? {} : { placedOn: placed.instanceId }),
-      ...(agent._tag === "Reserved" ? { agentSocket: agent.socketId } : {})
+      ...(agent._tag === "Reserved" ? { agentSocket: agent.socketId } : {}),
+      recording: lookup.value.recording
     })
     yield* Effect.logInfo("call admitted", {
       kind: claims.kind,

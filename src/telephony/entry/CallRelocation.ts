@@ -4,7 +4,9 @@ import { PublicUrl } from "../../config/PublicUrl.js"
 import { goneAfterMs, RESERVATION_HOLD_MS } from "../../fleet/FleetTiming.js"
 import { InstanceRegistry } from "../../fleet/InstanceRegistry.js"
 import { InstanceStore } from "../../fleet/InstanceStore.js"
+import type { StreamTarget } from "../../carriers/TelnyxCallCommands.js"
 import { Carriers } from "../../kernel/Carrier.js"
+import { EntryPaths } from "../../kernel/EntryPaths.js"
 import type { StoreError } from "../../kernel/StoreError.js"
 import { CallMover, type CallMoverShape } from "../../livecall/CallMover.js"
 import type { ResumedSession } from "../../kernel/CallLegs.js"
@@ -49,13 +51,8 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
      * with the stream's single-use session token: the session's id, that instance and reserved
      * socket, and `resumed`. Built as the call entry builds it (Twilio, TeXML).
      */
-    const streamMarkup = (
-      info: SessionInfo,
-      kind: "twilio" | "telnyx-texml",
-      instance: ReservedInstance,
-      resumed: ResumedSession
-    ): string => {
-      const token = tokens.issue({
+    const streamToken = (info: SessionInfo, kind: "twilio" | "telnyx-texml" | "telnyx-call-control", instance: ReservedInstance, resumed: ResumedSession) =>
+      tokens.issue({
         entrySessionId: info.sessionId,
         agentId: info.agentId,
         environmentId: info.environmentId,
@@ -68,8 +65,17 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         ...(info.customParameters !== undefined ? { customParameters: { ...info.customParameters } } : {}),
         placedOn: instance.id,
         agentSocket: instance.socketId,
-        resumed
+        resumed,
+        ...(info.recording !== undefined ? { recording: info.recording } : {})
       })
+
+    const streamMarkup = (
+      info: SessionInfo,
+      kind: "twilio" | "telnyx-texml",
+      instance: ReservedInstance,
+      resumed: ResumedSession
+    ): string => {
+      const token = streamToken(info, kind, instance, resumed)
       return joinStreamTwiml(kind, { publicUrl: publicUrl.current(), fleetUrl: config.fleetUrl }, {
         streamBase: publicWsUrl(instance.publicUrl),
         token,
@@ -143,7 +149,31 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
           )
         )
       )
+    /**
+     * `bringBack` for a Call Control call, whose caller's leg stays up when a transfer fails
+     * (Telnyx: "the original call will remain active and may be issued additional commands"): the
+     * stream for `streaming_start` on that leg, to the reserved agent's instance, with its token.
+     */
+    const bringBackStream = (
+      info: SessionInfo,
+      resumed: ResumedSession
+    ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly stream: StreamTarget }>> =>
+      reserveAgent(info).pipe(
+        Effect.map(
+          Option.map((instance: ReservedInstance) => {
+            const token = streamToken(info, "telnyx-call-control", instance, resumed)
+            const url = `${publicWsUrl(instance.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`
+            return { instanceId: instance.id, stream: { url, token, sessionId: info.sessionId } }
+          })
+        ),
+        Effect.catchAll((error) =>
+          Effect.as(
+            Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }),
+            Option.none<{ readonly instanceId: string; readonly stream: StreamTarget }>()
+          )
+        )
+      )
     ;(yield* CallMover).install(mover)
-    return { move: mover.move, bringBack } as const
+    return { move: mover.move, bringBack, bringBackStream } as const
   })
 }) {}

@@ -1,5 +1,6 @@
 import { Effect, Either, Schema } from "effect"
 import { AfterStream } from "../../recovery/AfterStream.js"
+import { TransferOutcomes } from "../../sessions/TransferOutcomes.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
 import { publicWsUrl, type TelnyxVerifier } from "../CarrierSignatures.js"
 import { sessionIdOfClientState, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
@@ -94,6 +95,12 @@ export const telnyxCallControlEntry = (
         yield* runner.callProgress(callId, "hangup")
         const events = yield* CarrierCallEvents
         yield* events.publish(CarrierCallEvent.CallHungUp({ callId, cause: payload.hangup_cause ?? undefined }))
+        // A caller on the way back from a failed transfer (no stream yet: no live call hears this) ends it.
+        const query = yield* Effect.either(decodeEntry(EntryQuery, request.query))
+        const sessionId = sessionIdOfClientState(payload.client_state)
+        if (Either.isRight(query) && sessionId !== undefined) {
+          yield* (yield* TransferOutcomes).callerLeft({ agentId: query.right.agentId, sessionId })
+        }
         return received
       }
       case "call.speak.ended":

@@ -1,12 +1,17 @@
-import { Effect, Either, Option, Schema } from "effect"
+import { Duration, Effect, Either, Option, Schema } from "effect"
 import { Carriers, type CallRef } from "../../kernel/Carrier.js"
 import { SessionParams } from "../../sessions/SessionSchema.js"
 import { dialCallStatusOutcome, hangupCauseOutcome, TransferOutcomes, type SettledTransfer } from "../../sessions/TransferOutcomes.js"
 import { sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { type TelnyxVerifier } from "../CarrierSignatures.js"
+import { TOKEN_TTL_MS } from "../SessionTokens.js"
 import { decodeEntry, formParams, hangupOnly, markupAnswer, signedForm, telnyxSigned } from "./CallAdmission.js"
 import { EntryBackgroundWork } from "./EntryBackgroundWork.js"
-import { returnCaller } from "./TransferReturn.js"
+import { returnCallControlCaller, returnCaller } from "./TransferReturn.js"
+import type { CallRelocation } from "./CallRelocation.js"
+import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
+import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
+import type { TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
 import { CallControlWebhook, type EntryRequest, type EntryResponse } from "./EntryWire.js"
 
 /** `?agentId=..&sessionId=..` on every transfer report URL (TransferOutcomes.begin): the session, as the session routes name it. */
@@ -64,7 +69,7 @@ export const transferOutcomeEntry = (kind: TwimlKind, request: EntryRequest, ver
         carrierStatus,
         ...(duration !== undefined ? { talkMsHint: Number(duration) * 1000 } : {})
       },
-      { returnCaller: true }
+      { returnCaller: { within: Duration.millis(TOKEN_TTL_MS) } }
     )
     // The agent's transfer was not answered: the caller comes back (docs/fallback.md, "The return path").
     if (Option.isSome(settled) && settled.value.reopened) return yield* returnCaller(kind, settled.value)
@@ -93,9 +98,10 @@ export const transferProgressEntry = (kind: TwimlKind, request: EntryRequest, ve
  * `POST /telephony/telnyx/transfer-events` (`?agentId=..&sessionId=..`), the `webhook_url` of a
  * Call Control transfer's new leg (Ed25519-verified): `call.answered` / `call.bridged` mark the
  * answer, `call.hangup` is the outcome (its `hangup_cause`). Telnyx keeps the caller's leg when the
- * transfer fails: callgate then speaks the transferFailedMessage (fallback transfers) and hangs it
- * up; after an answered transfer it hangs up what is left of it. Acknowledged at once; the
- * commands run in the background.
+ * transfer fails: an agent's transfer busy, not answered or failed brings the caller back to an
+ * agent (a new stream on that leg) or the error fallback (TransferReturn); for a fallback transfer
+ * callgate speaks the transferFailedMessage and hangs the leg up; after an answered transfer it
+ * hangs up what is left of it. Acknowledged at once; the commands run in the background.
  */
 export const telnyxTransferEventsEntry = (
   request: EntryRequest,
@@ -116,7 +122,18 @@ export const telnyxTransferEventsEntry = (
       case "call.hangup": {
         const payload = Schema.decodeUnknownOption(LegPayload)(webhook.right.data.payload)
         const cause = Option.match(payload, { onNone: () => null, onSome: (p) => p.hangup_cause ?? null })
-        const settled = yield* outcomes.settle(ref, { status: hangupCauseOutcome(cause, false), carrierStatus: cause, answeredWhenReported: true })
+        const settled = yield* outcomes.settle(
+          ref,
+          { status: hangupCauseOutcome(cause, false), carrierStatus: cause, answeredWhenReported: true },
+          { returnCaller: { within: Duration.millis(TOKEN_TTL_MS) } }
+        )
+        // The agent's transfer was not answered and the caller's leg is still up: back to an agent (docs/fallback.md, "The return path").
+        if (Option.isSome(settled) && settled.value.reopened) {
+          const back = returnCallControlCaller(settled.value)
+          const context = yield* Effect.context<CallRelocation | ErrorFallback | SessionEndJournal | TransferOutcomes | TelnyxCallCommands>()
+          yield* (yield* EntryBackgroundWork).start(Effect.provide(back, context))
+          return received
+        }
         if (Option.isSome(settled)) {
           const { session } = settled.value
           const call: CallRef = {

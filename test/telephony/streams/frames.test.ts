@@ -75,7 +75,7 @@ describe("dialect frames", () => {
     expect(Either.isLeft(opus) && opus.left.code).toBe(1007)
     const stereo = telnyx({ event: "start", stream_id: "s", start: { media_format: { encoding: "L16", sample_rate: 16000, channels: 2 } } })
     expect(Either.isLeft(stereo) && stereo.left.code).toBe(1007)
-    for (const encoding of ["PCMU", "audio/x-mulaw", "PCMA", "L16"]) {
+    for (const encoding of ["PCMU", "audio/x-mulaw", "PCMA", "L16", "G722"]) {
       expect(Either.isRight(telnyx({ event: "start", stream_id: "s", start: { media_format: { encoding, sample_rate: 8000, channels: 1 } } }))).toBe(true)
     }
   })

@@ -1,4 +1,5 @@
-import { type AudioFormat, bytesPerMs, linearToAlaw, mulawToLinear } from "../../../src/kernel/AudioFormat.js"
+import { G722Decoder, G722Encoder } from "../../../src/audio/G722.js"
+import { type AudioFormat, bytesPerMs, G722_16K, linearToAlaw, linearToMulaw, MULAW_8K, mulawToLinear, payloadTranscoders } from "../../../src/kernel/AudioFormat.js"
 import { callTraceIds } from "../../../src/observability/Tracing.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import {
@@ -30,6 +31,25 @@ const shuffledChunks = (n: number, block = 6) => {
     }
   }
   return order
+}
+
+/** Mu-law frames as a G.722 stream: 16 kHz by linear interpolation, through one encoder (one per call). */
+const g722Stream = (frames: ReadonlyArray<string>): Array<string> => {
+  const encoder = new G722Encoder()
+  let previous = 0
+  return frames.map((frame) => {
+    const mulaw = Buffer.from(frame, "base64")
+    const wide = new Int16Array(mulaw.length * 2)
+    mulaw.forEach((byte, i) => {
+      const sample = mulawToLinear(byte)
+      wide[2 * i] = (previous + sample) >> 1
+      wide[2 * i + 1] = sample
+      previous = sample
+    })
+    const codes = Buffer.alloc(mulaw.length)
+    encoder.encode(wide, wide.length, codes)
+    return codes.toString("base64")
+  })
 }
 
 describe("Telnyx media streams end to end", () => {
@@ -146,7 +166,10 @@ describe("Telnyx media streams end to end", () => {
   it.each([
     ["PCMA", 8000, { encoding: "audio/x-alaw", sampleRate: 8000 }],
     ["L16", 8000, { encoding: "audio/L16", sampleRate: 8000 }],
-    ["L16", 16000, { encoding: "audio/L16", sampleRate: 16000 }]
+    ["L16", 16000, { encoding: "audio/L16", sampleRate: 16000 }],
+    // G.722 is 16 kHz audio on an 8000 Hz RTP clock: Telnyx may give either rate.
+    ["G722", 8000, { encoding: "audio/G722", sampleRate: 16000 }],
+    ["G722", 16000, { encoding: "audio/G722", sampleRate: 16000 }]
   ] as const)("a %s stream at %i Hz: start.mediaFormat says so, audio relayed byte for byte both ways, the caller's turn timed", async (encoding, sampleRate, mediaFormat) => {
     const agentId = uniqueId("agent")
     const env = await gateway.createEnvironment(agentId)
@@ -162,7 +185,7 @@ describe("Telnyx media streams end to end", () => {
     const format = { encoding: mediaFormat.encoding, sampleRate: mediaFormat.sampleRate } as AudioFormat
     const frameBytes = bytesPerMs(format) * 20
     const inFormat = (frames: ReadonlyArray<string>) =>
-      frames.map((frame) => {
+      format.encoding === "audio/G722" ? g722Stream(frames) : frames.map((frame) => {
         const mulaw = Buffer.from(frame, "base64")
         if (format.encoding === "audio/x-alaw") return Buffer.from(mulaw.map((byte) => linearToAlaw(mulawToLinear(byte)))).toString("base64")
         const out = Buffer.alloc(frameBytes)
@@ -225,6 +248,39 @@ describe("Telnyx media streams end to end", () => {
     for (const frame of reply) agent.send({ event: "media", media: { payload: frame } })
     await until(() => call.sentMedia().length === reply.length, "the agent's audio at the carrier")
     expect(call.sentMedia()).toEqual(reply.map((frame) => toCarrier(Buffer.from(frame, "base64")).toString("base64")))
+    call.stop()
+    await gateway.outbox.forSession(sessionIdOf(agent))
+  })
+
+  it("agentAudioFormat audio/x-mulaw;rate=8000 on a G722 call: the agent hears and speaks 8 kHz mu-law, through one decoder and one encoder for the call", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, { agentAudioFormat: "audio/x-mulaw;rate=8000" })
+    const agent = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "idle agent")
+    const callId = callControlId()
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId })
+    const call = await telnyxCall(gateway, { token, callControlId: callId, encoding: "G722", sampleRate: 8000 })
+    call.start()
+    const [start] = await agent.waitForEvent("start")
+    expect(start.start.mediaFormat).toEqual({ encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 })
+    // The caller's G.722, decoded by one decoder over the whole stream, each pair of samples averaged to mu-law.
+    const sent = g722Stream(caller.slice(0, 40))
+    for (const frame of sent) call.media(frame)
+    await agent.waitForEvent("media", sent.length)
+    const decoder = new G722Decoder()
+    const pcm = new Int16Array(320)
+    const expected = sent.map((frame) => {
+      decoder.decode(Buffer.from(frame, "base64"), 160, pcm)
+      return Buffer.from(Array.from({ length: 160 }, (_, i) => linearToMulaw((pcm[2 * i]! + pcm[2 * i + 1]!) >> 1))).toString("base64")
+    })
+    expect(agentMedia(agent)).toEqual(expected)
+    // The agent's mu-law reaches the carrier as G.722 from one encoder kept for the call (what a
+    // fresh transcoder gives for the same frames in order), and decodes back to the agent's voice.
+    const reply = agentVoice.slice(0, 30)
+    for (const frame of reply) agent.send({ event: "media", media: { payload: frame } })
+    await until(() => call.sentMedia().length === reply.length, "the agent's audio at the carrier")
+    const reference = payloadTranscoders(G722_16K, MULAW_8K)!
+    expect(call.sentMedia()).toEqual(reply.map((frame) => reference.toCarrier(frame)))
     call.stop()
     await gateway.outbox.forSession(sessionIdOf(agent))
   })
