@@ -104,17 +104,29 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
       }
     })
 
-    const refresh = Effect.gen(function* () {
-      // The entry first, the hold renewed as soon as the store took it: taken just before the write
-      // the fleet times this instance by (the refresh's other round trips, however slow, do not count).
+    const refreshFailed = (error: { readonly message: string }) =>
+      logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })
+
+    /**
+     * The entry, on a loop of its own: the hold is renewed as soon as the store took it, timed from
+     * just before the write the fleet times this instance by. Publishing idle agents (which waits
+     * for the publishes of agents connecting) and listing the fleet run on the other loop, so
+     * however slow they are on a distant store, they never delay it.
+     */
+    const heartbeat = Effect.gen(function* () {
       const at = yield* Clock.currentTimeMillis
       yield* store.report(report(), ttlMs)
       lease.renewed(at)
+    }).pipe(Effect.catchAll(refreshFailed))
+
+    const resync = Effect.gen(function* () {
       yield* publish(true)
       known = yield* store.list(ttlMs)
       lease.sawOthers(known.some((entry) => entry.id !== self))
       yield* letGoOfTaken
-    }).pipe(Effect.catchAll((error) => logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })))
+    }).pipe(Effect.catchAll(refreshFailed))
+
+    const refresh = Effect.zipRight(heartbeat, resync)
 
     const stopListening = pool.onChange((agentId, environmentId) => {
       dirty.set(environmentKey(agentId, environmentId), { agentId, environmentId })
@@ -133,7 +145,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     yield* Option.isSome(config.redisUrl)
       ? Effect.logInfo("joined the fleet registry", { instanceId: self, publicUrl: publicUrl.current() })
       : Effect.logWarning("the embedded in-memory store serves this one instance only: set REDIS_URL to run a fleet", { instanceId: self })
-    yield* refresh.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* heartbeat.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* resync.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
     yield* Queue.take(wake).pipe(
       Effect.zipRight(publish(false)),
       Effect.catchAll((error) => Effect.logWarning("could not publish this instance's idle agents", { error: error.message })),

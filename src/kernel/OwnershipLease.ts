@@ -8,8 +8,9 @@ import { AppConfig } from "../config/AppConfig.js"
  * registry). It stops taking new calls `margin` before the hold runs out (min(TTL / 2, 3 s)): an
  * instance that cannot refresh (paused, or cut off from the store) is out of placement (and
  * `/readyz`) before the fleet may claim its calls, not after. The hold counts from the moment the
- * entry's write was sent, not from the whole refresh (whose other round trips a slow store
- * lengthens): a store 300 ms away keeps it renewed every REFRESH_INTERVAL plus one round trip.
+ * entry's write was sent, and the entry is written on a loop of its own (InstanceRegistry), not
+ * behind the refresh's other round trips: a store 300 ms away keeps it renewed every
+ * REFRESH_INTERVAL plus one round trip.
  * Without a shared store (the embedded one) there is no fleet and the hold never runs out.
  */
 export class OwnershipLease extends Effect.Service<OwnershipLease>()("callgate/OwnershipLease", {
