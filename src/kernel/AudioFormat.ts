@@ -1,4 +1,4 @@
-import { G722_SAMPLE_RATE, G722Decoder, G722Encoder } from "../audio/G722.js"
+import { G722_SAMPLE_RATE, G722Encoder, G722NarrowbandDecoder } from "../audio/G722.js"
 
 /**
  * The audio formats a carrier stream may carry (docs/calls.md, "Audio formats"), and the
@@ -123,20 +123,20 @@ const l16Frame16k = (bytes: Uint8Array): Uint8Array => {
   return observed.subarray(0, samples)
 }
 
-/** 16 kHz samples decoded from G.722 (two per byte), shared by every call as `observed` is. */
-const decodedG722 = new Int16Array(MAX_OBSERVED_BYTES * 2)
+/** 8 kHz samples decoded from G.722 (one per byte), shared by every call as `observed` is. */
+const decodedG722 = new Int16Array(MAX_OBSERVED_BYTES)
 
-/** 16 kHz samples (decodedG722) to 8 kHz mu-law, pairwise averaged as L16 at 16 kHz is. */
-const pairsToObserved = (samples: number): Uint8Array => {
-  const pairs = samples >> 1
-  for (let i = 0, j = 0; i < pairs; i++, j += 2) observed[i] = LINEAR_TO_MULAW[((decodedG722[j]! + decodedG722[j + 1]!) >> 1) & 0xffff]!
-  return observed.subarray(0, pairs)
-}
-
-/** A G.722 stream's converter: its own decoder (G.722 is adaptive: one per stream, fed every frame in order). */
+/**
+ * A G.722 stream's converter: its own decoder (G.722 is adaptive: one per stream, fed every frame
+ * in order) of the low band alone, which is the audio at 8 kHz already (G722NarrowbandDecoder).
+ */
 const g722Frames = (): ((bytes: Uint8Array) => Uint8Array) => {
-  const decoder = new G722Decoder()
-  return (bytes) => pairsToObserved(decoder.decode(bytes, Math.min(bytes.length, MAX_OBSERVED_BYTES), decodedG722))
+  const decoder = new G722NarrowbandDecoder()
+  return (bytes) => {
+    const samples = decoder.decode(bytes, Math.min(bytes.length, MAX_OBSERVED_BYTES), decodedG722)
+    for (let i = 0; i < samples; i++) observed[i] = LINEAR_TO_MULAW[decodedG722[i]! & 0xffff]!
+    return observed.subarray(0, samples)
+  }
 }
 
 const unchanged = (bytes: Uint8Array): Uint8Array => bytes
@@ -172,8 +172,10 @@ const upsampled = new Int16Array(MAX_OBSERVED_BYTES * 8)
 
 /**
  * Mu-law to G.722 for one call: each 8 kHz sample becomes two at 16 kHz, the second the sample and
- * the first halfway from the one before (linear interpolation: a hold would put images of the voice
- * into the 4 to 8 kHz band G.722 codes), then one encoder for the call's whole agent audio.
+ * the first halfway from the one before (linear interpolation: a hold would put louder images of
+ * the voice into the 4 to 8 kHz band G.722 codes), then one encoder for the call's whole agent
+ * audio. (Coding the 8 kHz samples as the low band alone would cost a third, but G.722's band split
+ * then dulls the voice near 4 kHz: 15 dB signal to noise on the test recordings, against 29.)
  */
 const mulawToG722 = (): ((payload: string) => string) => {
   const encoder = new G722Encoder()

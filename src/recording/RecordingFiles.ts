@@ -1,15 +1,16 @@
 import { randomBytes } from "node:crypto"
-import { open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises"
-import { join } from "node:path"
+import { open, readdir, readFile, rename, rm, rmdir, stat, writeFile } from "node:fs/promises"
+import { dirname, join } from "node:path"
 import type { RecordingPause } from "./CallRecording.js"
 import { dataBytesOf, durationMsOf, HEADER_BYTES, sampleRateOf, wavHeader } from "./Wav.js"
 
 /**
  * A recording's part on disk (docs/recording.md, "Storage"): `DIR/<agentId>/<stem>.wav` and its
  * sidecar `DIR/<agentId>/<stem>.json` (this metadata), where the stem is the session id for the
- * call's first stream and `<sessionId>.<part>` for each stream the call was moved to after it (an
- * agent failover to another instance, a caller back from a transfer): every part has files of its
- * own, so no instance ever overwrites another's. The sidecar says whether the WAV is still being
+ * call's first stream and `<sessionId>.parts/<part>` for each stream the call was moved to after it
+ * (an agent failover to another instance, a caller back from a transfer): every part has files of
+ * its own, so no instance ever overwrites another's, and a session's later parts are found in one
+ * small folder (no listing of the agent's whole folder per read). The sidecar says whether the WAV is still being
  * written; a crash leaves "recording", and whoever finishes the file (the next start, or the sweep
  * of any instance) sets the header's sizes from what was written. The parts are joined into the
  * one recording when it is read (RecordingJoin).
@@ -36,14 +37,18 @@ export interface RecordingMeta {
   readonly sampleRate?: number
 }
 
-/** The file name (without extension) of a session's part. */
-export const stemOf = (sessionId: string, part: string | undefined): string => (part === undefined ? sessionId : `${sessionId}.${part}`)
+/** The folder (in the agent's) of a session's later parts. */
+export const partsFolderOf = (sessionId: string): string => `${sessionId}.parts`
 
-/** Whether `name` (a file in an agent's folder) is one of the session's parts' files with that extension (".json", ".wav"). */
+/** The file name (without extension, from the agent's folder) of a session's part. */
+export const stemOf = (sessionId: string, part: string | undefined): string => (part === undefined ? sessionId : `${partsFolderOf(sessionId)}/${part}`)
+
+/** Whether `name` (a path from the agent's folder) is one of the session's parts' files with that extension (".json", ".wav"). */
 export const isPartFile = (name: string, sessionId: string, extension: ".json" | ".wav"): boolean => {
   if (!name.endsWith(extension)) return false
   const stem = name.slice(0, -extension.length)
-  return stem === sessionId || (stem.startsWith(`${sessionId}.`) && stem.length > sessionId.length + 1 && !stem.slice(sessionId.length + 1).includes("."))
+  const folder = `${partsFolderOf(sessionId)}/`
+  return stem === sessionId || (stem.startsWith(folder) && /^[A-Za-z0-9_-]+$/.test(stem.slice(folder.length)))
 }
 
 export interface RecordingPaths {
@@ -113,8 +118,15 @@ export const listRecordings = async (
     } catch {
       continue
     }
+    const sidecars: Array<string> = []
     for (const name of names) {
-      if (!name.endsWith(".json")) continue
+      if (name.endsWith(".json")) sidecars.push(name)
+      else if (name.endsWith(".parts")) {
+        const parts = await readdir(join(dir, agentId, name)).catch((): Array<string> => [])
+        for (const part of parts) if (part.endsWith(".json")) sidecars.push(`${name}/${part}`)
+      }
+    }
+    for (const name of sidecars) {
       const paths = pathsOf(dir, agentId, name.slice(0, -".json".length))
       const meta = await readMeta(paths.meta)
       if (meta === undefined) continue
@@ -131,12 +143,9 @@ export const listSessionParts = async (
   agentId: string,
   sessionId: string
 ): Promise<Array<{ readonly meta: RecordingMeta; readonly paths: RecordingPaths; readonly wavBytes: number | undefined }>> => {
-  let names: Array<string>
-  try {
-    names = await readdir(join(dir, agentId))
-  } catch {
-    return []
-  }
+  const folder = partsFolderOf(sessionId)
+  const later = await readdir(join(dir, agentId, folder)).catch((): Array<string> => [])
+  const names = [`${sessionId}.json`, ...later.map((name) => `${folder}/${name}`)]
   const found: Array<{ meta: RecordingMeta; paths: RecordingPaths; wavBytes: number | undefined }> = []
   for (const name of names) {
     if (!isPartFile(name, sessionId, ".json")) continue
@@ -151,4 +160,6 @@ export const listSessionParts = async (
 export const removeLocal = async (paths: RecordingPaths): Promise<void> => {
   await rm(paths.wav, { force: true })
   await rm(paths.meta, { force: true })
+  // A later part's folder goes with its last part (another part still there keeps it).
+  if (dirname(paths.meta).endsWith(".parts")) await rmdir(dirname(paths.meta)).catch(() => {})
 }

@@ -35,8 +35,8 @@ const callerAt = (samples: Int16Array, from: number, length: number) => Array.fr
 /** The pauses in the sidecar of the session's part that `gateway` writes (its own RECORDINGS_DIR): the first part's, or a later one's. */
 const sidecarPauses = (gateway: GatewayProcess, agentId: string, sessionId: string, later: boolean) => {
   try {
-    const folder = join(gateway.env.RECORDINGS_DIR!, agentId)
-    const name = readdirSync(folder).find((file) => file.endsWith(".json") && (later ? file.startsWith(`${sessionId}.`) && file !== `${sessionId}.json` : file === `${sessionId}.json`))
+    const folder = join(gateway.env.RECORDINGS_DIR!, agentId, ...(later ? [`${sessionId}.parts`] : []))
+    const name = readdirSync(folder).find((file) => (later ? file.endsWith(".json") : file === `${sessionId}.json`))
     if (name === undefined) return undefined
     return (JSON.parse(readFileSync(join(folder, name), "utf8")) as { pauses: Array<{ startMs: number; endMs: number | null }> }).pauses
   } catch {
@@ -206,9 +206,10 @@ describe.each<Store>(["shared RECORDINGS_DIR", "S3 bucket"])("a recorded call mo
 
     // Each stream wrote a part of its own (the second never replaced the first).
     if (store === "shared RECORDINGS_DIR") {
-      const wavs = readdirSync(join(sharedDir, agentId)).filter((name) => name.startsWith(`${sessionId}.`) && name.endsWith(".wav"))
-      expect(wavs).toHaveLength(2)
-      expect(wavs).toContain(`${sessionId}.wav`)
+      expect(readdirSync(join(sharedDir, agentId)).filter((name) => name.startsWith(`${sessionId}.`)).sort()).toEqual(
+        [`${sessionId}.json`, `${sessionId}.parts`, `${sessionId}.wav`]
+      )
+      expect(readdirSync(join(sharedDir, agentId, `${sessionId}.parts`)).filter((name) => name.endsWith(".wav"))).toHaveLength(1)
     }
 
     for (const gateway of [b, a]) {

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { G722Decoder, G722Encoder } from "../../src/audio/G722.js"
+import { G722Decoder, G722Encoder, G722NarrowbandDecoder } from "../../src/audio/G722.js"
 import {
   alawToLinear,
   bytesPerMs,
@@ -30,11 +30,11 @@ const speechG722 = (): Uint8Array => {
   return codes
 }
 
-/** What the observer must read of G.722 codes: one decoder over the stream, pairs averaged, mu-law. */
+/** What the observer must read of G.722 codes: one decoder of the low band (the 8 kHz audio) over the stream, as mu-law. */
 const expectedObserved = (codes: Uint8Array): Uint8Array => {
-  const pcm = new Int16Array(codes.length * 2)
-  new G722Decoder().decode(codes, codes.length, pcm)
-  return Uint8Array.from({ length: codes.length }, (_, i) => linearToMulaw((pcm[2 * i]! + pcm[2 * i + 1]!) >> 1))
+  const pcm = new Int16Array(codes.length)
+  new G722NarrowbandDecoder().decode(codes, codes.length, pcm)
+  return Uint8Array.from(pcm, linearToMulaw)
 }
 
 const frames = (bytes: Uint8Array, size: number): Array<Uint8Array> =>
@@ -85,7 +85,7 @@ describe("audio formats", () => {
     expect(bytesPerMs(G722_16K)).toBe(8)
   })
 
-  it("G.722 for the observer: each direction's converter decodes its own stream, frame by frame, to the mu-law of the pairs' means", () => {
+  it("G.722 for the observer: each direction's converter decodes its own stream's low band, frame by frame, to mu-law", () => {
     const codes = speechG722()
     const expected = expectedObserved(codes)
     const caller = toObservedMulaw(G722_16K)

@@ -22,8 +22,8 @@ describe("the recordings sweep", () => {
   const day = 86_400_000
 
   const lay = (sessionId: string, meta: Record<string, unknown>, audioBytes: number, header = wavHeader(PROVISIONAL_SIZE), part?: string, first = 0) => {
-    mkdirSync(join(dir, agentId), { recursive: true })
-    const stem = part === undefined ? sessionId : `${sessionId}.${part}`
+    mkdirSync(join(dir, agentId, ...(part === undefined ? [] : [`${sessionId}.parts`])), { recursive: true })
+    const stem = part === undefined ? sessionId : `${sessionId}.parts/${part}`
     const wav = join(dir, agentId, `${stem}.wav`)
     const audio = Buffer.alloc(audioBytes)
     for (let i = 0; i < audioBytes / 2; i++) audio.writeInt16LE(first + ((i * 37) % 2000), i * 2)
@@ -87,7 +87,7 @@ describe("the recordings sweep", () => {
 
     // The moved call: its second part finished by the sweep, the two served as one recording, the
     // gap between them silent, the pause on the whole's timeline.
-    const movedLaterMeta = join(dir, agentId, `ses_moved.${movedStart + 1500}-abc123.json`)
+    const movedLaterMeta = join(dir, agentId, "ses_moved.parts", `${movedStart + 1500}-abc123.json`)
     await until(() => JSON.parse(readFileSync(movedLaterMeta, "utf8")).state === "complete", "the moved call's second part finished")
     expect(JSON.parse(readFileSync(movedLaterMeta, "utf8"))).toMatchObject({ durationMs: 500, pauses: [{ startMs: 250, endMs: 500 }] })
     const served = await fetch(`${gateway.httpBase}/v1/agents/${agentId}/sessions/ses_moved/recording`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } })
