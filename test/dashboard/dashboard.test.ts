@@ -110,7 +110,7 @@ describe("the dashboard, in chromium", () => {
     })
     page = context.pages()[0] ?? (await context.newPage())
     watch(page)
-  }, 120_000)
+  }, 240_000)
 
   afterAll(async () => {
     await agent?.close()

@@ -52,7 +52,7 @@ describe("agent failover to an agent on another instance", () => {
       SHUTDOWN_DRAIN_TIMEOUT: "2s",
       LOG_LEVEL: "info"
     })
-    await waitForHealthy(gateway, "/readyz", 45_000)
+    await waitForHealthy(gateway, "/readyz", 120_000)
     return gateway
   }
 
@@ -61,7 +61,7 @@ describe("agent failover to an agent on another instance", () => {
     telnyx = await startFakeTelnyx()
     receiver = await startReceiver()
     ;[a, b] = await Promise.all([start("xfail-a"), start("xfail-b")])
-  }, 120_000)
+  }, 300_000)
 
   afterAll(async () => {
     await Promise.all(calls.map((call) => call.hangup().catch(() => {})))
