@@ -21,13 +21,22 @@ import { readUlawFile } from "../sim/AudioSource.js"
 import { nowUs, writeStamp } from "../sim/FrameStamp.js"
 import { FramePacer } from "../sim/FramePacer.js"
 import { FRAME_BYTES, MULAW_SILENCE } from "../sim/Mulaw.js"
+import { simAudioCodec, type SimStreamCodec } from "../sim/StreamCodec.js"
 import { serveWorker, sleep } from "./benchProcess.js"
 import { ReceiveLedger, SendLedger } from "./frameLedger.js"
 import { LoadWindow } from "./loadStats.js"
 
 export type AgentTarget =
   | { readonly mode: "relay"; readonly relayUrl: string }
-  | { readonly mode: "gateway"; readonly gatewayUrl: string; readonly agentId: string; readonly environmentId: string; readonly apiKey: string }
+  | {
+      readonly mode: "gateway"
+      readonly gatewayUrl: string
+      readonly agentId: string
+      readonly environmentId: string
+      readonly apiKey: string
+      /** The carrier's codec, which the agents receive and speak (the formats part); default 8 kHz mu-law. */
+      readonly codec?: SimStreamCodec
+    }
 
 const RESPONSE_LATENCY_MS = 200
 
@@ -50,6 +59,8 @@ const load = new LoadWindow()
 
 /** One call: a frame every 20 ms (reply audio or silence), answering each caller turn. */
 const serveCall = (call: AgentCall) => {
+  // The agent's audio is 8 kHz mu-law, stamped, converted to the call's codec as it is sent and back as it arrives.
+  const codec = target?.mode === "gateway" && target.codec !== undefined && target.codec !== "PCMU" ? simAudioCodec(target.codec) : undefined
   const detector = new EnergyTurnDetector()
   const scratch = Buffer.alloc(FRAME_BYTES)
   const stream = { seq: 0 }
@@ -65,7 +76,7 @@ const serveCall = (call: AgentCall) => {
     const frame = replying ? reply.subarray(replyOffset, replyOffset + FRAME_BYTES) : silenceFrame
     frame.copy(scratch)
     writeStamp(scratch, id, ++stream.seq, nowUs())
-    call.socket.send(`${prefix}${scratch.toString("base64")}"}}`)
+    call.socket.send(`${prefix}${(codec !== undefined ? codec.encode(scratch) : scratch).toString("base64")}"}}`)
     if (replying) {
       replyOffset += FRAME_BYTES
       if (replyOffset >= reply.length) {
@@ -83,7 +94,8 @@ const serveCall = (call: AgentCall) => {
     prefix = `{"event":"media","streamSid":${JSON.stringify(start.streamSid)},"media":{"payload":"`
     pacer.start()
   })
-  call.on("media", (audio, atUs) => {
+  call.on("media", (received, atUs) => {
+    const audio = codec !== undefined ? codec.decode(received) : received
     ledger.receive(audio, atUs)
     if (replyOffset >= 0 || replyTimer !== undefined) return
     if (detector.push(audio)) {

@@ -4,7 +4,8 @@
  * drift-free clock and playing out what comes back. Each caller speaks a recorded sentence, waits
  * for the agent's answer to play, and speaks again, for as long as the call lasts.
  *
- * Against callgate a call is placed as Twilio does it (voice webhook, then the TwiML's stream URL);
+ * Against callgate a call is placed as Twilio does it (voice webhook, then the TwiML's stream URL),
+ * or as a Telnyx TeXML call in a given codec (`telnyxCodec`, the formats part);
  * against the bare relay the stream goes straight to /carrier/<call>. Driven over IPC by
  * relayLoad.ts (see serveWorker): setup, grow, record, windowOpen, windowClose, settle, hangupAll,
  * stop. After hangupAll the next grow numbers calls from 1 again (the relay's keys are reused).
@@ -12,6 +13,8 @@
 import { fileURLToPath } from "node:url"
 import { readUlawFile } from "../sim/AudioSource.js"
 import { connectTwilioStream, placeTwilioCall } from "../sim/TwilioCall.js"
+import { placeTelnyxTexmlCall } from "../sim/TelnyxCall.js"
+import type { SimStreamCodec } from "../sim/StreamCodec.js"
 import type { SimCall } from "../sim/SimCall.js"
 import { serveWorker, sleep } from "./benchProcess.js"
 import { ReceiveLedger, SendLedger, type SentRanges } from "./frameLedger.js"
@@ -19,7 +22,14 @@ import { LoadWindow } from "./loadStats.js"
 
 export type CarrierTarget =
   | { readonly mode: "relay"; readonly relayUrl: string }
-  | { readonly mode: "gateway"; readonly gatewayUrl: string; readonly agentId: string; readonly environmentId: string }
+  | {
+      readonly mode: "gateway"
+      readonly gatewayUrl: string
+      readonly agentId: string
+      readonly environmentId: string
+      /** Telnyx TeXML calls streaming in this codec (the formats part), instead of Twilio calls. */
+      readonly telnyxCodec?: SimStreamCodec
+    }
 
 /** The caller's number carries the call's index, so the agent side (and the fallback bench) can tell calls apart. */
 export const callerNumber = (index: number) => `+1555${String(index).padStart(7, "0")}`
@@ -54,9 +64,9 @@ const converse = async (call: SimCall, index: number) => {
 const placeCall = async (index: number): Promise<SimCall> => {
   if (target === undefined) throw new Error("setup first")
   const common = { stampCallId: index }
-  return target.mode === "relay"
-    ? connectTwilioStream({ ...common, url: `${target.relayUrl}/carrier/${index}`, customParameters: { from: callerNumber(index) } })
-    : placeTwilioCall({ ...common, gatewayUrl: target.gatewayUrl, agentId: target.agentId, environmentId: target.environmentId, from: callerNumber(index) })
+  if (target.mode === "relay") return connectTwilioStream({ ...common, url: `${target.relayUrl}/carrier/${index}`, customParameters: { from: callerNumber(index) } })
+  const call = { ...common, gatewayUrl: target.gatewayUrl, agentId: target.agentId, environmentId: target.environmentId, from: callerNumber(index) }
+  return target.telnyxCodec !== undefined ? placeTelnyxTexmlCall({ ...call, codec: target.telnyxCodec }) : placeTwilioCall(call)
 }
 
 const grow = async ({ to, perSecond, concurrency }: { to: number; perSecond: number; concurrency: number }) => {

@@ -11,6 +11,7 @@ import { EFFICIENCY_GOAL } from "./fleetScaling.js"
 import type { SideBySideFigures, StepFigures, SystemFigures } from "./relayLoad.js"
 import { PASS_LOSS_PERCENT, PASS_P99_MS } from "./relayLoad.js"
 import type { RecordingBenchFigures } from "./recording.js"
+import type { FormatsBenchFigures } from "./formats.js"
 import type { RedisCostFigures } from "./redisCost.js"
 import type { SheddingBenchFigures, Spread } from "./shedding.js"
 import type { TracingBenchFigures } from "./tracing.js"
@@ -64,6 +65,8 @@ export interface BenchResults {
   readonly failover?: FailoverBenchFigures | PartError
   /** Recording on (disk) against off, side by side (recording.ts). */
   readonly recording?: RecordingBenchFigures | PartError
+  /** CPU per call-second of a Telnyx call in each audio format, side by side (formats.ts). */
+  readonly formats?: FormatsBenchFigures | PartError
   /** Tracing on (OTLP export, 100 % sampling) against off, side by side (tracing.ts). */
   readonly tracing?: TracingBenchFigures | PartError
   /** The working tree (or --ref) against --against REF, side by side (versus.ts). */
@@ -459,6 +462,7 @@ export const renderMarkdown = (r: BenchResults): string =>
     fleetSection(r.fleet),
     webhookSection(r.webhooks),
     recordingSection(r.recording),
+    formatsSection(r.formats),
     tracingSection(r.tracing),
     redisSection(r.redis),
     versusSection(r.versus),
@@ -507,6 +511,30 @@ const versusSection = (figures: VersusBenchFigures | PartError | undefined): str
     ...rows,
     "",
     `Pooled: the current build costs ${figures.ratio}x the CPU of the other; RSS per call ${figures.againstRssPerCallKb} against ${figures.currentRssPerCallKb} KB, heap + external ${figures.againstHeapPerCallKb} against ${figures.currentHeapPerCallKb} KB (medians).`,
+    ""
+  ].join("\n")
+}
+
+/** A callgate per Telnyx audio format, side by side: CPU per call-second of each, and its frames' delay. */
+const formatsSection = (figures: FormatsBenchFigures | PartError | undefined): string => {
+  if (figures === undefined) return ""
+  if (isError(figures)) return `## Audio formats\n\nFailed: ${figures.error}\n`
+  return [
+    "## Audio formats",
+    "",
+    `${figures.calls} Telnyx TeXML calls on each of ${figures.formats.length} callgates at once, one per telnyxStreamCodec, the agents speaking the same format; windows of ${figures.windowSeconds} s` +
+      (figures.skippedWindows > 0 ? ` (${figures.skippedWindows} window(s) in which fewer than 90 % of some format's calls were up left out)` : "") +
+      ".",
+    "",
+    "| format | CPU ms per call-second | over mu-law | p99 ms carrier->agent | agent->carrier | loss % (each way) | turns answered |",
+    "|---|---|---|---|---|---|---|",
+    ...figures.formats.map(
+      (f) =>
+        // A lossy format (A-law over the simulators' mu-law, G.722) alters the frames' stamps: their delay and loss cannot be read.
+        f.carrierToAgent.unstamped > 0 || f.agentToCarrier.unstamped > 0
+          ? `| ${f.format} | ${f.msPerCallSecond} | ${f.ratioToMulaw}x | n/a | n/a | n/a (stamps altered by the codec) | ${f.turnsAnswered} of ${f.turnsSpoken} |`
+          : `| ${f.format} | ${f.msPerCallSecond} | ${f.ratioToMulaw}x | ${f.carrierToAgent.p99Ms} | ${f.agentToCarrier.p99Ms} | ${f.carrierToAgent.lossPercent} / ${f.agentToCarrier.lossPercent} | ${f.turnsAnswered} of ${f.turnsSpoken} |`
+    ),
     ""
   ].join("\n")
 }

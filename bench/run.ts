@@ -7,6 +7,7 @@
  *   npm run bench -- --quick               # a 3 minute smoke run
  *   npm run bench -- --only fleet          # the fleet's scaling efficiency alone
  *   npm run bench -- --only redis          # Redis commands and CPU per call set-up and per call-second
+ *   npm run bench -- --only formats        # CPU per call-second of a PCMU, PCMA, L16 8 / 16 kHz and G.722 Telnyx call
  *   npm run bench -- --steps 100,200,400 --step-seconds 30 --only gateway,baseline --profile
  *
  * See docs/benchmarks.md for what each figure means.
@@ -20,18 +21,22 @@ import { buildForBench } from "./build.js"
 import { relayChartOf } from "./chart.js"
 import { type BenchResults, compare, isError, type Machine, type PartError, renderMarkdown } from "./report.js"
 import { runRecordingBench } from "./recording.js"
+import { runFormatsBench } from "./formats.js"
 import { runRedisCostBench } from "./redisCost.js"
 import { runTracingBench } from "./tracing.js"
 import { runVersusBench } from "./versus.js"
 import { runRelayLoad, type SystemFigures } from "./relayLoad.js"
 
-const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "shedding", "failover", "recording", "tracing", "versus", "redis"] as const
+const PARTS = ["baseline", "gateway", "fleet", "webhooks", "breaker", "fallback", "shedding", "failover", "recording", "formats", "tracing", "versus", "redis"] as const
 /** Calls both callgates carry at once in the tracing part (OTLP export of every span against tracing off). */
 const TRACING_CALLS = 50
 const QUICK_TRACING_CALLS = 20
 /** Calls each build carries at once in the versus part (the larger of the CPU steps). */
 const VERSUS_CALLS = 100
 const QUICK_VERSUS_CALLS = 20
+/** Calls each format's callgate carries in the formats part (PCMU, PCMA, L16 8 and 16 kHz, G.722, all at once). */
+const FORMATS_CALLS = 20
+const QUICK_FORMATS_CALLS = 10
 /** Calls both callgates carry at once in the recording part (recording on against off). */
 const RECORDING_CALLS = 50
 const QUICK_RECORDING_CALLS = 20
@@ -202,7 +207,7 @@ const main = async () => {
       source: "working tree (sources through tsx)"
     }
   }
-  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("shedding") || has("failover") || has("recording") || has("tracing") || has("redis"))
+  const needsBuild = !settings.tsx && (has("baseline") || has("gateway") || has("fleet") || has("fallback") || has("shedding") || has("failover") || has("recording") || has("formats") || has("tracing") || has("redis"))
   let build: string | undefined
   if (needsBuild) {
     log(`compiling ${settings.ref ?? "the working tree"} (tsc --noCheck into node_modules/.cache/callgate-bench)`)
@@ -258,6 +263,18 @@ const main = async () => {
         settleSeconds: q ? 1.5 : 3,
         build,
         ...(settings.profile ? { profileDir: settings.out } : {}),
+        log
+      })
+    )
+  }
+  if (has("formats")) {
+    results.formats = await attempt("formats (a callgate per Telnyx audio format, side by side)", () =>
+      runFormatsBench({
+        calls: q ? QUICK_FORMATS_CALLS : FORMATS_CALLS,
+        windows: q ? 1 : 3,
+        stepSeconds: settings.stepSeconds,
+        settleSeconds: q ? 1.5 : 3,
+        build,
         log
       })
     )

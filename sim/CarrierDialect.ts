@@ -76,6 +76,8 @@ export interface TelnyxStreamIdentity {
   readonly clientState?: string | undefined
   /** Telnyx documents `PCMU`; `audio/x-mulaw` is accepted by callgate too. Default `PCMU`. */
   readonly encoding?: "PCMU" | "audio/x-mulaw"
+  /** `start.media_format` of a stream in another codec (StreamCodec.ts); overrides `encoding`. */
+  readonly mediaFormat?: { readonly encoding: string; readonly sample_rate: number } | undefined
   /** Echoed in the `connected` frame, as Telnyx does when a stream auth token is configured. */
   readonly streamAuthToken?: string | undefined
 }
@@ -108,7 +110,7 @@ export const telnyxDialect = (identity: TelnyxStreamIdentity): CarrierDialect =>
           tags: [],
           client_state: identity.clientState ?? null,
           custom_parameters: identity.customParameters,
-          media_format: { encoding: identity.encoding ?? "PCMU", sample_rate: 8000, channels: 1 }
+          media_format: { ...(identity.mediaFormat ?? { encoding: identity.encoding ?? "PCMU", sample_rate: 8000 }), channels: 1 }
         }
       }),
     media: (seq, chunk, timestampMs, payload) =>

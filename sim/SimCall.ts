@@ -9,6 +9,7 @@ import { Playout } from "./Playout.js"
 import { openSimSocket, SOCKET_CONNECTING, SOCKET_OPEN, type SimSocket, type SimSocketData, type SimSocketOptions } from "./WsSimSocket.js"
 import { type AgentAnswer, AnswerDetector } from "./AnswerDetector.js"
 import { FrameShuffler } from "./FrameShuffler.js"
+import type { SimAudioCodec } from "./StreamCodec.js"
 
 /** A simulated call could not be placed or failed, with a sentence saying what happened. */
 export class SimError extends Error {
@@ -46,10 +47,15 @@ export interface SimCallOptions {
    * once the audio before them has played. Default 0.
    */
   readonly playoutDelayMs?: number
+  /**
+   * The stream's codec (Telnyx: StreamCodec.ts): the caller's mu-law is sent in it and the gateway's
+   * audio read back from it. Default: 8 kHz mu-law as is.
+   */
+  readonly audioCodec?: SimAudioCodec
 }
 
 export interface AgentMedia {
-  /** The decoded audio of one `media` message (usually 160 bytes). */
+  /** The decoded audio of one `media` message as 8 kHz mu-law (usually 160 bytes), whatever the stream's codec. */
   readonly payload: Buffer
   /** Receive time, `nowUs()` clock. */
   readonly atUs: number
@@ -186,6 +192,11 @@ export class SimCall extends EventEmitter<SimCallEvents> {
 
   get streamId() {
     return this.dialect.streamId
+  }
+
+  /** The codec the stream carries both ways (8 kHz mu-law unless audioCodec says otherwise). */
+  get codec(): string {
+    return this.options.audioCodec?.codec ?? "PCMU"
   }
 
   get isOpen() {
@@ -355,6 +366,7 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       writeStamp(this.scratch, this.options.stampCallId, chunk, nowUs())
       frame = this.scratch
     }
+    if (this.options.audioCodec !== undefined) frame = this.options.audioCodec.encode(frame)
     const message = this.dialect.media(this.seq++, chunk, index * FRAME_MS, frame.toString("base64"))
     if (this.shuffler !== undefined) this.shuffler.push(message, this.sendNow)
     else this.ws.send(message)
@@ -414,9 +426,10 @@ export class SimCall extends EventEmitter<SimCallEvents> {
       return this.emitProtocolError("media frame without a base64 media.payload")
     }
     const atUs = nowUs()
-    const audio = Buffer.from(payload, "base64")
+    const bytes = Buffer.from(payload, "base64")
     const padding = payload.endsWith("==") ? 2 : payload.endsWith("=") ? 1 : 0
-    if (audio.length !== (payload.length / 4) * 3 - padding) return this.emitProtocolError("media.payload is not valid base64")
+    if (bytes.length !== (payload.length / 4) * 3 - padding) return this.emitProtocolError("media.payload is not valid base64")
+    const audio = this.options.audioCodec !== undefined ? this.options.audioCodec.decode(bytes) : bytes
     this.playout.enqueue(audio.length)
     let voiced = false
     for (let start = 0; start < audio.length && !voiced; start += FRAME_BYTES) {

@@ -1,7 +1,8 @@
 import { type KeyObject, sign } from "node:crypto"
 import { entryUrl, followRedirectAfterStream, onGatewayOrigin, postEntryWebhook, telnyxCallControlId, uuid } from "./CallEntry.js"
 import { telnyxDialect } from "./CarrierDialect.js"
-import { SimCall, type SimCallOptions } from "./SimCall.js"
+import { SimCall, type SimCallOptions, SimError } from "./SimCall.js"
+import { codecOfStreamAttributes, isSimStreamCodec, simAudioCodec, SIM_STREAM_CODECS, type SimStreamCodec } from "./StreamCodec.js"
 
 export interface TelnyxStreamOptions extends SimCallOptions {
   /** The stream WebSocket URL (ws:// or wss://), e.g. the `stream_url` of a Call Control answer. */
@@ -17,6 +18,15 @@ export interface TelnyxStreamOptions extends SimCallOptions {
   readonly clientState?: string
   /** `start.media_format.encoding`; default `PCMU`. */
   readonly encoding?: "PCMU" | "audio/x-mulaw"
+  /** The codec streamed both ways (what the Call Control answer asked for); default 8 kHz PCMU. */
+  readonly codec?: SimStreamCodec
+}
+
+/** The dialect's media format and the call's codec conversion for `codec` (none for PCMU). */
+const codecSettings = (codec: SimStreamCodec | undefined) => {
+  if (codec === undefined || codec === "PCMU") return {}
+  const audioCodec = simAudioCodec(codec)
+  return { mediaFormat: audioCodec.mediaFormat, audioCodec }
 }
 
 /**
@@ -24,6 +34,7 @@ export interface TelnyxStreamOptions extends SimCallOptions {
  * (or `streaming_start`) names a `stream_url`, and what the benchmark does against a bare relay.
  */
 export const connectTelnyxStream = async (options: TelnyxStreamOptions): Promise<SimCall> => {
+  const codec = codecSettings(options.codec)
   const dialect = telnyxDialect({
     streamId: options.streamId ?? uuid(),
     callControlId: options.callControlId ?? telnyxCallControlId(),
@@ -34,10 +45,11 @@ export const connectTelnyxStream = async (options: TelnyxStreamOptions): Promise
     customParameters: options.customParameters ?? {},
     clientState: options.clientState,
     encoding: options.encoding,
-    streamAuthToken: options.streamAuthToken
+    streamAuthToken: options.streamAuthToken,
+    mediaFormat: codec.mediaFormat
   })
   const auth: Record<string, string> = options.streamAuthToken !== undefined ? { "x-telnyx-streaming-auth-token": options.streamAuthToken } : {}
-  const call = new SimCall(options.url, dialect, { ...options, headers: { ...auth, ...options.headers } })
+  const call = new SimCall(options.url, dialect, { ...options, headers: { ...auth, ...options.headers }, ...(codec.audioCodec ? { audioCodec: codec.audioCodec } : {}) })
   await call.open()
   return call
 }
@@ -66,6 +78,11 @@ export interface TelnyxTexmlCallOptions extends SimCallOptions {
   readonly webhookHeaders?: (rawBody: string) => Record<string, string>
   readonly streamVia?: "texml" | "gateway"
   readonly encoding?: "PCMU" | "audio/x-mulaw"
+  /**
+   * The codec to stream both ways. Default: what the answer's `<Stream>` asks for (`codec`,
+   * `bidirectionalSamplingRate`), as Telnyx does; a codec the simulator cannot stream is an error.
+   */
+  readonly codec?: SimStreamCodec
   readonly webhookParams?: Readonly<Record<string, string>>
   /** Custom parameters on the TeXML URL's query (`&lang=es`). */
   readonly entryParameters?: Readonly<Record<string, string>>
@@ -101,6 +118,11 @@ export const placeTelnyxTexmlCall = async (options: TelnyxTexmlCallOptions): Pro
   }
   const answer = await postEntryWebhook(entryUrl(options.gatewayUrl, "telephony/telnyx/texml", options.agentId, options.environmentId, options.entryParameters), params, headers, body)
   const connectUrl = options.streamVia === "gateway" ? onGatewayOrigin(answer.stream.url, options.gatewayUrl) : answer.stream.url
+  const asked = options.codec ?? codecOfStreamAttributes(answer.stream.attributes)
+  if (!isSimStreamCodec(asked)) {
+    throw new SimError(`the <Stream> asks for ${asked}, which the simulator cannot stream (it streams ${SIM_STREAM_CODECS.join(", ")})`, "markup")
+  }
+  const codec = codecSettings(asked)
   const dialect = telnyxDialect({
     streamId: uuid(),
     callControlId: callSid,
@@ -109,9 +131,10 @@ export const placeTelnyxTexmlCall = async (options: TelnyxTexmlCallOptions): Pro
     from,
     to,
     customParameters: answer.stream.parameters,
-    encoding: options.encoding
+    encoding: options.encoding,
+    mediaFormat: codec.mediaFormat
   })
-  const call = new SimCall(connectUrl, dialect, options)
+  const call = new SimCall(connectUrl, dialect, { ...options, ...(codec.audioCodec ? { audioCodec: codec.audioCodec } : {}) })
   call.entry = { ...answer, connectUrl }
   if (options.followRedirect === true) {
     followRedirectAfterStream(call, {

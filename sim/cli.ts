@@ -10,6 +10,7 @@ import { durationMs, FRAME_BYTES } from "./Mulaw.js"
 import { twilioSid } from "./CallEntry.js"
 import { type SimCall, SimError, redactUrl } from "./SimCall.js"
 import { placeTelnyxTexmlCall } from "./TelnyxCall.js"
+import { isSimStreamCodec, SIM_STREAM_CODECS } from "./StreamCodec.js"
 import { placeTwilioCall } from "./TwilioCall.js"
 import { runCarrierCli } from "./carrierCli.js"
 
@@ -35,6 +36,9 @@ Options:
   --auth-token TOKEN     Twilio auth token, when the gateway checks X-Twilio-Signature
                          (default: the TWILIO_AUTH_TOKEN environment variable)
   --public-url URL       the gateway's PUBLIC_URL, for signatures (default: --gateway)
+  --codec CODEC          telnyx only: the codec the call streams both ways: PCMU, PCMA,
+                         L16;rate=8000, L16;rate=16000 (quote it) or G722; default: what the answer's
+                         <Stream> asks for (the environment's telnyxStreamCodec), as Telnyx does
   --stream-via WHERE     twiml: connect to the stream URL the answer gives (default);
                          gateway: the same path and query on the --gateway host
   --follow-redirect      when the gateway ends the stream (or dies), go on to the answer's
@@ -78,6 +82,7 @@ const parse = () => {
         to: { type: "string" },
         "auth-token": { type: "string" },
         "public-url": { type: "string" },
+        codec: { type: "string" },
         "stream-via": { type: "string", default: "twiml" },
         "follow-redirect": { type: "boolean", default: false },
         key: { type: "string" },
@@ -109,6 +114,9 @@ const main = async () => {
   if (!args.agent || !args.environment) return fail(`--agent and --environment are required\n\n${USAGE}`)
   if (args.provider !== "twilio" && args.provider !== "telnyx") return fail(`--provider must be twilio or telnyx, got "${args.provider}"`)
   if (args["stream-via"] !== "twiml" && args["stream-via"] !== "gateway") return fail(`--stream-via must be twiml or gateway`)
+  const codec = args.codec
+  if (codec !== undefined && args.provider !== "telnyx") return fail("--codec is for --provider telnyx (Twilio streams are always 8 kHz mu-law)")
+  if (codec !== undefined && !isSimStreamCodec(codec)) return fail(`--codec takes ${SIM_STREAM_CODECS.join(", ")}; got "${codec}"`)
   if (args.dtmf !== undefined && !/^[0-9*#A-D]+$/.test(args.dtmf)) return fail(`--dtmf takes the keys 0-9 * # A-D, got "${args.dtmf}"`)
   const turns = number("turns", args.turns, 0)
   const durationSeconds = number("duration", args.duration, 1)
@@ -170,7 +178,7 @@ const main = async () => {
             publicUrl: args["public-url"],
             streamVia: args["stream-via"] === "gateway" ? "gateway" : "twiml"
           })
-        : await placeTelnyxTexmlCall({ ...common, streamVia: args["stream-via"] === "gateway" ? "gateway" : "texml" })
+        : await placeTelnyxTexmlCall({ ...common, streamVia: args["stream-via"] === "gateway" ? "gateway" : "texml", ...(codec !== undefined ? { codec } : {}) })
   } catch (error) {
     if (error instanceof SimError && (error.kind === "markup" || error.kind === "webhook") && error.body !== undefined) {
       // The gateway answered without a stream: what a carrier would do with it is the answer.
@@ -184,7 +192,7 @@ const main = async () => {
   }
   const entry = call.entry!
   log(`webhook answered HTTP ${entry.status}: stream ${redactUrl(entry.stream.url)}, parameters ${Object.keys(entry.stream.parameters).join(", ") || "(none)"}`)
-  log(`stream open (${call.provider} ${call.streamId}): sent connected and start; media flows every 20 ms`)
+  log(`stream open (${call.provider} ${call.streamId}, ${call.codec}): sent connected and start; media flows every 20 ms`)
 
   call.on("agentAnswer", ({ latencyMs }) => log(`agent began answering, ${Math.round(latencyMs)} ms after the caller's last voiced frame`))
   call.on("mark", ({ name }) => log(`gateway sent mark "${name}"`))

@@ -38,6 +38,7 @@ export {
 } from "./SimCall.js"
 export { runScript, type ScriptStep, type StepOutcome } from "./Script.js"
 export { parseStreamMarkup, type StreamInstruction } from "./StreamMarkup.js"
+export { codecOfStreamAttributes, isSimStreamCodec, simAudioCodec, SIM_STREAM_CODECS, type SimAudioCodec, type SimStreamCodec } from "./StreamCodec.js"
 export { connectTelnyxStream, placeTelnyxTexmlCall, telnyxSignatureHeaders, type TelnyxStreamOptions, type TelnyxTexmlCallOptions } from "./TelnyxCall.js"
 export { connectTwilioStream, placeTwilioCall, type TwilioCallOptions, type TwilioStreamOptions } from "./TwilioCall.js"
 export {

@@ -89,6 +89,10 @@ export const fetchRecording = async (agentId: string, sessionId: string, key = s
 
 export type FallbackType = "disabled" | "phone" | "webhook"
 export type WebhookSignatureScheme = "service" | "standard" | "both"
+/** The codec callgate asks Telnyx to stream in (docs/calls.md, "Audio formats"). */
+export type TelnyxStreamCodec = "PCMU" | "PCMA" | "L16;rate=8000" | "L16;rate=16000" | "G722"
+/** The audio the environment's agents speak: the stream's own, or 8 kHz mu-law transcoded both ways. */
+export type AgentAudioFormat = "carrier" | "audio/x-mulaw;rate=8000"
 
 export interface Environment {
   readonly id: string
@@ -100,6 +104,9 @@ export interface Environment {
   readonly webhookSecret?: string
   readonly webhookSecretLast4: string | null
   readonly webhookSignatureScheme: WebhookSignatureScheme
+  readonly agentAudioFormat: AgentAudioFormat
+  /** Twilio calls are 8 kHz mu-law whatever it says. */
+  readonly telnyxStreamCodec: TelnyxStreamCodec
   readonly errorFallbackType: FallbackType
   readonly errorFallbackValue: string | null
   readonly errorFallbackTimeout: number

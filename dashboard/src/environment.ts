@@ -1,7 +1,18 @@
 import { html } from "htm/preact"
 import { useCallback, useMemo, useState } from "preact/hooks"
 import type uPlot from "uplot"
-import { ApiFailure, api, type BreakerState, type Delivery, type Environment, type FallbackType, type Session, type WebhookSignatureScheme } from "./api.js"
+import {
+  type AgentAudioFormat,
+  ApiFailure,
+  api,
+  type BreakerState,
+  type Delivery,
+  type Environment,
+  type FallbackType,
+  type Session,
+  type TelnyxStreamCodec,
+  type WebhookSignatureScheme
+} from "./api.js"
 import { barsPath, Chart, Confirm, Dialog, ErrorLine, Field, fieldErrors, href, SecretOnce, time, usePoll } from "./components.js"
 import { DeliveryTable, SessionTable } from "./pages.js"
 import { answeredTurns, histogram, perMinutePercentiles, sessionCounts } from "./stats.js"
@@ -63,6 +74,68 @@ const CallLimits = (props: { env: Environment; onSaved: (env: Environment) => vo
             aria-invalid=${invalid ? "true" : undefined} onInput=${(e: Event) => setOutbound((e.target as HTMLInputElement).value)} />`}
       <//>
       <${ErrorLine} error=${error} fields=${["maxConcurrentCalls", "maxConcurrentOutboundCalls"]} />
+      <div class="actions"><button type="submit" class="primary">Save</button></div>
+    </form>
+    ${status !== null ? html`<p class="notice" role="status">${status}</p>` : null}
+  </section>`
+}
+
+// ---- Audio Format ----
+
+const CODEC_NAMES: Record<TelnyxStreamCodec, string> = {
+  PCMU: "PCMU (G.711 mu-law, 8 kHz)",
+  PCMA: "PCMA (G.711 A-law, 8 kHz)",
+  "L16;rate=8000": "L16 (16-bit linear, 8 kHz)",
+  "L16;rate=16000": "L16 (16-bit linear, 16 kHz wideband)",
+  G722: "G.722 (wideband, 16 kHz)"
+}
+
+/** One line for the facts list: what Telnyx is asked for and what the agents get. */
+export const audioSummary = (env: Environment) =>
+  `Telnyx ${env.telnyxStreamCodec}; agents get ${env.agentAudioFormat === "carrier" ? "the carrier's format" : "8 kHz mu-law (transcoded)"}`
+
+/** The environment's telnyxStreamCodec and agentAudioFormat (docs/calls.md, "Audio formats"). */
+const AudioFormatSettings = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
+  const { env } = props
+  const [codec, setCodec] = useState<TelnyxStreamCodec>(env.telnyxStreamCodec)
+  const [agentFormat, setAgentFormat] = useState<AgentAudioFormat>(env.agentAudioFormat)
+  const [error, setError] = useState<unknown>(null)
+  const [status, setStatus] = useState<string | null>(null)
+  const save = async (event: Event) => {
+    event.preventDefault()
+    setError(null)
+    setStatus(null)
+    try {
+      const next = await api.updateEnvironment(env.agentId, env.id, { telnyxStreamCodec: codec, agentAudioFormat: agentFormat })
+      setStatus("Saved.")
+      props.onSaved(next)
+    } catch (failure) {
+      setError(failure)
+    }
+  }
+  const errors = fieldErrors(error)
+  return html`<section class="panel" id="audio-format" aria-labelledby="audio-format-title">
+    <h2 id="audio-format-title">Audio Format</h2>
+    <p class="hint">Twilio calls are always 8 kHz mu-law; the codec applies to Telnyx calls only.</p>
+    <form onSubmit=${save} novalidate>
+      <${Field} id="telnyx-stream-codec" label="Telnyx Stream Codec" field="telnyxStreamCodec" errors=${errors}
+        hint="What callgate asks Telnyx to stream in, both ways. New calls use it.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<select id="telnyx-stream-codec" value=${codec} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+            onChange=${(e: Event) => setCodec((e.target as HTMLSelectElement).value as TelnyxStreamCodec)}>
+            ${(Object.keys(CODEC_NAMES) as Array<TelnyxStreamCodec>).map((value) => html`<option value=${value}>${CODEC_NAMES[value]}</option>`)}
+          </select>`}
+      <//>
+      <${Field} id="agent-audio-format" label="Agent Audio Format" field="agentAudioFormat" errors=${errors}
+        hint="For bots that speak only mu-law: callgate transcodes the carrier's audio both ways.">
+        ${(describedBy: string | undefined, invalid: boolean) =>
+          html`<select id="agent-audio-format" value=${agentFormat} aria-describedby=${describedBy} aria-invalid=${invalid ? "true" : undefined}
+            onChange=${(e: Event) => setAgentFormat((e.target as HTMLSelectElement).value as AgentAudioFormat)}>
+            <option value="carrier">The carrier's format (default)</option>
+            <option value="audio/x-mulaw;rate=8000">8 kHz mu-law, transcoded</option>
+          </select>`}
+      <//>
+      <${ErrorLine} error=${error} fields=${["telnyxStreamCodec", "agentAudioFormat"]} />
       <div class="actions"><button type="submit" class="primary">Save</button></div>
     </form>
     ${status !== null ? html`<p class="notice" role="status">${status}</p>` : null}
@@ -438,6 +511,7 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
   const [showWebhook, setShowWebhook] = useState(false)
   const [showFailover, setShowFailover] = useState(false)
   const [showLimits, setShowLimits] = useState(false)
+  const [showAudio, setShowAudio] = useState(false)
   const [busy, setBusy] = useState<string | null>(null)
   const [redelivered, setRedelivered] = useState<string | null>(null)
 
@@ -508,6 +582,7 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
             <button type="button" aria-expanded=${showWebhook} aria-controls="webhook-settings" onClick=${() => setShowWebhook(!showWebhook)}>Webhook Settings</button>
             <button type="button" aria-haspopup="dialog" onClick=${() => setShowFailover(true)}>Failover</button>
             <button type="button" aria-expanded=${showLimits} aria-controls="call-limits" onClick=${() => setShowLimits(!showLimits)}>Call Limits</button>
+            <button type="button" aria-expanded=${showAudio} aria-controls="audio-format" onClick=${() => setShowAudio(!showAudio)}>Audio Format</button>
           </div>
           <dl class="facts">
             <dt>Webhook</dt><dd>${env.webhookUrl ?? "none"}</dd>
@@ -515,10 +590,13 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
             <dd data-testid="fallback-summary">${env.errorFallbackType}${env.errorFallbackValue !== null ? ` → ${env.errorFallbackValue}` : ""}; timeout ${env.errorFallbackTimeout} s, threshold ${env.errorFallbackOccurrenceThreshold}, window ${env.errorFallbackTimeWindow} s; agent failover ${env.agentFailoverTimeout > 0 ? `within ${env.agentFailoverTimeout} s` : "off"}</dd>
             <dt>Call limits</dt>
             <dd data-testid="limits-summary">${env.maxConcurrentCalls === null ? "no limit" : `${env.maxConcurrentCalls} calls`}; ${env.maxConcurrentOutboundCalls} outbound</dd>
+            <dt>Audio</dt>
+            <dd data-testid="audio-summary">${audioSummary(env)}</dd>
             <dt>Recording</dt>
             <dd><${RecordingSetting} env=${env} onSaved=${setEnv} /></dd>
           </dl>
           ${showLimits ? html`<${CallLimits} env=${env} onSaved=${setEnv} />` : null}
+          ${showAudio ? html`<${AudioFormatSettings} env=${env} onSaved=${setEnv} />` : null}
           ${showWebhook ? html`<${WebhookSettings} env=${env} onSaved=${setEnv} />` : null}
           <${Dialog} title="Error Fallback Settings" open=${showFailover} onClose=${closeFailover}>
             <${FallbackForm} env=${env} onSaved=${setEnv} onClose=${closeFailover} />

@@ -2,9 +2,10 @@ import { randomUUID } from "node:crypto"
 import { Effect } from "effect"
 import { CarrierError } from "../kernel/Carrier.js"
 import { isSessionId } from "../kernel/SessionInfo.js"
+import { callControlCodecFields, type TelnyxStreamCodec } from "../kernel/TelnyxStreamCodec.js"
 import { TelnyxRest } from "./TelnyxRest.js"
 
-/** How a bidirectional RTP media stream to callgate is requested (PCMU both ways). */
+/** How a bidirectional RTP media stream to callgate is requested (in `codec` both ways). */
 export interface StreamTarget {
   /** wss://.../telephony/telnyx/stream?token=... */
   readonly url: string
@@ -15,6 +16,8 @@ export interface StreamTarget {
    * later webhook of the call carries it, so `streaming.stopped` names its session (docs/reliability.md).
    */
   readonly sessionId: string
+  /** The environment's telnyxStreamCodec: what Telnyx streams and what callgate sends back. */
+  readonly codec: TelnyxStreamCodec
 }
 
 /** A session id as Call Control's `client_state` (base64 text). */
@@ -31,12 +34,12 @@ export const sessionIdOfClientState = (clientState: string | null | undefined): 
  * The Call Control commands that bring a call to callgate's media stream: answer an incoming call
  * with the stream, start it on an answered outgoing call, or reject a call callgate cannot serve.
  */
-/** What answer and streaming_start both send: callgate's stream (RTP both ways, PCMU), its auth token, and the session. */
+/** What answer and streaming_start both send: callgate's stream (RTP both ways, in the environment's codec), its auth token, and the session. */
 const streamFields = (stream: StreamTarget) => ({
   stream_url: stream.url,
   stream_track: "inbound_track" as const,
   stream_bidirectional_mode: "rtp" as const,
-  stream_bidirectional_codec: "PCMU" as const,
+  ...callControlCodecFields(stream.codec),
   stream_auth_token: stream.token,
   client_state: clientStateOf(stream.sessionId)
 })
@@ -45,7 +48,7 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
   effect: Effect.gen(function* () {
     const rest = yield* TelnyxRest
 
-    /** Answers an incoming Call Control call with a bidirectional RTP (PCMU) stream to callgate. */
+    /** Answers an incoming Call Control call with a bidirectional RTP stream to callgate. */
     // stream_auth_token is sent by Telnyx on the stream's WebSocket; the SDK's answer type does not list it yet.
     const answerWithStream = (callControlId: string, stream: StreamTarget) =>
       rest.command("answer", callControlId, (actions, command_id, signal) => actions.answer(callControlId, { ...streamFields(stream), command_id }, { signal }))

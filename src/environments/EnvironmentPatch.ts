@@ -67,6 +67,7 @@ export const applyPatch = (
   if (patch.maxConcurrentCalls !== undefined) next.maxConcurrentCalls = patch.maxConcurrentCalls
   if (patch.webhookSignatureScheme !== undefined) next.webhookSignatureScheme = patch.webhookSignatureScheme
   if (patch.agentAudioFormat !== undefined) next.agentAudioFormat = patch.agentAudioFormat
+  if (patch.telnyxStreamCodec !== undefined) next.telnyxStreamCodec = patch.telnyxStreamCodec
   if (patch.recording !== undefined) next.recording = patch.recording
   if (patch.errorFallbackShedNewCalls !== undefined) next.errorFallbackShedNewCalls = patch.errorFallbackShedNewCalls
   if (patch.transferFailedMessage !== undefined) next.transferFailedMessage = patch.transferFailedMessage

@@ -1,4 +1,5 @@
 import { Schema } from "effect"
+import { TELNYX_STREAM_CODECS } from "../kernel/TelnyxStreamCodec.js"
 
 /**
  * Wire formats of environments: what the store keeps, what /v1 returns, and what /v1 accepts.
@@ -82,6 +83,14 @@ export const AgentAudioFormat = Schema.Literal("carrier", "audio/x-mulaw;rate=80
 })
 export type AgentAudioFormat = typeof AgentAudioFormat.Type
 
+/**
+ * The codec callgate asks Telnyx to stream the environment's calls in, both ways (docs/calls.md,
+ * "Audio formats"; kernel/TelnyxStreamCodec.ts). Twilio calls are 8 kHz mu-law whatever it says.
+ */
+export const TelnyxStreamCodecField = Schema.Literal(...TELNYX_STREAM_CODECS).annotations({
+  message: () => ({ message: `must be one of ${TELNYX_STREAM_CODECS.join(", ")}`, override: true })
+})
+
 export const FALLBACK_DEFAULTS = { timeout: 0, threshold: 5, window: 300 } as const
 
 /** Outbound calls of an environment placed or live at once (docs/calls.md, "Placing outbound calls"). */
@@ -126,6 +135,8 @@ export const StoredEnvironment = Schema.Struct({
   webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
   /** Absent on environments stored before the field existed: `carrier`. */
   agentAudioFormat: Schema.optional(AgentAudioFormat),
+  /** Absent on environments stored before the field existed: PCMU. */
+  telnyxStreamCodec: Schema.optional(TelnyxStreamCodecField),
   /** Absent on environments stored before recording existed: off. */
   recording: Schema.optional(RecordingMode),
   /** Absent on environments stored before shedding existed: true. */
@@ -154,6 +165,10 @@ export const EnvironmentView = Schema.Struct({
   }),
   agentAudioFormat: AgentAudioFormat.annotations({
     description: "The audio the agents receive and send: carrier (the stream's own format, default) or audio/x-mulaw;rate=8000 (transcoded both ways)"
+  }),
+  telnyxStreamCodec: TelnyxStreamCodecField.annotations({
+    description:
+      "The codec callgate asks Telnyx to stream calls in, both ways (Call Control stream_codec / stream_bidirectional_codec / stream_bidirectional_sampling_rate, TeXML <Stream> codec / bidirectionalCodec / bidirectionalSamplingRate): PCMU (default), PCMA, L16;rate=8000, L16;rate=16000 or G722. Twilio calls are always 8 kHz mu-law"
   }),
   errorFallbackType: FallbackType,
   errorFallbackValue: Schema.NullOr(Schema.String),
@@ -204,6 +219,7 @@ const patchFields = {
   ),
   webhookSignatureScheme: Schema.optional(WebhookSignatureScheme),
   agentAudioFormat: Schema.optional(AgentAudioFormat),
+  telnyxStreamCodec: Schema.optional(TelnyxStreamCodecField),
   errorFallbackType: Schema.optional(FallbackType),
   errorFallbackValue: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(2048)))),
   errorFallbackTimeout: Schema.optional(FallbackTimeout),

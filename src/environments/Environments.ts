@@ -5,6 +5,7 @@ import { SecretBox } from "../secrets/SecretBox.js"
 import { applyPatch, associated, last4, type UrlPolicy } from "./EnvironmentPatch.js"
 import { EnvironmentStore } from "./EnvironmentStore.js"
 import { isoAt } from "../kernel/Time.js"
+import { DEFAULT_TELNYX_STREAM_CODEC } from "../kernel/TelnyxStreamCodec.js"
 import {
   type CreateEnvironmentBody,
   type EnvironmentView,
@@ -67,6 +68,7 @@ export class Environments extends Effect.Service<Environments>()("callgate/Envir
       webhookSecretLast4: env.webhookSecretLast4,
       webhookSignatureScheme: env.webhookSignatureScheme ?? DEFAULT_WEBHOOK_SIGNATURE_SCHEME,
       agentAudioFormat: env.agentAudioFormat ?? "carrier",
+      telnyxStreamCodec: env.telnyxStreamCodec ?? DEFAULT_TELNYX_STREAM_CODEC,
       errorFallbackType: env.errorFallbackType,
       errorFallbackValue: env.errorFallbackValue,
       errorFallbackTimeout: env.errorFallbackTimeout,

@@ -83,21 +83,34 @@ describe("Telnyx carrier (through the telnyx SDK, against a Telnyx-compatible se
       expect(telnyx.requests).toHaveLength(1)
     })
 
-    it("answerWithStream answers with a bidirectional RTP (PCMU) stream, its auth token and the session id as client_state", async () => {
-      const stream = { url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig", token: "tok.sig", sessionId: "ses_abc123" }
-      await runtime.runPromise(Effect.flatMap(TelnyxCallCommands, (commands) => commands.answerWithStream("v3:cc-7", stream)))
-      expect(telnyx.commands("v3:cc-7", "answer").map((r) => r.json)).toEqual([
-        {
+    it.each([
+      ["PCMU", "PCMU", 8000],
+      ["PCMA", "PCMA", 8000],
+      ["L16;rate=8000", "L16", 8000],
+      ["L16;rate=16000", "L16", 16000],
+      ["G722", "G722", 16000]
+    ] as const)(
+      "answerWithStream and startStream ask for a bidirectional RTP stream in %s both ways, with its auth token and the session id as client_state",
+      async (codec, telnyxCodec, samplingRate) => {
+        const callId = `v3:cc-7-${codec}`
+        const stream = { url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig", token: "tok.sig", sessionId: "ses_abc123", codec }
+        await runtime.runPromise(Effect.flatMap(TelnyxCallCommands, (commands) => commands.answerWithStream(callId, stream)))
+        await runtime.runPromise(Effect.flatMap(TelnyxCallCommands, (commands) => commands.startStream(callId, stream)))
+        const expected = {
           stream_url: "wss://callgate.test/telephony/telnyx/stream?token=tok.sig",
           stream_track: "inbound_track",
           stream_bidirectional_mode: "rtp",
-          stream_bidirectional_codec: "PCMU",
+          stream_codec: telnyxCodec,
+          stream_bidirectional_codec: telnyxCodec,
+          stream_bidirectional_sampling_rate: samplingRate,
           stream_auth_token: "tok.sig",
           client_state: Buffer.from("ses_abc123").toString("base64"),
           command_id: anyCommandId
         }
-      ])
-    })
+        expect(telnyx.commands(callId, "answer").map((r) => r.json)).toEqual([expected])
+        expect(telnyx.commands(callId, "streaming_start").map((r) => r.json)).toEqual([expected])
+      }
+    )
   })
 
   describe("Call Control calls: TwiML translated into commands", () => {

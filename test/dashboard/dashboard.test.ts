@@ -110,7 +110,7 @@ describe("the dashboard, in chromium", () => {
     })
     page = context.pages()[0] ?? (await context.newPage())
     watch(page)
-  }, 120_000)
+  }, 240_000)
 
   afterAll(async () => {
     await agent?.close()
@@ -352,6 +352,48 @@ describe("the dashboard, in chromium", () => {
     await page.getByTestId("limits-summary").getByText("no limit; 10 outbound").waitFor()
     expect((await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data.maxConcurrentCalls).toBeNull()
     await page.getByRole("button", { name: "Call Limits" }).click()
+  })
+
+  it("Audio Format: the Telnyx stream codec and the agents' audio format are set from the environment page, at desktop and phone width", async () => {
+    const stored = async () => (await v1("GET", `/v1/agents/${agentId}/environments/${environmentId}`)).json.data
+    await page.getByTestId("audio-summary").getByText("Telnyx PCMU; agents get the carrier's format").waitFor()
+    for (const [width, height, name, codec, agentFormat, summary] of [
+      [1280, 900, "desktop", "PCMA", "audio/x-mulaw;rate=8000", "Telnyx PCMA; agents get 8 kHz mu-law (transcoded)"],
+      [390, 844, "phone", "L16;rate=16000", "carrier", "Telnyx L16;rate=16000; agents get the carrier's format"]
+    ] as const) {
+      await page.setViewportSize({ width, height })
+      await page.getByRole("button", { name: "Audio Format" }).click()
+      const panel = page.locator("#audio-format")
+      await panel.getByText("Twilio calls are always 8 kHz mu-law").waitFor()
+      const codecSelect = panel.getByLabel("Telnyx Stream Codec")
+      // Every value the API takes, G.722 included.
+      expect(await codecSelect.locator("option").evaluateAll((options: Array<any>) => options.map((o) => o.value))).toEqual([
+        "PCMU",
+        "PCMA",
+        "L16;rate=8000",
+        "L16;rate=16000",
+        "G722"
+      ])
+      await codecSelect.selectOption(codec)
+      await panel.getByLabel("Agent Audio Format").selectOption(agentFormat)
+      // The form fits the width: no control runs off the screen.
+      for (const control of [codecSelect, panel.getByLabel("Agent Audio Format"), panel.getByRole("button", { name: "Save" })]) {
+        const box = await control.boundingBox()
+        expect(box, `${name}: a control of the audio form is laid out`).not.toBeNull()
+        expect(box!.x + box!.width, `${name}: the control fits in ${width} px`).toBeLessThanOrEqual(width)
+      }
+      await shot(page, `audio-format-${name}`)
+      await panel.getByRole("button", { name: "Save" }).click()
+      await panel.getByRole("status").getByText("Saved.").waitFor()
+      await page.getByTestId("audio-summary").getByText(summary).waitFor()
+      expect(await stored()).toMatchObject({ telnyxStreamCodec: codec, agentAudioFormat: agentFormat })
+      await page.getByRole("button", { name: "Audio Format" }).click()
+      await panel.waitFor({ state: "hidden" })
+    }
+    await page.setViewportSize({ width: 1280, height: 900 })
+    // Back to the defaults for the calls that follow.
+    await v1("PATCH", `/v1/agents/${agentId}/environments/${environmentId}`, { telnyxStreamCodec: "PCMU", agentAudioFormat: "carrier" })
+    await page.getByTestId("audio-summary").getByText("Telnyx PCMU; agents get the carrier's format").waitFor()
   })
 
   it("a simulated call appears, with its turns and latencies, without a reload; its failed delivery is redelivered", async () => {

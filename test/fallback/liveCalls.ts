@@ -96,7 +96,14 @@ const newCallId = (kind: CallKind) =>
  * agent first when `withAgent`, then the carrier's media stream, started. Resolves once the agent
  * has its `start` (or, without an agent, once the stream is started).
  */
-export const placeCall = async (gateway: Gateway, env: TestEnvironment, kind: CallKind, withAgent = true): Promise<LiveCall> => {
+export const placeCall = async (
+  gateway: Gateway,
+  env: TestEnvironment,
+  kind: CallKind,
+  withAgent = true,
+  /** A Telnyx stream's `media_format` (default PCMU, 8 kHz). */
+  format: { readonly encoding?: "PCMU" | "PCMA" | "L16"; readonly sampleRate?: 8000 | 16000 } = {}
+): Promise<LiveCall> => {
   const { agentId, environmentId } = env
   let agent: Peer | undefined
   if (withAgent) {
@@ -120,7 +127,8 @@ export const placeCall = async (gateway: Gateway, env: TestEnvironment, kind: Ca
           token,
           // A TeXML call's stream names its own call_control_id, not the TeXML CallSid.
           callControlId: kind === "telnyx-call-control" ? callId : `v3:${uniqueId("texml-leg")}`,
-          headers: { authorization: `Bearer ${token}` }
+          headers: { authorization: `Bearer ${token}` },
+          ...format
         })
   carrier.start()
   if (agent !== undefined) await agent.waitForEvent("start")

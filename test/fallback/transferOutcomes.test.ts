@@ -198,8 +198,8 @@ describe.each(["twilio", "telnyx-texml", "telnyx-call-control"] as const)("the r
   const OTHER_NUMBER = "+14155550777"
 
   /** A live call whose agent transferred it to FALLBACK_NUMBER; resolves once the session ended with the transfer pending. */
-  const transferredCall = async (env: Awaited<ReturnType<typeof createEnvironment>>) => {
-    const call = await placeCall(gateway, env, kind)
+  const transferredCall = async (env: Awaited<ReturnType<typeof createEnvironment>>, format: Parameters<typeof placeCall>[4] = {}) => {
+    const call = await placeCall(gateway, env, kind, true, format)
     const sessionId = call.agent!.events("start")[0]!.start.customParameters.sessionId as string
     call.agent!.send({ event: "transfer", transfer: { to: FALLBACK_NUMBER } })
     await transferRequestOf(gateway, call)
@@ -283,6 +283,25 @@ describe.each(["twilio", "telnyx-texml", "telnyx-call-control"] as const)("the r
     expect(session.transfers).toEqual(ended.transfers)
     expect(endedEventsFor(gateway, call.callId)).toHaveLength(1)
   })
+
+  it.runIf(kind === "telnyx-texml")(
+    "not answered, another agent idle: the stream back asks Telnyx for the environment's telnyxStreamCodec (L16 16 kHz)",
+    async () => {
+      const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: OTHER_NUMBER, telnyxStreamCodec: "L16;rate=16000" })
+      const { call, ref } = await transferredCall(env, { encoding: "L16", sampleRate: 16000 })
+      const second = await dialInAgent(gateway, env.agentId, env.environmentId)
+      await until(() => gateway.idleAgents(env.agentId, env.environmentId) === 1, "the second agent to be idle")
+      const answer = await reportTransferOutcome(gateway, call, ref, "no-answer")
+      expect(answer).toContain('bidirectionalMode="rtp" codec="L16" bidirectionalCodec="L16" bidirectionalSamplingRate="16000"/>')
+      const token = new URL(/<Stream url="([^"]+)"/.exec(answer)![1]!.replace(/&amp;/g, "&")).searchParams.get("token")!
+      const carrier = await telnyxCall(gateway, { token, callControlId: `v3:back-${ref.sessionId}`, headers: { authorization: `Bearer ${token}` }, encoding: "L16", sampleRate: 16000 })
+      carrier.start()
+      await second.waitForEvent("resume")
+      expect(second.events("start")[0]!.start.mediaFormat).toEqual({ encoding: "audio/L16", sampleRate: 16000, channels: 1 })
+      carrier.stop()
+      await waitForEnded(gateway, call.callId)
+    }
+  )
 
   it("not answered, no agent idle: the answer is the environment's error fallback, the session ends failed transfer_failed with both transfers", async () => {
     const env = await createEnvironment(gateway, { errorFallbackType: "phone", errorFallbackValue: OTHER_NUMBER })

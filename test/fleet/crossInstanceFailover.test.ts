@@ -52,7 +52,7 @@ describe("agent failover to an agent on another instance", () => {
       SHUTDOWN_DRAIN_TIMEOUT: "2s",
       LOG_LEVEL: "info"
     })
-    await waitForHealthy(gateway, "/readyz", 45_000)
+    await waitForHealthy(gateway, "/readyz", 120_000)
     return gateway
   }
 
@@ -61,7 +61,7 @@ describe("agent failover to an agent on another instance", () => {
     telnyx = await startFakeTelnyx()
     receiver = await startReceiver()
     ;[a, b] = await Promise.all([start("xfail-a"), start("xfail-b")])
-  }, 120_000)
+  }, 300_000)
 
   afterAll(async () => {
     await Promise.all(calls.map((call) => call.hangup().catch(() => {})))
@@ -106,7 +106,12 @@ describe("agent failover to an agent on another instance", () => {
   const markupOf = (request: { readonly form: Record<string, string> | undefined; readonly json: unknown }) =>
     request.form?.Twiml ?? request.form?.Texml ?? (request.json as { Texml?: string } | undefined)?.Texml ?? ""
 
-  it.each(["twilio", "telnyx-texml"] as const)("%s: the agent on A vanishes, the only idle agent is on B: one call update moves the stream to B, whose agent resumes; one session.ended, agentFailovers 1, no fallback", { timeout: 180_000 }, async (kind) => {
+  it.each([
+    ["twilio", "PCMU"],
+    ["telnyx-texml", "PCMU"],
+    // The environment asks for PCMA; once the call streams in it, the environment is changed to L16: the move asks again for PCMA, the call's own format.
+    ["telnyx-texml", "PCMA"]
+  ] as const)("%s, %s: the agent on A vanishes, the only idle agent is on B: one call update moves the stream to B, whose agent resumes; one session.ended, agentFailovers 1, no fallback", { timeout: 180_000 }, async (kind, codec) => {
     const agentId = uniqueId("agent")
     const created = await fetch(`${a.baseUrl}/v1/agents/${agentId}/environments`, {
       method: "POST",
@@ -116,7 +121,8 @@ describe("agent failover to an agent on another instance", () => {
         webhookUrl: receiver.url("/events"),
         errorFallbackType: "phone",
         errorFallbackValue: "+14155550199",
-        agentFailoverTimeout: 10
+        agentFailoverTimeout: 10,
+        ...(kind === "telnyx-texml" ? { telnyxStreamCodec: codec } : {})
       })
     })
     expect(created.status).toBe(201)
@@ -140,6 +146,15 @@ describe("agent failover to an agent on another instance", () => {
     }
     calls.push(onA)
     expect(firstStream.url.startsWith(a.baseUrl.replace(/^http/, "ws"))).toBe(true)
+    if (codec !== "PCMU") {
+      expect(onA.codec).toBe(codec)
+      const changed = await fetch(`${a.baseUrl}/v1/agents/${agentId}/environments/${environmentId}`, {
+        method: "PATCH",
+        headers: { ...adminAuth, "content-type": "application/json" },
+        body: JSON.stringify({ telnyxStreamCodec: "L16;rate=16000" })
+      })
+      expect(changed.status).toBe(200)
+    }
     await first.waitForEvent("start")
     const sessionId = first.events("start")[0].start.customParameters.sessionId as string
     const context = { step: "collect_date", slots: { party: 4 } }
@@ -154,6 +169,7 @@ describe("agent failover to an agent on another instance", () => {
       throw error
     })
     const moved = parseStreamMarkup(markupOf(updatesOf(kind, callSid)[0]!))
+    if (kind === "telnyx-texml") expect(moved.attributes).toMatchObject({ codec, bidirectionalCodec: codec, bidirectionalSamplingRate: "8000" })
     const bStreams = `${b.baseUrl.replace(/^http/, "ws")}/telephony/${kind === "twilio" ? "twilio" : "telnyx"}/stream`
     expect(moved.url.split("?")[0]).toBe(bStreams)
     // Its own single-use token, not the first stream's.
@@ -167,7 +183,7 @@ describe("agent failover to an agent on another instance", () => {
     const onB =
       kind === "twilio"
         ? await connectTwilioStream({ url: moved.url, callSid, customParameters: moved.parameters, authToken: twilio.authToken })
-        : await connectTelnyxStream({ url: moved.url, callControlId: callSid })
+        : await connectTelnyxStream({ url: moved.url, callControlId: callSid, codec })
     calls.push(onB)
     await second.waitForEvent("resume", 1, 60_000)
     expect(second.received.map((m) => m.event).slice(0, 3)).toEqual(["connected", "start", "resume"])

@@ -71,7 +71,7 @@ export const startFleet = async (redisUrl: string, extraEnv: Record<string, stri
       })
     )
   )
-  await Promise.all(gateways.map((gateway) => waitForHealthy(gateway, "/readyz", 60_000)))
+  await Promise.all(gateways.map((gateway) => waitForHealthy(gateway, "/readyz", 120_000)))
   return {
     nginx,
     gateways,

@@ -51,7 +51,7 @@ describe("session tokens across instances on one Redis", () => {
       ...(port === undefined ? {} : { PORT: String(port) })
     })
     processes.push(process)
-    await waitForHealthy(process, "/readyz", 45_000)
+    await waitForHealthy(process, "/readyz", 120_000)
     return process
   }
 

@@ -46,6 +46,7 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
         webhookSecretLast4: null,
         webhookSignatureScheme: "service",
         agentAudioFormat: "carrier",
+        telnyxStreamCodec: "PCMU",
         errorFallbackType: "disabled",
         errorFallbackValue: null,
         errorFallbackTimeout: 0,
@@ -178,6 +179,22 @@ describe.each<StoreKind>(["memory", "redis"])("environment routes (%s store)", (
       const refused = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { webhookSignatureScheme: "svix" } })
       expect(refused.status).toBe(400)
       expect(refused.json.error.details).toEqual([{ field: "webhookSignatureScheme", message: "must be one of service, standard, both" }])
+    })
+
+    it("telnyxStreamCodec is PCMU by default, PCMA, L16;rate=8000, L16;rate=16000 or G722; stored and returned; anything else is 400", async () => {
+      const agentId = uniqueId("agent")
+      const created = await createEnvironment(t.app, agentId, { telnyxStreamCodec: "PCMA" })
+      expect(created.telnyxStreamCodec).toBe("PCMA")
+      for (const codec of ["L16;rate=8000", "L16;rate=16000", "G722", "PCMU"]) {
+        const answer = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { telnyxStreamCodec: codec } })
+        expect(answer.status).toBe(200)
+        expect((await call(t.app, "GET", environmentUrl(agentId, created.id))).json.data.telnyxStreamCodec).toBe(codec)
+      }
+      for (const wrong of ["L16", "pcma", "OPUS", 8000]) {
+        const refused = await call(t.app, "PATCH", environmentUrl(agentId, created.id), { body: { telnyxStreamCodec: wrong } })
+        expectError(refused, 400, "VALIDATION_FAILED")
+        expect(refused.json.error.details).toEqual([{ field: "telnyxStreamCodec", message: "must be one of PCMU, PCMA, L16;rate=8000, L16;rate=16000, G722" }])
+      }
     })
 
     it("recording: off by default, on and off again; any other value is refused", async () => {

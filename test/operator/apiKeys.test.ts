@@ -156,5 +156,5 @@ describe("API key revocation across instances", () => {
     expect(refused.status).toBe(401)
     const list = (await (await fetch(`${b!.baseUrl}/v1/api-keys`, { headers: admin })).json()) as any
     expect(list.data.some((k: { id: string }) => k.id === id)).toBe(false)
-  }, 120_000)
+  }, 240_000)
 })

@@ -94,7 +94,7 @@ describe("callgate-sim outcomes against the real gateway", () => {
     } finally {
       await agent?.close()
     }
-  }, 120_000)
+  }, 240_000)
 
   it("the README's first-call block, as printed: no sleep, exits 0, and leaves no agent connected", async () => {
     const readme = readFileSync(join(repoRoot, "README.md"), "utf8")

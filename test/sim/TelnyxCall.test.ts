@@ -4,6 +4,8 @@ import { readUlawFile } from "../../sim/AudioSource.js"
 import { FRAME_BYTES } from "../../sim/Mulaw.js"
 import type { SimCall } from "../../sim/SimCall.js"
 import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
+import { G722Decoder } from "../../src/audio/G722.js"
+import { linearToAlaw, mulawToLinear } from "../../src/kernel/AudioFormat.js"
 import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
 const appointment = readUlawFile("test/fixtures/audio/caller-appointment.ulaw")
@@ -33,6 +35,7 @@ describe("simulated Telnyx call", () => {
     expect(hook.form.CallSid).toMatch(/^v3:/)
     expect(hook.form.AccountSid).toBeTruthy()
     expect(call.entry?.stream.attributes).toMatchObject({ bidirectionalMode: "rtp", bidirectionalCodec: "PCMU" })
+    expect(call.codec).toBe("PCMU")
 
     const stream = await gateway.stream()
     expect(stream.request.url).toBe("/telephony/telnyx/stream?token=abc.def")
@@ -143,6 +146,119 @@ describe("simulated Telnyx call", () => {
     expect(stream.messages[0]).toEqual({ event: "connected", version: "1.0.0", connected: { "x-telnyx-streaming-auth-token": "secret-token" } })
     expect(start.start).toMatchObject({ call_control_id: "v3:abc", custom_parameters: { x: "1" } })
     expect(start.stream_id).toBe(call.streamId)
+  })
+
+  describe("codecs", () => {
+    /** This test's gateway answers with `options` instead of the default one. */
+    const regateway = async (options: Parameters<typeof startFakeGateway>[0]) => {
+      await gateway.close()
+      gateway = await startFakeGateway(options)
+    }
+    /** A TeXML answer asking for `codec` at `rate` both ways, as callgate's is for an environment's telnyxStreamCodec. */
+    const askingFor = (codec: string, rate: number) => ({
+      answer: (_hook: unknown, origin: string) => ({
+        status: 200,
+        body:
+          `<?xml version="1.0" encoding="UTF-8"?><Response><Connect><Stream url="${origin.replace(/^http/, "ws")}/telephony/telnyx/stream?token=abc.def" ` +
+          `bidirectionalMode="rtp" codec="${codec}" bidirectionalCodec="${codec}" bidirectionalSamplingRate="${rate}"/></Connect></Response>`
+      })
+    })
+    /** 8 kHz mu-law to big-endian 16-bit samples, each held for `repeat` samples. */
+    const l16Of = (mulaw: Buffer, repeat: number) => {
+      const out = Buffer.alloc(mulaw.length * 2 * repeat)
+      mulaw.forEach((byte, i) => {
+        for (let r = 0; r < repeat; r++) out.writeInt16BE(mulawToLinear(byte), (i * repeat + r) * 2)
+      })
+      return out
+    }
+
+    it.each([
+      ["PCMU", "PCMU", 8000, (mulaw: Buffer) => mulaw],
+      ["PCMA", "PCMA", 8000, (mulaw: Buffer) => Buffer.from(mulaw.map((byte) => linearToAlaw(mulawToLinear(byte))))],
+      ["L16;rate=8000", "L16", 8000, (mulaw: Buffer) => l16Of(mulaw, 1)],
+      ["L16;rate=16000", "L16", 16000, (mulaw: Buffer) => l16Of(mulaw, 2)]
+    ] as const)(
+      "%s: streams in the codec the <Stream> asks for, and hears the gateway's audio in it",
+      async (codec, encoding, rate, toCodec) => {
+        await regateway(askingFor(encoding, rate))
+        const call = track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", continuousMedia: false }))
+        expect(call.codec).toBe(codec)
+        const stream = await gateway.stream()
+        expect((await stream.nth("start")).start.media_format).toEqual({ encoding, sample_rate: rate, channels: 1 })
+        const spoken = appointment.subarray(40 * FRAME_BYTES, 50 * FRAME_BYTES)
+        await call.play(spoken)
+        await stream.until(() => stream.events("media").length === 10)
+        const sent = stream.events("media").map(payloadOf)
+        // 20 ms frames of the codec: 160 bytes of G.711, 320 of L16 at 8 kHz, 640 at 16 kHz.
+        expect(sent.map((frame) => frame.length)).toEqual(Array.from({ length: 10 }, () => (FRAME_BYTES * (encoding === "L16" ? 2 : 1) * rate) / 8000))
+        if (rate === 8000) expect(Buffer.concat(sent)).toEqual(toCodec(spoken))
+        else {
+          // Each 8 kHz sample is sent as is, after one interpolated between it and the previous one.
+          const samples = Buffer.concat(sent)
+          for (let i = 0; i < spoken.length; i++) expect(samples.readInt16BE(i * 4 + 2)).toBe(mulawToLinear(spoken[i]!))
+        }
+        // The gateway's answer in the codec is heard as speech (and counted as 8 kHz audio).
+        const heard = new Promise<Buffer>((resolve) => call.once("agentMedia", ({ payload }) => resolve(payload)))
+        const reply = appointment.subarray(60 * FRAME_BYTES, 61 * FRAME_BYTES)
+        stream.sendMedia(toCodec(reply), {})
+        const payload = await heard
+        expect(payload).toHaveLength(FRAME_BYTES)
+        if (encoding !== "PCMA") expect(payload).toEqual(reply)
+        else payload.forEach((byte, i) => expect(Math.abs(mulawToLinear(byte) - mulawToLinear(reply[i]!))).toBeLessThanOrEqual(Math.abs(mulawToLinear(reply[i]!)) / 8 + 16))
+        expect(call.stats.protocolErrors).toBe(0)
+      }
+    )
+
+    it("G722: streams 160-byte G.722 frames that callgate's decoder hears as the caller's speech, and reads the gateway's G.722 back", async () => {
+      await regateway(askingFor("G722", 16000))
+      const call = track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", continuousMedia: false }))
+      expect(call.codec).toBe("G722")
+      const stream = await gateway.stream()
+      expect((await stream.nth("start")).start.media_format).toEqual({ encoding: "G722", sample_rate: 16000, channels: 1 })
+      const spoken = appointment.subarray(40 * FRAME_BYTES, 60 * FRAME_BYTES)
+      await call.play(spoken)
+      await stream.until(() => stream.events("media").length === 20)
+      const sent = stream.events("media").map(payloadOf)
+      expect(sent.every((frame) => frame.length === FRAME_BYTES)).toBe(true)
+      // Decoded by callgate's G.722 decoder, the speech keeps its level (a lossy coder: within a few dB).
+      const decoder = new G722Decoder()
+      const pcm = new Int16Array(sent.length * FRAME_BYTES * 2)
+      decoder.decode(Buffer.concat(sent), sent.length * FRAME_BYTES, pcm)
+      const rms = (samples: ArrayLike<number>, from = 0) => {
+        let sum = 0
+        for (let i = from; i < samples.length; i++) sum += samples[i]! * samples[i]!
+        return Math.sqrt(sum / (samples.length - from))
+      }
+      const original = rms(Array.from(spoken, (byte) => mulawToLinear(byte)))
+      expect(rms(pcm, 640)).toBeGreaterThan(original * 0.5)
+      expect(rms(pcm, 640)).toBeLessThan(original * 2)
+      // The gateway's G.722 is heard as 8 kHz mu-law, voiced.
+      const heard = new Promise<{ payload: Buffer; voiced: boolean }>((resolve) => call.once("agentMedia", resolve))
+      stream.sendMedia(Buffer.concat(sent.slice(5, 15)), {})
+      const media = await heard
+      expect(media.payload).toHaveLength(10 * FRAME_BYTES)
+      expect(media.voiced).toBe(true)
+    })
+
+    it("an explicit codec overrides the markup; a codec the simulator cannot stream is a clear error", async () => {
+      await regateway(askingFor("PCMU", 8000))
+      const call = track(await placeTelnyxTexmlCall({ gatewayUrl: gateway.url, agentId: "a", environmentId: "e", codec: "PCMA" }))
+      expect((await (await gateway.stream()).nth("start")).start.media_format).toEqual({ encoding: "PCMA", sample_rate: 8000, channels: 1 })
+      expect(call.codec).toBe("PCMA")
+      const other = await startFakeGateway(askingFor("OPUS", 48000))
+      try {
+        await expect(placeTelnyxTexmlCall({ gatewayUrl: other.url, agentId: "a", environmentId: "e" })).rejects.toThrow(/asks for OPUS, which the simulator cannot stream/)
+      } finally {
+        await other.close()
+      }
+    })
+
+    it("connectTelnyxStream streams in the codec it is given (what a Call Control answer asked for)", async () => {
+      track(await connectTelnyxStream({ url: `${gateway.url.replace("http", "ws")}/telephony/telnyx/stream`, codec: "L16;rate=16000" }))
+      const stream = await gateway.stream()
+      expect((await stream.nth("start")).start.media_format).toEqual({ encoding: "L16", sample_rate: 16000, channels: 1 })
+      expect(payloadOf(await stream.nth("media"))).toHaveLength(4 * FRAME_BYTES)
+    })
   })
 
   it("flags a frame that names another stream", async () => {

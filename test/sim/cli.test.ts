@@ -88,4 +88,22 @@ describe("callgate-sim", () => {
     expect(badAudio.code).toBe(2)
     expect(badAudio.stderr).toContain("cannot tell what audio")
   })
+
+  it("--codec streams a Telnyx call in the codec given; it is refused for Twilio and for codecs it does not know", async () => {
+    gateway = await startFakeGateway()
+    const result = await runCli([
+      "--gateway", gateway.url, "--provider", "telnyx", "--codec", "L16;rate=16000", "--agent", "a", "--environment", "e",
+      "--audio", "speech:200", "--turns", "1", "--answer-timeout", "0.3"
+    ])
+    expect(result.stdout).toMatch(/stream open \(telnyx [^,]+, L16;rate=16000\)/)
+    const stream = gateway.streams[0]!
+    expect(stream.events("start")[0].start.media_format).toEqual({ encoding: "L16", sample_rate: 16000, channels: 1 })
+    expect(Buffer.from(stream.events("media")[0].media.payload, "base64")).toHaveLength(4 * FRAME_BYTES)
+    const twilio = await runCli(["--agent", "a", "--environment", "e", "--codec", "PCMA"])
+    expect(twilio.code).toBe(2)
+    expect(twilio.stderr).toContain("--codec is for --provider telnyx")
+    const unknown = await runCli(["--agent", "a", "--environment", "e", "--provider", "telnyx", "--codec", "OPUS"])
+    expect(unknown.code).toBe(2)
+    expect(unknown.stderr).toContain('--codec takes PCMU, PCMA, L16;rate=8000, L16;rate=16000, G722; got "OPUS"')
+  })
 })

@@ -29,10 +29,10 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
     agent = gateway = undefined
   })
 
-  const setup = async () => {
+  const setup = async (settings: Parameters<Gateway["createEnvironment"]>[1] = {}) => {
     gateway = await startGateway()
     const agentId = uniqueId("agent")
-    const environment = await gateway.createEnvironment(agentId)
+    const environment = await gateway.createEnvironment(agentId, settings)
     agent = await startAnsweringAgent({
       gatewayUrl: gateway.httpBase,
       agentId,
@@ -111,6 +111,31 @@ describe("callgate-sim and the answering agent through the real gateway", () => 
       environmentId
     })
   })
+
+  it.each(["PCMA", "L16;rate=8000", "L16;rate=16000", "G722"] as const)(
+    "telnyxStreamCodec %s: the TeXML answer asks Telnyx for it, the simulated Telnyx streams in it, and the mu-law agent (agentAudioFormat) hears and answers each turn",
+    async (codec) => {
+      const { agentId, environmentId } = await setup({ telnyxStreamCodec: codec, agentAudioFormat: "audio/x-mulaw;rate=8000" })
+      const call = await placeTelnyxTexmlCall({ gatewayUrl: gateway!.httpBase, agentId, environmentId, streamVia: "gateway", webhookHeaders: gateway!.telnyx.signWebhook })
+      calls.push(call)
+      // The simulator streams what the <Stream> asked for, as Telnyx does.
+      expect(call.codec).toBe(codec)
+      const heard: Array<Buffer> = []
+      call.on("agentMedia", ({ payload }) => heard.push(payload))
+      for (const turn of [1, 2]) {
+        const result = await call.turn(Buffer.concat([callerTurn, silence(200)]), { answerTimeoutMs: 60_000 })
+        expect(result.answer.answered, `turn ${turn} answered`).toBe(true)
+        await until(() => heard.reduce((total, chunk) => total + chunk.length, 0) === reply.length * turn, `turn ${turn}'s whole reply`)
+      }
+      // L16 carries mu-law's samples exactly (at 16 kHz each is held for two); A-law is a second G.711 step, G.722 a lossy coder.
+      if (codec.startsWith("L16")) expect(Buffer.concat(heard).equals(Buffer.concat([reply, reply]))).toBe(true)
+      expect(call.stats.protocolErrors).toBe(0)
+      await call.hangup()
+      await until(() => gateway!.outbox.events.length === 1, "session.ended")
+      expect(gateway!.outbox.events[0]).toMatchObject({ status: "completed", provider: "telnyx" })
+      expect(agent!.stats).toMatchObject({ calls: 1, turns: 2, replies: 2 })
+    }
+  )
 
   it("a Telnyx Call Control stream, opened straight to the stream URL with its auth token", async () => {
     const { agentId, environmentId } = await setup()

@@ -62,7 +62,7 @@ export const spawnGateway = async (env: Record<string, string>): Promise<Gateway
 }
 
 /** Polls `url` until it answers 200, the process exits, or `timeoutMs` passes. */
-export const waitForHealthy = async (gateway: GatewayProcess, path = "/healthz", timeoutMs = 30_000) => {
+export const waitForHealthy = async (gateway: GatewayProcess, path = "/healthz", timeoutMs = 120_000) => {
   const deadline = Date.now() + timeoutMs
   let exited = false
   void gateway.exited.then(() => (exited = true))

@@ -13,6 +13,7 @@ import { publicWsUrl, type TelnyxVerifier, verifyTwilioWebhook } from "../Carrie
 import { type SessionClaims, SessionTokens } from "../SessionTokens.js"
 import { connectStreamTwiml, hangupTwiml, sayAndHangupTwiml } from "../../twiml/TwimlBuilder.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { DEFAULT_TELNYX_STREAM_CODEC, type TelnyxStreamCodec, texmlCodecAttributes } from "../../kernel/TelnyxStreamCodec.js"
 import { type EntryRequest, type EntryResponse } from "./EntryWire.js"
 
 /**
@@ -22,7 +23,15 @@ import { type EntryRequest, type EntryResponse } from "./EntryWire.js"
  */
 export type Admission =
   /** `streamBase`: the placed instance's PUBLIC_URL as ws:// or wss://, for the stream URL. */
-  | { readonly _tag: "Admitted"; readonly token: string; readonly sessionId: string; readonly streamBase: string; readonly instanceId: string }
+  /** `telnyxStreamCodec`: the environment's, what a Telnyx entry asks the stream in (Twilio ignores it). */
+  | {
+      readonly _tag: "Admitted"
+      readonly token: string
+      readonly sessionId: string
+      readonly streamBase: string
+      readonly instanceId: string
+      readonly telnyxStreamCodec: TelnyxStreamCodec
+    }
   | { readonly _tag: "UnknownEnvironment" }
   | { readonly _tag: "Unavailable" }
   /** The environment's maxConcurrentCalls is reached across the fleet: the entry runs the error fallback (EntryFallback). */
@@ -137,7 +146,14 @@ export const admitCall = (claims: Omit<SessionClaims, "exp" | "entrySessionId" |
       placedOn: placed.instanceId,
       agent: agent._tag
     })
-    return { _tag: "Admitted", token, sessionId, streamBase: publicWsUrl(placed.publicUrl), instanceId: placed.instanceId } as Admission
+    return {
+      _tag: "Admitted",
+      token,
+      sessionId,
+      streamBase: publicWsUrl(placed.publicUrl),
+      instanceId: placed.instanceId,
+      telnyxStreamCodec: lookup.value.telnyxStreamCodec ?? DEFAULT_TELNYX_STREAM_CODEC
+    } as Admission
   }).pipe(
     Effect.tap((admission) => Effect.annotateCurrentSpan("callgate.admission.outcome", admission._tag)),
     Effect.annotateLogs({ sessionId }),
@@ -238,13 +254,15 @@ export interface StreamJoin {
   readonly from?: string | undefined
   readonly to?: string | undefined
   readonly direction?: string | undefined
+  /** What a TeXML stream is asked in, both ways (PCMU when absent); Twilio streams are mu-law. */
+  readonly telnyxStreamCodec?: TelnyxStreamCodec | undefined
 }
 
 /**
  * The `<Connect><Stream>` that joins a call to its media stream on the placed instance, then the
  * `<Redirect>` to the after-stream entry for the session: Twilio gets the token and the call as
  * `<Parameter>`s; TeXML the token in the stream URL (Telnyx streams carry no custom parameters to
- * rely on) and bidirectional RTP in PCMU. The entries answer with it; CallRelocation sends it as
+ * rely on) and bidirectional RTP in the environment's telnyxStreamCodec, asked for both ways. The entries answer with it; CallRelocation sends it as
  * a live-call update that moves the stream to another instance.
  */
 export const joinStreamTwiml = (
@@ -267,7 +285,11 @@ export const joinStreamTwiml = (
         afterStreamUrl(base, EntryPaths.twilioAfterStream, session)
       )
     : connectStreamTwiml(
-        { url: `${join.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(join.token)}`, bidirectionalMode: "rtp", bidirectionalCodec: "PCMU" },
+        {
+          url: `${join.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(join.token)}`,
+          bidirectionalMode: "rtp",
+          ...texmlCodecAttributes(join.telnyxStreamCodec ?? DEFAULT_TELNYX_STREAM_CODEC)
+        },
         [],
         afterStreamUrl(base, EntryPaths.telnyxAfterStream, session)
       )

@@ -11,6 +11,8 @@ import type { StoreError } from "../../kernel/StoreError.js"
 import { CallMover, type CallMoverShape } from "../../livecall/CallMover.js"
 import type { ResumedSession } from "../../kernel/CallLegs.js"
 import type { SessionInfo } from "../../kernel/SessionInfo.js"
+import { DEFAULT_TELNYX_STREAM_CODEC, type TelnyxStreamCodec, telnyxStreamCodecOf } from "../../kernel/TelnyxStreamCodec.js"
+import { Environments } from "../../environments/Environments.js"
 import { publicWsUrl } from "../CarrierSignatures.js"
 import { SessionTokens } from "../SessionTokens.js"
 import { joinStreamTwiml } from "./CallAdmission.js"
@@ -44,12 +46,12 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
     const registry = yield* InstanceRegistry
     const tokens = yield* SessionTokens
     const carriers = yield* Carriers
+    const environments = yield* Environments
     const self = registry.instanceId
 
     /**
-     * The `<Connect><Stream>` markup that sends the call's media to `instance` (its public URL),
-     * with the stream's single-use session token: the session's id, that instance and reserved
-     * socket, and `resumed`. Built as the call entry builds it (Twilio, TeXML).
+     * The stream's single-use session token for `instance`: the session's id, that instance and
+     * reserved socket, and `resumed`.
      */
     const streamToken = (info: SessionInfo, kind: "twilio" | "telnyx-texml" | "telnyx-call-control", instance: ReservedInstance, resumed: ResumedSession) =>
       tokens.issue({
@@ -69,11 +71,16 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         ...(info.recording !== undefined ? { recording: info.recording } : {})
       })
 
+    /**
+     * The `<Connect><Stream>` markup that sends the call's media to `instance` (its public URL) with
+     * its token, a TeXML stream asked in `codec`. Built as the call entry builds it (Twilio, TeXML).
+     */
     const streamMarkup = (
       info: SessionInfo,
       kind: "twilio" | "telnyx-texml",
       instance: ReservedInstance,
-      resumed: ResumedSession
+      resumed: ResumedSession,
+      codec: TelnyxStreamCodec
     ): string => {
       const token = streamToken(info, kind, instance, resumed)
       return joinStreamTwiml(kind, { publicUrl: publicUrl.current(), fleetUrl: config.fleetUrl }, {
@@ -84,9 +91,23 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         sessionId: info.sessionId,
         from: info.from ?? undefined,
         to: info.to ?? undefined,
-        direction: info.direction
+        direction: info.direction,
+        telnyxStreamCodec: codec
       })
     }
+
+    /**
+     * The codec a TeXML stream is asked in again: the format the call streams in now, when this
+     * instance carries it (a move: the agent keeps the audio it was given), else the environment's
+     * telnyxStreamCodec (a caller back from a transfer, whose session was read from the store).
+     */
+    const codecFor = (info: SessionInfo): Effect.Effect<TelnyxStreamCodec> =>
+      info.mediaFormat !== undefined
+        ? Effect.succeed(telnyxStreamCodecOf(info.mediaFormat))
+        : environments.get(info.agentId, info.environmentId).pipe(
+            Effect.map((env) => env.telnyxStreamCodec),
+            Effect.orElseSucceed(() => DEFAULT_TELNYX_STREAM_CODEC)
+          )
 
     /** Holds an idle dial-in agent of the call's environment, `self` first; its instance's address, or None (none idle, or its instance is gone or draining). */
     const reserveAgent = (info: SessionInfo): Effect.Effect<Option.Option<ReservedInstance>, StoreError> =>
@@ -111,7 +132,7 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
           // None elsewhere, or the registry still lists one here: the failover waits on this instance.
           if (Option.isNone(reserved) || reserved.value.id === self) return Option.none()
           const instanceId = reserved.value.id
-          const twiml = streamMarkup(info, kind, reserved.value, resumed)
+          const twiml = streamMarkup(info, kind, reserved.value, resumed, yield* codecFor(info))
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
             yield* Effect.logWarning("the carrier did not move the call's stream to another instance", {
@@ -140,8 +161,10 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       kind: "twilio" | "telnyx-texml",
       resumed: ResumedSession
     ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly twiml: string }>> =>
-      reserveAgent(info).pipe(
-        Effect.map(Option.map((instance: ReservedInstance) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed) }))),
+      Effect.zip(reserveAgent(info), codecFor(info)).pipe(
+        Effect.map(([reserved, codec]) =>
+          Option.map(reserved, (instance: ReservedInstance) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed, codec) }))
+        ),
         Effect.catchAll((error) =>
           Effect.as(
             Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }),
@@ -158,12 +181,12 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       info: SessionInfo,
       resumed: ResumedSession
     ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly stream: StreamTarget }>> =>
-      reserveAgent(info).pipe(
-        Effect.map(
-          Option.map((instance: ReservedInstance) => {
+      Effect.zip(reserveAgent(info), codecFor(info)).pipe(
+        Effect.map(([reserved, codec]) =>
+          Option.map(reserved, (instance: ReservedInstance) => {
             const token = streamToken(info, "telnyx-call-control", instance, resumed)
             const url = `${publicWsUrl(instance.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`
-            return { instanceId: instance.id, stream: { url, token, sessionId: info.sessionId } }
+            return { instanceId: instance.id, stream: { url, token, sessionId: info.sessionId, codec } }
           })
         ),
         Effect.catchAll((error) =>

@@ -12,6 +12,7 @@ import { rescueAtEntry } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { DEFAULT_TELNYX_STREAM_CODEC } from "../../kernel/TelnyxStreamCodec.js"
 import type { CarrierShape } from "../../kernel/Carrier.js"
 import {
   CallControlCallPayload,
@@ -193,9 +194,10 @@ export const telnyxCallControlEntry = (
         ? {
             url: `${admission.streamBase}${EntryPaths.telnyxStream}?token=${encodeURIComponent(admission.token)}`,
             token: admission.token,
-            sessionId: admission.sessionId
+            sessionId: admission.sessionId,
+            codec: admission.telnyxStreamCodec
           }
-        : { url: "", token: "", sessionId: "" }
+        : { url: "", token: "", sessionId: "", codec: DEFAULT_TELNYX_STREAM_CODEC }
     const telnyx = yield* TelnyxCarrier
     const commands = yield* TelnyxCallCommands
     const command =

@@ -12,8 +12,10 @@ import { answerWithFallback } from "./EntryFallback.js"
  * Answers
  *
  *   <Response><Connect><Stream url="wss://PUBLIC/telephony/telnyx/stream?token=.."
- *     bidirectionalMode="rtp" bidirectionalCodec="PCMU"/></Connect></Response>
+ *     bidirectionalMode="rtp" codec="PCMU" bidirectionalCodec="PCMU" bidirectionalSamplingRate="8000"/></Connect>
+ *   <Redirect>.../telephony/telnyx/after-stream?...</Redirect></Response>
  *
+ * in the environment's telnyxStreamCodec (PCMU by default; docs/calls.md, "Audio formats"). *
  * The session token rides in the stream URL (Telnyx streams carry no custom parameters to rely
  * on). Requests are Ed25519-verified like every Telnyx webhook when TELNYX_PUBLIC_KEY is set.
  */
@@ -57,6 +59,7 @@ export const telnyxTexmlEntry = (
       token: admission.token,
       agentId,
       environmentId,
-      sessionId: admission.sessionId
+      sessionId: admission.sessionId,
+      telnyxStreamCodec: admission.telnyxStreamCodec
     })
   }).pipe(Effect.annotateLogs("route", EntryPaths.telnyxTexml))

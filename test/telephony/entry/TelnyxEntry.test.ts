@@ -1,10 +1,21 @@
 import { Effect, Queue } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
+import { Environments } from "../../../src/environments/Environments.js"
+import type { TelnyxStreamCodec } from "../../../src/kernel/TelnyxStreamCodec.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../../src/livecall/CarrierCallEvents.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../../support/fakeTelnyx.js"
 import { type EntryTestApp, formBody, makeEntryTestApp, tokenIn, XML } from "./entryTestApp.js"
 
 const ACCOUNT = "f5586561-8ff0-4291-a0ac-84fe544797bd"
+
+/** Each telnyxStreamCodec with the codec and sampling rate Telnyx is asked for. */
+const CODECS = [
+  ["PCMU", "PCMU", 8000],
+  ["PCMA", "PCMA", 8000],
+  ["L16;rate=8000", "L16", 8000],
+  ["L16;rate=16000", "L16", 16000],
+  ["G722", "G722", 16000]
+] as const
 
 describe("Telnyx entry endpoints", () => {
   let telnyx: FakeTelnyx
@@ -45,7 +56,7 @@ describe("Telnyx entry endpoints", () => {
       expect(sessionId).toMatch(/^ses_[A-Za-z0-9_-]{16}$/)
       expect(res.body).toBe(
         `${XML}<Response><Connect><Stream url="wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}" ` +
-          `bidirectionalMode="rtp" bidirectionalCodec="PCMU"/></Connect>` +
+          `bidirectionalMode="rtp" codec="PCMU" bidirectionalCodec="PCMU" bidirectionalSamplingRate="8000"/></Connect>` +
           `<Redirect method="POST">https://callgate.test/telephony/telnyx/after-stream?agentId=${t.agentId}&amp;environmentId=${t.environmentId}&amp;sessionId=${sessionId}</Redirect>` +
           `</Response>`
       )
@@ -59,6 +70,13 @@ describe("Telnyx entry endpoints", () => {
         direction: "inbound",
         accountSid: ACCOUNT
       })
+    })
+
+    it.each(CODECS)("an environment's telnyxStreamCodec %s is asked for both ways in the <Stream>", async (codec, telnyxCodec, rate) => {
+      const environmentId = await environmentWith(codec)
+      const res = await post(`/telephony/telnyx/texml?agentId=${t.agentId}&environmentId=${environmentId}`, texmlForm(), (body) => telnyx.signWebhook(body))
+      expect(res.statusCode).toBe(200)
+      expect(res.body).toContain(`bidirectionalMode="rtp" codec="${telnyxCodec}" bidirectionalCodec="${telnyxCodec}" bidirectionalSamplingRate="${rate}"/>`)
     })
 
     it.each([
@@ -128,7 +146,9 @@ describe("Telnyx entry endpoints", () => {
         stream_url: `wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}`,
         stream_track: "inbound_track",
         stream_bidirectional_mode: "rtp",
+        stream_codec: "PCMU",
         stream_bidirectional_codec: "PCMU",
+        stream_bidirectional_sampling_rate: 8000,
         stream_auth_token: token,
         // Every later webhook of the call names its session (streaming.stopped: docs/reliability.md).
         client_state: Buffer.from(sessionId!).toString("base64"),
@@ -172,6 +192,24 @@ describe("Telnyx entry endpoints", () => {
       expect(start!.json).toMatchObject({ stream_url: `wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}`, stream_bidirectional_mode: "rtp" })
       expect(await t.claimsOf(token)).toMatchObject({ callId: "v3:cc-out-1", direction: "outbound" })
     })
+
+    it.each(CODECS)(
+      "an environment's telnyxStreamCodec %s is asked for both ways in an incoming call's answer and an outgoing call's streaming_start",
+      async (codec, telnyxCodec, rate) => {
+        const environmentId = await environmentWith(codec)
+        const url = `/telephony/telnyx/call-control?agentId=${t.agentId}&environmentId=${environmentId}`
+        const incoming = `v3:cc-codec-in-${codec}`
+        const outgoing = `v3:cc-codec-out-${codec}`
+        const initiated = telnyx.callControlEvent("call.initiated", callPayload(incoming))
+        expect((await post(initiated, telnyx.signWebhook(initiated), url)).statusCode).toBe(200)
+        const answered = telnyx.callControlEvent("call.answered", callPayload(outgoing, { direction: "outgoing" }))
+        expect((await post(answered, telnyx.signWebhook(answered), url)).statusCode).toBe(200)
+        await telnyx.waitFor(() => telnyx.commands(incoming, "answer").length === 1 && telnyx.commands(outgoing, "streaming_start").length === 1)
+        const asked = { stream_codec: telnyxCodec, stream_bidirectional_codec: telnyxCodec, stream_bidirectional_sampling_rate: rate, stream_bidirectional_mode: "rtp" }
+        expect(telnyx.commands(incoming, "answer")[0]!.json).toMatchObject(asked)
+        expect(telnyx.commands(outgoing, "streaming_start")[0]!.json).toMatchObject(asked)
+      }
+    )
 
     it("call.hangup publishes CallHungUp for the session", async () => {
       const event = await t.runtime.runPromise(
@@ -255,6 +293,10 @@ describe("Telnyx entry endpoints", () => {
       await telnyx.waitFor(() => telnyx.commands("v3:cc-in-8", "answer").length === 3)
     })
   })
+
+  /** A new environment of the test's agent asking Telnyx for `codec`. */
+  const environmentWith = async (codec: TelnyxStreamCodec) =>
+    (await t.runtime.runPromise(Effect.flatMap(Environments, (envs) => envs.create(t.agentId, { name: `codec ${codec}`, telnyxStreamCodec: codec })))).id
 
   let otherKey: FakeTelnyx | undefined
   const otherKeySignature = (body: string) => otherKey!.signWebhook(body)
