@@ -7,10 +7,11 @@
  *
  * ADPCM is backward adaptive: the encoder and the decoder each keep a predictor and a quantiser
  * scale that every code moves, so a stream needs one encoder or decoder for its whole life, fed
- * every frame in order (`G722Encoder`, `G722Decoder`: a few hundred bytes each, made once per call
- * and direction). The arithmetic follows the recommendation's fixed-point blocks exactly (16-bit
- * saturation and truncation where it has them), so the codes interoperate with any conforming
- * implementation. Nothing is allocated per frame.
+ * every frame in order (`G722Encoder`, `G722Decoder`, and `G722NarrowbandDecoder` for the low band
+ * alone: a few hundred bytes each, made once per call and direction). The arithmetic follows the
+ * recommendation's fixed-point blocks exactly (16-bit saturation and truncation wherever they can
+ * change a value), so the codes interoperate with any conforming implementation: the tests hold it
+ * to FFmpeg's, bit for bit, both ways. Nothing is allocated per frame.
  */
 
 /** Samples per second of G.722 audio (its RTP clock says 8000, by an old mistake kept for compatibility). */

@@ -44,6 +44,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const dirty = new Map<string, EnvironmentRef>()
     /** Environments this instance has idle agents published in (an empty list withdraws them). */
     const published = new Map<string, EnvironmentRef>()
+    /** Environments whose publish is being written now (taken out of `dirty`, not yet in the store). */
+    const publishing = new Set<string>()
     const lock = yield* Effect.makeSemaphore(1)
     const wake = yield* Queue.sliding<void>(1)
     let known: ReadonlyArray<InstanceEntry> = []
@@ -60,10 +62,12 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     const publishOne = (ref: EnvironmentRef) => {
       const key = environmentKey(ref.agentId, ref.environmentId)
       dirty.delete(key)
+      publishing.add(key)
       const sockets = pool.idleSocketsOf(ref.agentId, ref.environmentId)
       return store.publishIdle(self, { ...ref, sockets }).pipe(
         Effect.tap(() => Effect.sync(() => (sockets.length > 0 ? published.set(key, ref) : published.delete(key)))),
-        Effect.tapError(() => Effect.sync(() => dirty.set(key, ref)))
+        Effect.tapError(() => Effect.sync(() => dirty.set(key, ref))),
+        Effect.ensuring(Effect.sync(() => publishing.delete(key)))
       )
     }
 
@@ -100,15 +104,29 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
       }
     })
 
-    const refresh = Effect.gen(function* () {
-      yield* publish(true)
-      // Taken just before the write the fleet times this instance by (a slow store's other round trips do not count).
+    const refreshFailed = (error: { readonly message: string }) =>
+      logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })
+
+    /**
+     * The entry, on a loop of its own: the hold is renewed as soon as the store took it, timed from
+     * just before the write the fleet times this instance by. Publishing idle agents (which waits
+     * for the publishes of agents connecting) and listing the fleet run on the other loop, so
+     * however slow they are on a distant store, they never delay it.
+     */
+    const heartbeat = Effect.gen(function* () {
       const at = yield* Clock.currentTimeMillis
       yield* store.report(report(), ttlMs)
+      lease.renewed(at)
+    }).pipe(Effect.catchAll(refreshFailed))
+
+    const resync = Effect.gen(function* () {
+      yield* publish(true)
       known = yield* store.list(ttlMs)
-      lease.renewed(at, known.some((entry) => entry.id !== self))
+      lease.sawOthers(known.some((entry) => entry.id !== self))
       yield* letGoOfTaken
-    }).pipe(Effect.catchAll((error) => logStoreFailure("could not refresh this instance in the fleet registry", error, { error: error.message })))
+    }).pipe(Effect.catchAll(refreshFailed))
+
+    const refresh = Effect.zipRight(heartbeat, resync)
 
     const stopListening = pool.onChange((agentId, environmentId) => {
       dirty.set(environmentKey(agentId, environmentId), { agentId, environmentId })
@@ -116,11 +134,19 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     })
     yield* Effect.addFinalizer(() => Effect.sync(stopListening))
 
+    // A restart under the same INSTANCE_ID: the previous run's idle sockets are still listed under
+    // this id (it was killed, it withdrew nothing). Its last report names their environments: this
+    // run's first refresh publishes those with the sockets it has (none yet), withdrawing them.
+    const previous = yield* store.list(ttlMs).pipe(Effect.orElseSucceed((): ReadonlyArray<InstanceEntry> => []))
+    for (const { agentId, environmentId } of previous.find((entry) => entry.id === self)?.idleAgents ?? []) {
+      dirty.set(environmentKey(agentId, environmentId), { agentId, environmentId })
+    }
     yield* refresh
     yield* Option.isSome(config.redisUrl)
       ? Effect.logInfo("joined the fleet registry", { instanceId: self, publicUrl: publicUrl.current() })
       : Effect.logWarning("the embedded in-memory store serves this one instance only: set REDIS_URL to run a fleet", { instanceId: self })
-    yield* refresh.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* heartbeat.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* resync.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
     yield* Queue.take(wake).pipe(
       Effect.zipRight(publish(false)),
       Effect.catchAll((error) => Effect.logWarning("could not publish this instance's idle agents", { error: error.message })),
@@ -141,9 +167,16 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     return {
       instanceId: self,
       instances,
-      /** Publishes the environment's idle agents now if they changed since last published. */
-      flush: (agentId: string, environmentId: string) =>
-        dirty.has(environmentKey(agentId, environmentId)) ? publish(false) : Effect.void,
+      /**
+       * Publishes the environment's idle agents now if they changed since last published; when a
+       * publish of them is being written, waits until it is in the store.
+       */
+      flush: (agentId: string, environmentId: string) => {
+        const key = environmentKey(agentId, environmentId)
+        return dirty.has(key) || publishing.has(key) ? publish(false) : Effect.void
+      },
+      /** The live instances as last read from the registry (no store round trip). */
+      knownInstances: (): ReadonlyArray<InstanceEntry> => known,
       /** The instance as last read from the registry (None when not seen in the last refresh). */
       known: (instanceId: string): Option.Option<InstanceEntry> => Option.fromNullable(known.find((entry) => entry.id === instanceId)),
       /** This instance's report as it stands now. */

@@ -57,15 +57,17 @@ export interface InstanceStoreShape {
   readonly silent: (goneAfterMs: number) => Effect.Effect<ReadonlyArray<string>, StoreError>
   /**
    * Atomically holds one idle socket of the environment that no other reservation holds, on a
-   * live instance: `preferred` when it has one, otherwise the instance with the most free ones.
-   * The hold lapses after `holdMs`; none anywhere is None.
+   * live instance: `preferred` when it has one, otherwise the instance with the most free ones;
+   * never on `avoid` (an instance that takes no new calls: draining, or its hold nearly out). The
+   * hold lapses after `holdMs`; none anywhere is None.
    */
   readonly reserve: (
     agentId: string,
     environmentId: string,
     preferred: string,
     holdMs: number,
-    goneAfterMs: number
+    goneAfterMs: number,
+    avoid?: string
   ) => Effect.Effect<Option.Option<AgentReservation>, StoreError>
   /** Removes the instance from the registry and withdraws its idle sockets (orderly shutdown). */
   readonly withdraw: (instanceId: string, environments: ReadonlyArray<{ readonly agentId: string; readonly environmentId: string }>) => Effect.Effect<void, StoreError>

@@ -61,7 +61,7 @@ export const makeMemoryInstanceStore =
           const at = now()
           return [...instances].filter(([, { seenAt }]) => at - seenAt > goneAfterMs).map(([id]) => id).sort()
         }),
-      reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs) =>
+      reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs, avoid = "") =>
         Effect.sync(() => {
           const env = environments.get(environmentKey(agentId, environmentId))
           if (env === undefined) return Option.none()
@@ -70,7 +70,7 @@ export const makeMemoryInstanceStore =
           const free = new Map<string, Array<string>>()
           for (const [socket, owner] of env.idle) {
             const seen = env.seen.get(owner)
-            if (seen === undefined || at - seen > goneAfterMs || env.held.has(socket)) continue
+            if (owner === avoid || seen === undefined || at - seen > goneAfterMs || env.held.has(socket)) continue
             let list = free.get(owner)
             if (list === undefined) free.set(owner, (list = []))
             list.push(socket)

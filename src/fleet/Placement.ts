@@ -2,6 +2,7 @@ import { Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import { LiveCalls } from "../livecall/LiveCalls.js"
+import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { goneAfterMs, RESERVATION_HOLD_MS } from "./FleetTiming.js"
 import { InstanceRegistry } from "./InstanceRegistry.js"
 import { type InstanceEntry, InstanceStore } from "./InstanceStore.js"
@@ -24,7 +25,7 @@ export type Placed =
       readonly publicUrl: string
       readonly agent: PlacedAgent
     }
-  /** This instance drains and no other live instance can take the call. */
+  /** This instance takes no new calls (it drains, or its hold is nearly out) and no other live instance can take the call. */
   | { readonly _tag: "NoInstance" }
 
 /**
@@ -35,6 +36,11 @@ export type Placed =
  * and the caller is rescued at once (`no_idle_agent`). A dial-out environment (agentUrl): this
  * instance unless it drains, else the least-loaded live one that does not. A store that does not
  * answer places the call here, unreserved, as a single instance would.
+ *
+ * An instance whose registration the store has not taken for nearly INSTANCE_TTL
+ * (`OwnershipLease.takesCalls`: the fleet may soon count it gone and claim its calls) places as a
+ * draining one does: elsewhere, never on itself; with no other live instance, or no store to ask,
+ * NoInstance (the entry answers 503 and the carrier tries the number's fallback URL).
  */
 export class Placement extends Effect.Service<Placement>()("callgate/Placement", {
   effect: Effect.gen(function* () {
@@ -43,12 +49,33 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
     const store = yield* InstanceStore
     const registry = yield* InstanceRegistry
     const sessions = yield* LiveCalls
+    const lease = yield* OwnershipLease
     const self = registry.instanceId
+    let refusing = false
+
+    /** Whether this instance's hold on its calls is nearly out: said once when it starts and once when it ends. */
+    const holdShort = Effect.suspend(() => {
+      const short = !lease.takesCalls()
+      if (short === refusing) return Effect.succeed(short)
+      refusing = short
+      return Effect.as(
+        short
+          ? Effect.logWarning("this instance's registration has not been refreshed for nearly INSTANCE_TTL: new calls go to other instances", {
+              msLeft: Math.round(lease.remainingMs())
+            })
+          : Effect.logInfo("this instance's registration is refreshed again: it takes new calls"),
+        short
+      )
+    })
 
     const here = (agent: PlacedAgent): Placed => ({ _tag: "Placed", instanceId: self, publicUrl: publicUrl.current(), agent })
     const on = (entry: InstanceEntry, agent: PlacedAgent): Placed => ({ _tag: "Placed", instanceId: entry.id, publicUrl: entry.publicUrl, agent })
 
     const otherInstances = Effect.map(registry.instances, (live) => live.filter((entry) => entry.id !== self && !entry.draining))
+    /** The other live instances, as the registry last listed them when the store does not answer now. */
+    const otherInstancesOrKnown = otherInstances.pipe(
+      Effect.orElse(() => Effect.sync(() => registry.knownInstances().filter((entry) => entry.id !== self && !entry.draining)))
+    )
 
     const leastLoaded = (live: ReadonlyArray<InstanceEntry>): Option.Option<InstanceEntry> =>
       Option.fromNullable(
@@ -63,14 +90,15 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
             onNone: () => Effect.map(registry.instances, (live) => Option.map(Option.fromNullable(live.find((e) => e.id === instanceId)), (e) => e.publicUrl))
           })
 
-    const dialIn = (agentId: string, environmentId: string): Effect.Effect<Placed> =>
+    const dialIn = (agentId: string, environmentId: string, short: boolean): Effect.Effect<Placed> =>
       Effect.gen(function* () {
         yield* registry.flush(agentId, environmentId)
-        const draining = sessions.isDraining()
-        // A draining instance prefers no one: its own agents were sent elsewhere.
-        const reserved = yield* store.reserve(agentId, environmentId, draining ? "" : self, RESERVATION_HOLD_MS, ttlMs)
+        const leaving = short || sessions.isDraining()
+        // An instance that takes no new calls prefers no one and is never chosen (a draining one's
+        // agents were sent elsewhere; one whose hold is nearly out may soon count as gone).
+        const reserved = yield* store.reserve(agentId, environmentId, leaving ? "" : self, RESERVATION_HOLD_MS, ttlMs, leaving ? self : "")
         if (Option.isNone(reserved)) {
-          if (!draining) return here({ _tag: "NoneIdle" })
+          if (!leaving) return here({ _tag: "NoneIdle" })
           return Option.match(leastLoaded(yield* otherInstances), {
             onNone: (): Placed => ({ _tag: "NoInstance" }),
             onSome: (entry) => on(entry, { _tag: "NoneIdle" })
@@ -79,20 +107,25 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
         const { instanceId, socketId } = reserved.value
         const url = yield* urlOf(instanceId)
         // Reserved on an instance that left the registry since: its stream would find no one.
-        if (Option.isNone(url)) return here({ _tag: "Any" })
+        if (Option.isNone(url)) return leaving && short ? ({ _tag: "NoInstance" } as Placed) : here({ _tag: "Any" })
         return { _tag: "Placed", instanceId, publicUrl: url.value, agent: { _tag: "Reserved", socketId } } as Placed
       }).pipe(
         Effect.catchAll((error) =>
-          Effect.as(
-            Effect.logWarning("placement could not reach the store: the call stays on this instance", { error: error.message }),
-            here({ _tag: "Any" })
-          )
+          short
+            ? Effect.as(
+                Effect.logWarning("call refused: this instance's hold is nearly out and the store does not answer to place it elsewhere", { error: error.message }),
+                { _tag: "NoInstance" } as Placed
+              )
+            : Effect.as(
+                Effect.logWarning("placement could not reach the store: the call stays on this instance", { error: error.message }),
+                here({ _tag: "Any" })
+              )
         )
       )
 
-    const dialOut: Effect.Effect<Placed> = Effect.suspend(() => {
-      if (!sessions.isDraining()) return Effect.succeed(here({ _tag: "Any" }))
-      return otherInstances.pipe(
+    const dialOut = (short: boolean): Effect.Effect<Placed> => Effect.suspend(() => {
+      if (!short && !sessions.isDraining()) return Effect.succeed(here({ _tag: "Any" }))
+      return (short ? otherInstancesOrKnown : otherInstances).pipe(
         Effect.map((live) =>
           Option.match(leastLoaded(live), {
             onNone: (): Placed => ({ _tag: "NoInstance" }),
@@ -110,7 +143,7 @@ export class Placement extends Effect.Service<Placement>()("callgate/Placement",
       },
       /** Chooses the instance (and the agent) for a call of the environment. */
       place: (agentId: string, environmentId: string, agentUrl: string | null): Effect.Effect<Placed> =>
-        agentUrl === null ? dialIn(agentId, environmentId) : dialOut
+        Effect.flatMap(holdShort, (short) => (agentUrl === null ? dialIn(agentId, environmentId, short) : dialOut(short)))
     } as const
   })
 }) {}

@@ -5,6 +5,7 @@ import Fastify, { type FastifyError, type FastifyInstance } from "fastify"
 import { ApiKeys } from "../apikeys/ApiKeys.js"
 import type { AuthThrottle } from "../apikeys/AuthThrottle.js"
 import { rateLimitKeyOf } from "./ApiAuth.js"
+import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Environments } from "../environments/Environments.js"
 import { Metrics } from "../observability/Metrics.js"
@@ -39,7 +40,7 @@ import { callRoutes, registerOutboundCallbackRoutes } from "./routes/callRoutes.
 import type { SocketGuards } from "../websocket/SocketGuards.js"
 
 /** The services the HTTP edge calls into. */
-export type HttpServices = AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
+export type HttpServices = OwnershipLease | AppConfig | ApiKeys | AuthThrottle | Environments | Metrics | TelephonyEntryServices | Deliveries | CallServices | BreakerStore
 
 /** What the media streams, the agent WebSocket and the session routes need. */
 type CallServices = CarrierStreams | AgentPool | Sessions | LiveCalls | CallControl | OutboundCalls | InstanceRegistry | SocketGuards | Recordings
@@ -210,6 +211,10 @@ export const buildApp = async (runtime: Runtime.Runtime<HttpServices>): Promise<
     // A draining instance takes no new calls: load balancers should stop sending them.
     if (runSync(Effect.map(LiveCalls, (registry) => registry.isDraining()))) {
       return reply.code(503).send({ status: "draining", reason: "shutting down: live calls are finishing" })
+    }
+    // One whose registration the store has not taken for nearly INSTANCE_TTL takes no new call (docs/reliability.md, "Fencing").
+    if (!runSync(Effect.map(OwnershipLease, (lease) => lease.takesCalls()))) {
+      return reply.code(503).send({ status: "unavailable", reason: "the fleet registry has not taken this instance's refresh" })
     }
     const exit = await run(Effect.flatMap(Environments, (envs) => envs.ping).pipe(Effect.timeout("2 seconds")))
     return Exit.isSuccess(exit) ? { status: "ready" } : reply.code(503).send({ status: "unavailable", reason: "store unreachable" })

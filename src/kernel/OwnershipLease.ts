@@ -6,9 +6,12 @@ import { AppConfig } from "../config/AppConfig.js"
  * instance gone INSTANCE_TTL after its last registry refresh and then rescues its calls; so the
  * instance's hold lasts that long from each refresh the store took (`renewed`, from the
  * registry). It stops taking new calls `margin` before the hold runs out (min(TTL / 2, 3 s)): an
- * instance that cannot refresh (paused, or cut off from the store) is out of placement before the
- * fleet may claim its calls, not after. Without a shared store (the embedded one) there is no
- * fleet and the hold never runs out.
+ * instance that cannot refresh (paused, or cut off from the store) is out of placement (and
+ * `/readyz`) before the fleet may claim its calls, not after. The hold counts from the moment the
+ * entry's write was sent, and the entry is written on a loop of its own (InstanceRegistry), not
+ * behind the refresh's other round trips: a store 300 ms away keeps it renewed every
+ * REFRESH_INTERVAL plus one round trip.
+ * Without a shared store (the embedded one) there is no fleet and the hold never runs out.
  */
 export class OwnershipLease extends Effect.Service<OwnershipLease>()("callgate/OwnershipLease", {
   effect: Effect.gen(function* () {
@@ -21,9 +24,12 @@ export class OwnershipLease extends Effect.Service<OwnershipLease>()("callgate/O
     let othersLive = false
     const remainingMs = () => (shared ? renewedAtMs + ttlMs - clock.unsafeCurrentTimeMillis() : Infinity)
     return {
-      /** The registry refresh was written at `atMs` (taken before the write); `others`: other live instances were listed. */
-      renewed: (atMs: number, others: boolean): void => {
+      /** The store took this instance's registry entry, written at `atMs` (read before the write was sent). */
+      renewed: (atMs: number): void => {
         renewedAtMs = Math.max(renewedAtMs, atMs)
+      },
+      /** Whether the registry listed other live instances at the last refresh. */
+      sawOthers: (others: boolean): void => {
         othersLive = others
       },
       /** Milliseconds before the fleet may count this instance gone (Infinity without a shared store). */

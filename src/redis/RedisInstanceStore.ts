@@ -78,8 +78,9 @@ return 1
 `
 
 /**
- * KEYS idle, seen, held. ARGV preferred, holdMs, goneAfterMs. Holds one free socket of a live
- * instance (preferred first, else the one with the most free sockets, ties by id): {instance, socket}.
+ * KEYS idle, seen, held. ARGV preferred, holdMs, goneAfterMs, avoid. Holds one free socket of a live
+ * instance other than `avoid` (preferred first, else the one with the most free sockets, ties by
+ * id): {instance, socket}.
  */
 const RESERVE_SCRIPT = `${NOW}
 local preferred = ARGV[1]
@@ -91,7 +92,7 @@ for _, socket in ipairs(holds) do held[socket] = true end
 local alive = {}
 local seen = redis.call('HGETALL', KEYS[2])
 for i = 1, #seen, 2 do
-  if now - tonumber(seen[i + 1]) <= gone then alive[seen[i]] = true end
+  if seen[i] ~= ARGV[4] and now - tonumber(seen[i + 1]) <= gone then alive[seen[i]] = true end
 end
 local free = {}
 local idle = redis.call('HGETALL', KEYS[1])
@@ -186,9 +187,9 @@ export const makeRedisInstanceStore = Effect.gen(function* () {
       redisCall("silentInstances", () => silentScript(client, [registryKeys[1]!], [goneAfterMs])).pipe(
         Effect.map((reply) => (Array.isArray(reply) ? reply.map(String) : []))
       ),
-    reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs) =>
+    reserve: (agentId, environmentId, preferred, holdMs, goneAfterMs, avoid = "") =>
       redisCall("reserveAgent", () =>
-        reserveScript(client, agentKeys(agentId, environmentId), [preferred, holdMs, goneAfterMs])
+        reserveScript(client, agentKeys(agentId, environmentId), [preferred, holdMs, goneAfterMs, avoid])
       ).pipe(
         Effect.map((reply) =>
           Array.isArray(reply) && reply.length === 2

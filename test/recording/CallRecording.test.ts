@@ -1,6 +1,8 @@
+import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
 import { MULAW_TO_LINEAR } from "../../sim/Mulaw.js"
-import { alawToLinear } from "../../src/kernel/AudioFormat.js"
+import { G722Decoder } from "../../src/audio/G722.js"
+import { alawToLinear, G722_16K } from "../../src/kernel/AudioFormat.js"
 import { CallRecording, type FlushedAudio, WINDOW_SAMPLES } from "../../src/recording/CallRecording.js"
 import { FRAME_BYTES } from "../../src/recording/Wav.js"
 
@@ -181,5 +183,34 @@ describe("CallRecording", () => {
     expect(alawFile.channel("left", 0, 160).every((s) => s === 0)).toBe(true)
     expect(alawFile.channel("right", 0, 160 + 256).every((s) => s === 0)).toBe(true)
     expect(alawFile.channel("left", 160, 256)).toEqual(Array.from({ length: 256 }, (_, byte) => alawToLinear(byte)))
+  })
+
+  it("G.722: each channel decoded by its own decoder, every frame in order, a late frame too (it is not recorded, but the stream goes on from it)", () => {
+    const codes = new Uint8Array(readFileSync(new URL("../fixtures/audio/g722/caller-appointment.g722", import.meta.url)))
+    const chunk = (n: number) => Buffer.from(codes.subarray(n * 160, (n + 1) * 160)).toString("base64")
+    /** The 16 kHz samples of frames [0, count) of a stream starting at `first`, through one decoder. */
+    const reference = (first: number, count: number) => {
+      const decoder = new G722Decoder()
+      const out = new Int16Array(count * 320)
+      for (let n = 0; n < count; n++) decoder.decode(Buffer.from(chunk(first + n), "base64"), 160, out, n * 320)
+      return Array.from(out)
+    }
+    const recording = new CallRecording(G722_16K)
+    const file = new File()
+    // Caller frames 1..10 at their times, flushed; frame 11 comes stamped before what was written (late: dropped), then 12..20.
+    for (let n = 1; n <= 10; n++) recording.caller(chunk(n), n * 20)
+    file.lay(recording.flush(take))
+    recording.caller(chunk(11), 0)
+    expect(recording.droppedFrames).toBe(1)
+    // The agent's frames, from another part of the recording, on the other channel.
+    for (let k = 0; k < 5; k++) recording.agent(chunk(100 + k))
+    for (let n = 12; n <= 20; n++) recording.caller(chunk(n), n * 20)
+    file.lay(recording.flush(take, true))
+    expect(recording.sampleRate).toBe(16000)
+    const caller = reference(1, 20)
+    expect(file.channel("left", 320, 10 * 320)).toEqual(caller.slice(0, 10 * 320))
+    // Frame 11 was decoded all the same: frames 12..20 are those of the whole stream.
+    expect(file.channel("left", 12 * 320, 9 * 320)).toEqual(caller.slice(11 * 320))
+    expect(file.channel("right", 11 * 320, 5 * 320)).toEqual(reference(100, 5))
   })
 })
