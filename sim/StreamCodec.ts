@@ -25,10 +25,18 @@ export interface SimAudioCodec {
 
 const identity = (bytes: Buffer) => bytes
 
+/**
+ * mu-law's samples for the linear codecs: G.711's table, except that 0x7F ("negative zero") is -1
+ * rather than 0, so every byte survives mu-law to L16 and back (0 would come back as 0xFF, altering
+ * the bench's frame stamps).
+ */
+const LINEAR: Int16Array = Int16Array.from(MULAW_TO_LINEAR)
+LINEAR[0x7f] = -1
+
 /** 8 kHz mu-law to 16 kHz samples into `out`: each sample after one interpolated between it and `previous`; returns the last sample. */
 const upsample = (mulaw: Buffer, out: Int16Array, previous: number): number => {
   for (let i = 0; i < mulaw.length; i++) {
-    const sample = MULAW_TO_LINEAR[mulaw[i]!]!
+    const sample = LINEAR[mulaw[i]!]!
     out[i * 2] = (previous + sample) >> 1
     out[i * 2 + 1] = sample
     previous = sample
@@ -61,7 +69,7 @@ export const simAudioCodec = (codec: SimStreamCodec): SimAudioCodec => {
         mediaFormat: { encoding: "L16", sample_rate: 8000 },
         encode: (mulaw) => {
           const frame = mulaw.length === FRAME_BYTES ? out : Buffer.alloc(mulaw.length * 2)
-          for (let i = 0; i < mulaw.length; i++) frame.writeInt16BE(MULAW_TO_LINEAR[mulaw[i]!]!, i * 2)
+          for (let i = 0; i < mulaw.length; i++) frame.writeInt16BE(LINEAR[mulaw[i]!]!, i * 2)
           return frame
         },
         decode: (bytes) => {
@@ -81,7 +89,7 @@ export const simAudioCodec = (codec: SimStreamCodec): SimAudioCodec => {
         encode: (mulaw) => {
           const frame = mulaw.length === FRAME_BYTES ? out : Buffer.alloc(mulaw.length * 4)
           for (let i = 0; i < mulaw.length; i++) {
-            const sample = MULAW_TO_LINEAR[mulaw[i]!]!
+            const sample = LINEAR[mulaw[i]!]!
             frame.writeInt16BE((previous + sample) >> 1, i * 4)
             frame.writeInt16BE(sample, i * 4 + 2)
             previous = sample

@@ -6,6 +6,7 @@ import type { SimCall } from "../../sim/SimCall.js"
 import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.js"
 import { G722Decoder } from "../../src/audio/G722.js"
 import { linearToAlaw, mulawToLinear } from "../../src/kernel/AudioFormat.js"
+import { simAudioCodec } from "../../sim/StreamCodec.js"
 import { type FakeGateway, startFakeGateway } from "./fakeGateway.js"
 
 const appointment = readUlawFile("test/fixtures/audio/caller-appointment.ulaw")
@@ -238,6 +239,16 @@ describe("simulated Telnyx call", () => {
       const media = await heard
       expect(media.payload).toHaveLength(10 * FRAME_BYTES)
       expect(media.voiced).toBe(true)
+    })
+
+    it("every mu-law byte survives the simulator's L16 round trip at 8 and 16 kHz (the bench's frame stamps ride on it)", () => {
+      const all = Buffer.from(Array.from({ length: FRAME_BYTES }, (_, i) => (i * 37 + 0x7f) & 0xff))
+      all[0] = 0x7f
+      all[1] = 0xff
+      for (const codec of ["L16;rate=8000", "L16;rate=16000"] as const) {
+        const coder = simAudioCodec(codec)
+        expect(coder.decode(Buffer.from(coder.encode(all))), codec).toEqual(all)
+      }
     })
 
     it("an explicit codec overrides the markup; a codec the simulator cannot stream is a clear error", async () => {
