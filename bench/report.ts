@@ -523,7 +523,7 @@ const formatsSection = (figures: FormatsBenchFigures | PartError | undefined): s
     "## Audio formats",
     "",
     `${figures.calls} Telnyx TeXML calls on each of ${figures.formats.length} callgates at once, one per telnyxStreamCodec, the agents speaking the same format; windows of ${figures.windowSeconds} s` +
-      (figures.skippedWindows > 0 ? ` (${figures.skippedWindows} window(s) in which fewer than 90 % of some format's calls were up left out)` : "") +
+      (figures.skippedWindows > 0 ? ` (in ${figures.skippedWindows} window(s) fewer than 90 % of some format's calls were up: left out of that format's figures)` : "") +
       ".",
     "",
     "| format | CPU ms per call-second | over mu-law | p99 ms carrier->agent | agent->carrier | loss % (each way) | turns answered |",

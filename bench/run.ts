@@ -7,7 +7,7 @@
  *   npm run bench -- --quick               # a 3 minute smoke run
  *   npm run bench -- --only fleet          # the fleet's scaling efficiency alone
  *   npm run bench -- --only redis          # Redis commands and CPU per call set-up and per call-second
- *   npm run bench -- --only formats        # CPU per call-second of a PCMU, PCMA, L16 8 / 16 kHz and G.722 Telnyx call
+ *   npm run bench -- --only formats        # CPU per call-second of a PCMU, PCMA, L16 8 kHz and 16 kHz Telnyx call
  *   npm run bench -- --steps 100,200,400 --step-seconds 30 --only gateway,baseline --profile
  *
  * See docs/benchmarks.md for what each figure means.
@@ -34,7 +34,7 @@ const QUICK_TRACING_CALLS = 20
 /** Calls each build carries at once in the versus part (the larger of the CPU steps). */
 const VERSUS_CALLS = 100
 const QUICK_VERSUS_CALLS = 20
-/** Calls each format's callgate carries in the formats part (PCMU, PCMA, L16 8 and 16 kHz, G.722, all at once). */
+/** Calls each format's callgate carries in the formats part (PCMU, PCMA, L16 8 and 16 kHz, all at once). */
 const FORMATS_CALLS = 20
 const QUICK_FORMATS_CALLS = 10
 /** Calls both callgates carry at once in the recording part (recording on against off). */
