@@ -84,6 +84,22 @@ export const instanceStoreContract = (name: string, store: Layer.Layer<InstanceS
           expect(new Set(taken).size).toBe(6)
         }))
 
+      it.effect("never reserves on the instance to avoid (one that takes no new calls), even when it has the most or is preferred", () =>
+        Effect.gen(function* () {
+          const instances = yield* InstanceStore
+          const agentId = uniqueId("agent")
+          const environmentId = "env_main"
+          const [a, b] = [uniqueId("a"), uniqueId("b")]
+          yield* instances.publishIdle(a, { agentId, environmentId, sockets: [`${a}.1`, `${a}.2`, `${a}.3`] })
+          yield* instances.publishIdle(b, { agentId, environmentId, sockets: [`${b}.1`] })
+          const reserve = (preferred: string) =>
+            Effect.map(instances.reserve(agentId, environmentId, preferred, HOLD, GONE, a), (r) => Option.map(r, (x) => x.instanceId))
+          expect(yield* reserve(a)).toEqual(Option.some(b))
+          expect(yield* reserve("")).toEqual(Option.none())
+          // Without it, a's sockets are there as before.
+          expect(Option.map(yield* instances.reserve(agentId, environmentId, "", HOLD, GONE), (x) => x.instanceId)).toEqual(Option.some(a))
+        }))
+
       it.effect("of concurrent reservations each gets its own socket, and none beyond capacity", () =>
         Effect.gen(function* () {
           const instances = yield* InstanceStore
