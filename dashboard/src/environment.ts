@@ -531,7 +531,10 @@ export const EnvironmentPage = (props: { agentId: string; environmentId: string 
         setDeliveries(d.deliveries)
         setError(null)
       } catch (failure) {
-        if (!signal.cancelled) setError(failure)
+        if (signal.cancelled) return
+        setError(failure)
+        // An environment that does not exist will not appear by asking again: the view says so and stops polling.
+        if (failure instanceof ApiFailure && failure.status === 404) signal.cancelled = true
       }
     },
     2000,
