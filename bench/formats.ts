@@ -1,5 +1,5 @@
 /**
- * CPU per call in each Telnyx audio format (PCMU, PCMA, L16 at 8 and 16 kHz) (docs/benchmarks.md, "Audio formats"): one callgate
+ * CPU per call in each Telnyx audio format (PCMU, PCMA, L16 at 8 and 16 kHz, G.722) (docs/benchmarks.md, "Audio formats"): one callgate
  * process per format, all carrying the same simulated Telnyx TeXML calls at once, each environment
  * asking Telnyx for its format (`telnyxStreamCodec`): the simulated Telnyx streams what the `<Stream>`
  * asks for, and the bench agents receive and speak the same format (agentAudioFormat `carrier`), so
@@ -17,10 +17,9 @@ import { createBenchEnvironment, type RunningGateway, startGateway } from "./sys
 import type { SimStreamCodec } from "../sim/StreamCodec.js"
 
 /**
- * The formats measured, mu-law first (the others are compared with it). G.722 is left out for now:
- * in the bench's rig its calls' stream upgrades were answered 408 (docs/benchmarks.md, "Audio formats").
+ * The formats measured, mu-law first (the others are compared with it).
  */
-export const BENCH_FORMATS: ReadonlyArray<SimStreamCodec> = ["PCMU", "PCMA", "L16;rate=8000", "L16;rate=16000"]
+export const BENCH_FORMATS: ReadonlyArray<SimStreamCodec> = ["PCMU", "PCMA", "L16;rate=8000", "L16;rate=16000", "G722"]
 
 export interface FormatWindowFigures {
   readonly format: SimStreamCodec
