@@ -283,9 +283,16 @@ describe("an instance of a fleet behind nginx is killed with 40 live calls", () 
     )
     // Every doomed session ended instance_lost with its fallback recorded: each claim's winner has
     // finished its rescue, and every other claimant lost the compare-and-set (no rescue).
+    // (What is waited on: the killed instance's sessions not ended yet, so a timeout names them.)
     await until(
-      sessions,
-      (all) => doomed.every((p) => all.some((s) => s.callId === p.callId && s.status !== "active" && s.fallback !== null)),
+      async () => {
+        const all = await sessions()
+        return doomed
+          .map((p) => ({ kind: p.kind, callId: p.callId, session: all.find((s) => s.callId === p.callId) }))
+          .filter(({ session }) => session === undefined || session.status === "active" || session.fallback === null)
+          .map(({ kind, session }) => ({ kind, id: session?.id, status: session?.status, endReason: session?.endReason, fallback: session?.fallback, instanceId: session?.instanceId }))
+      },
+      (left) => left.length === 0,
       "the killed instance's sessions ended with their fallback",
       120_000
     )
