@@ -147,9 +147,25 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
 
     const fibers = yield* FiberMap.make<string, void, never>()
 
+    /**
+     * A rescuer's fallback record that came while another end of the same session was being
+     * written (the fleet's sweep finishing a session a survivor had just claimed and was rescuing):
+     * kept here and filled in once that write is through, never dropped.
+     */
+    const fillsAfter = new Map<string, SessionEndJob>()
+    /** The session's end is through (written, or given up): a fill that waited on it goes now. */
+    const through = (id: string): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        pending.delete(id)
+        const fill = fillsAfter.get(id)
+        if (fill === undefined) return Effect.void
+        fillsAfter.delete(id)
+        return Effect.asVoid(FiberMap.run(fibers, `${id} fill`, Effect.asVoid(submit(fill))))
+      })
+
     const done = (job: SessionEndJob) =>
       Effect.gen(function* () {
-        pending.delete(job.session.id)
+        yield* through(job.session.id)
         kept--
         if (kept === 0) yield* Effect.logInfo(`the store at ${address} answers again: every kept session end is written and its session.ended queued`)
       })
@@ -183,11 +199,14 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
     const submit = (job: SessionEndJob): Effect.Effect<Session> =>
       Effect.gen(function* () {
         const id = job.session.id
-        if (pending.has(id)) return job.session
+        if (pending.has(id)) {
+          if (job.fillFallback === true && job.session.fallback !== null) fillsAfter.set(id, job)
+          return job.session
+        }
         pending.set(id, job)
         const first = yield* Effect.either(attempt(job))
         if (Either.isRight(first)) {
-          pending.delete(id)
+          yield* through(id)
           return first.right
         }
         if (kept === 0) {
@@ -227,7 +246,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
             if (pending.has(job.session.id)) return
             pending.set(job.session.id, job)
             const first = yield* Effect.either(attempt(job))
-            if (Either.isRight(first)) pending.delete(job.session.id)
+            if (Either.isRight(first)) yield* through(job.session.id)
             else yield* keep(job)
           }),
         { concurrency: REPLAY_CONCURRENCY, discard: true }
@@ -248,7 +267,11 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
     yield* Effect.addFinalizer(() =>
       Effect.gen(function* () {
         stopping = true
-        const jobs = [...pending.values()]
+        // A fill still waiting rides with the end it waited on.
+        const jobs = [...pending.values()].map((job): SessionEndJob => {
+          const fill = fillsAfter.get(job.session.id)
+          return fill === undefined || job.session.fallback !== null ? job : { ...job, session: { ...job.session, fallback: fill.session.fallback }, fillFallback: true }
+        })
         const result = yield* Effect.either(Effect.try(() => writeSpool(file, jobs)))
         if (Either.isLeft(result)) {
           yield* Effect.logError(`could not write the spool: ${jobs.length} session ends are lost`, { file, error: String(result.left.error) })

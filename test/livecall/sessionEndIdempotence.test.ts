@@ -93,6 +93,47 @@ describe("ending a session twice", () => {
     expect(deliveries.deliveries[0]!.payload).toMatchObject({ endReason: "caller_hangup" })
   })
 
+  it("a rescuer's fallback record that comes while another end of the session is being written is filled in after it, not dropped", async () => {
+    // The fleet's sweep finishes a session a survivor had just claimed (terminal, no fallback yet)
+    // while that survivor is still rescuing the call; the rescuer's end (fillFallback) comes while
+    // the sweep's is kept (the store refuses session writes): once the store takes them, the record has the fallback.
+    const prefix = `${uniqueId("fill")}:`
+    const { app, agentId, environmentId, run } = await setUp({ REDIS_KEY_PREFIX: prefix }, { clock: "test" })
+    const claimed = { ...sampleSession(agentId, { environmentId, instanceId: uniqueId("dead") }), status: "failed" as const, endReason: "instance_lost" as const, endedAt: new Date().toISOString() }
+    await run(Effect.flatMap(Sessions, (sessions) => sessions.record(claimed)))
+    const admin = new Redis(redis!.url)
+    await admin.call("ACL", "SETUSER", "default", "resetkeys", `~${prefix}env:*`)
+    const fallback = {
+      trigger: "instance_lost" as const,
+      errorMessage: "The callgate instance serving the call stopped before the call ended.",
+      type: "phone" as const,
+      outcome: "transferred" as const,
+      startedAt: claimed.endedAt,
+      carrierRequestAt: claimed.endedAt,
+      finishedAt: claimed.endedAt,
+      webhookStatus: null,
+      detail: null,
+      via: "redirect" as const
+    }
+    await run(
+      Effect.flatMap(SessionEndJournal, (journal) =>
+        Effect.zipRight(journal.submit({ session: claimed }), journal.submit({ session: { ...claimed, fallback }, fillFallback: true }))
+      )
+    )
+    expect(await run(Effect.map(SessionEndJournal, (journal) => journal.backlog()))).toBe(1)
+    await admin.call("ACL", "SETUSER", "default", "allkeys")
+    admin.disconnect()
+    for (let step = 0; (await run(Effect.flatMap(Sessions, (sessions) => sessions.get(agentId, claimed.id)))).fallback === null; step++) {
+      if (step === 60) throw new Error("the rescuer's fallback was not filled in within a minute of the clock")
+      await app.adjustClock("1 second")
+    }
+    expect(await run(Effect.flatMap(Sessions, (sessions) => sessions.get(agentId, claimed.id)))).toMatchObject({
+      status: "failed",
+      endReason: "instance_lost",
+      fallback: { outcome: "transferred", via: "redirect" }
+    })
+  })
+
   it("a session end the store refuses is kept; at SESSION_END_BACKLOG_LIMIT (and only then) the entry answers 503; once written, calls are taken again", async () => {
     const prefix = `${uniqueId("acl")}:`
     // On the TestClock: the kept end is tried again on the journal's retry schedule, as the test moves the clock.
