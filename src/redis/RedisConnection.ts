@@ -380,7 +380,13 @@ export const subscribeOwn = (
       subscriber.on("message", (from: string, message: string) => {
         if (from === channel) onMessage(message)
       })
-      yield* redisCall(operation, () => subscriber.subscribe(channel))
+      yield* redisCall(operation, () => subscriber.subscribe(channel)).pipe(
+        // Its own connection never came up: the store is unreachable, which the main connection
+        // reports (once); whatever ioredis's words for it (a refusal, a command timed out while connecting).
+        Effect.mapError((error) =>
+          subscriber.status === "ready" || error.unreachable ? error : new StoreError({ operation, cause: new Error(STORE_UNREACHABLE) })
+        )
+      )
     }).pipe(
       Scope.extend(attempt),
       Effect.onError((cause) => Scope.close(attempt, Exit.failCause(cause)))
