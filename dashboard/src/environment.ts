@@ -37,27 +37,38 @@ const recentSessions = async (agentId: string, environmentId: string): Promise<A
 // ---- Call Limits ----
 
 /** The environment's fleet-wide limits (docs/scaling.md, "Fleet-wide call limits"). */
-const CallLimits = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
-  const { env } = props
-  const [total, setTotal] = useState(env.maxConcurrentCalls === null ? "" : String(env.maxConcurrentCalls))
-  const [outbound, setOutbound] = useState(String(env.maxConcurrentOutboundCalls))
+/**
+ * A settings panel's save: the form's patch goes to the API, then "Saved." (or the API's error, by
+ * field) shows, and the page gets the environment as stored. `saved` sees it first (a new secret).
+ */
+const useEnvironmentSave = (env: Environment, onSaved: (env: Environment) => void) => {
   const [error, setError] = useState<unknown>(null)
   const [status, setStatus] = useState<string | null>(null)
-  const save = async (event: Event) => {
+  const submit = (patch: () => Record<string, unknown>, saved?: (next: Environment) => void) => async (event: Event) => {
     event.preventDefault()
     setError(null)
     setStatus(null)
     try {
-      const next = await api.updateEnvironment(env.agentId, env.id, {
-        maxConcurrentCalls: total.trim() === "" ? null : Number(total),
-        maxConcurrentOutboundCalls: Number(outbound)
-      })
+      const next = await api.updateEnvironment(env.agentId, env.id, patch())
+      saved?.(next)
       setStatus("Saved.")
-      props.onSaved(next)
+      onSaved(next)
     } catch (failure) {
       setError(failure)
     }
   }
+  return { error, setError, status, setStatus, submit }
+}
+
+const CallLimits = (props: { env: Environment; onSaved: (env: Environment) => void }) => {
+  const { env } = props
+  const [total, setTotal] = useState(env.maxConcurrentCalls === null ? "" : String(env.maxConcurrentCalls))
+  const [outbound, setOutbound] = useState(String(env.maxConcurrentOutboundCalls))
+  const { error, status, submit } = useEnvironmentSave(env, props.onSaved)
+  const save = submit(() => ({
+    maxConcurrentCalls: total.trim() === "" ? null : Number(total),
+    maxConcurrentOutboundCalls: Number(outbound)
+  }))
   const errors = fieldErrors(error)
   return html`<section class="panel" id="call-limits" aria-labelledby="call-limits-title">
     <h2 id="call-limits-title">Call Limits</h2>
@@ -99,20 +110,8 @@ const AudioFormatSettings = (props: { env: Environment; onSaved: (env: Environme
   const { env } = props
   const [codec, setCodec] = useState<TelnyxStreamCodec>(env.telnyxStreamCodec)
   const [agentFormat, setAgentFormat] = useState<AgentAudioFormat>(env.agentAudioFormat)
-  const [error, setError] = useState<unknown>(null)
-  const [status, setStatus] = useState<string | null>(null)
-  const save = async (event: Event) => {
-    event.preventDefault()
-    setError(null)
-    setStatus(null)
-    try {
-      const next = await api.updateEnvironment(env.agentId, env.id, { telnyxStreamCodec: codec, agentAudioFormat: agentFormat })
-      setStatus("Saved.")
-      props.onSaved(next)
-    } catch (failure) {
-      setError(failure)
-    }
-  }
+  const { error, status, submit } = useEnvironmentSave(env, props.onSaved)
+  const save = submit(() => ({ telnyxStreamCodec: codec, agentAudioFormat: agentFormat }))
   const errors = fieldErrors(error)
   return html`<section class="panel" id="audio-format" aria-labelledby="audio-format-title">
     <h2 id="audio-format-title">Audio Format</h2>
@@ -177,24 +176,16 @@ const WebhookSettings = (props: { env: Environment; onSaved: (env: Environment) 
   const { env } = props
   const [url, setUrl] = useState(env.webhookUrl ?? "")
   const [scheme, setScheme] = useState<WebhookSignatureScheme>(env.webhookSignatureScheme)
-  const [error, setError] = useState<unknown>(null)
+  const { error, setError, status, setStatus, submit } = useEnvironmentSave(env, props.onSaved)
   const [secret, setSecret] = useState<string | null>(null)
-  const [status, setStatus] = useState<string | null>(null)
   const [confirm, setConfirm] = useState<"regenerate" | "remove" | null>(null)
 
-  const save = async (event: Event) => {
-    event.preventDefault()
-    setError(null)
-    setStatus(null)
-    try {
-      const next = await api.updateEnvironment(env.agentId, env.id, { webhookUrl: url.trim(), webhookSignatureScheme: scheme })
+  const save = submit(
+    () => ({ webhookUrl: url.trim(), webhookSignatureScheme: scheme }),
+    (next) => {
       if (next.webhookSecret !== undefined) setSecret(next.webhookSecret)
-      setStatus("Saved.")
-      props.onSaved(next)
-    } catch (failure) {
-      setError(failure)
     }
-  }
+  )
   const regenerate = async () => {
     setConfirm(null)
     setError(null)
@@ -294,31 +285,19 @@ const FallbackForm = (props: { env: Environment; onSaved: (env: Environment) => 
   const [shed, setShed] = useState(env.errorFallbackShedNewCalls)
   const [failedMessage, setFailedMessage] = useState(env.transferFailedMessage ?? "")
   const [failoverTimeout, setFailoverTimeout] = useState(String(env.agentFailoverTimeout))
-  const [error, setError] = useState<unknown>(null)
-  const [status, setStatus] = useState<string | null>(null)
+  const { error, setError, status, setStatus, submit } = useEnvironmentSave(env, props.onSaved)
   const [confirmRegenerate, setConfirmRegenerate] = useState(false)
 
-  const save = async (event: Event) => {
-    event.preventDefault()
-    setError(null)
-    setStatus(null)
-    try {
-      const next = await api.updateEnvironment(env.agentId, env.id, {
-        errorFallbackType: type,
-        errorFallbackValue: type === "disabled" ? null : value.trim(),
-        errorFallbackTimeout: numberOrText(timeout),
-        errorFallbackOccurrenceThreshold: numberOrText(threshold),
-        errorFallbackTimeWindow: numberOrText(windowSeconds),
-        errorFallbackShedNewCalls: shed,
-        transferFailedMessage: failedMessage.trim() === "" ? null : failedMessage.trim(),
-        agentFailoverTimeout: numberOrText(failoverTimeout)
-      })
-      setStatus("Saved.")
-      props.onSaved(next)
-    } catch (failure) {
-      setError(failure)
-    }
-  }
+  const save = submit(() => ({
+    errorFallbackType: type,
+    errorFallbackValue: type === "disabled" ? null : value.trim(),
+    errorFallbackTimeout: numberOrText(timeout),
+    errorFallbackOccurrenceThreshold: numberOrText(threshold),
+    errorFallbackTimeWindow: numberOrText(windowSeconds),
+    errorFallbackShedNewCalls: shed,
+    transferFailedMessage: failedMessage.trim() === "" ? null : failedMessage.trim(),
+    agentFailoverTimeout: numberOrText(failoverTimeout)
+  }))
   const regenerate = async () => {
     setConfirmRegenerate(false)
     setError(null)
