@@ -150,28 +150,30 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
     }
 
     /**
+     * An idle dial-in agent reserved for a caller back from a transfer (this instance first), and
+     * what sends the call to it (`build`, given the instance and the codec to ask for). None: no
+     * agent is idle anywhere (or the store did not answer).
+     */
+    const reserveForReturn = <A>(info: SessionInfo, build: (instance: ReservedInstance, codec: TelnyxStreamCodec) => A): Effect.Effect<Option.Option<A>> =>
+      Effect.zip(reserveAgent(info), codecFor(info)).pipe(
+        Effect.map(([reserved, codec]) => Option.map(reserved, (instance) => build(instance, codec))),
+        Effect.catchAll((error) =>
+          Effect.as(Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }), Option.none<A>())
+        )
+      )
+
+    /**
      * The caller back from an agent's transfer that was not answered (docs/fallback.md, "The
-     * return path"): an idle dial-in agent of the environment is reserved (on this instance when
-     * it has one, else where placement would find one), and the answer to the `<Dial action>` is
-     * the `<Connect><Stream>` to its instance, whose stream re-opens the session with `resumed`.
-     * None: no agent is idle anywhere (or the store did not answer).
+     * return path"): the answer to the `<Dial action>` is the `<Connect><Stream>` to the reserved
+     * agent's instance, whose stream re-opens the session with `resumed`.
      */
     const bringBack = (
       info: SessionInfo,
       kind: "twilio" | "telnyx-texml",
       resumed: ResumedSession
     ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly twiml: string }>> =>
-      Effect.zip(reserveAgent(info), codecFor(info)).pipe(
-        Effect.map(([reserved, codec]) =>
-          Option.map(reserved, (instance: ReservedInstance) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed, codec) }))
-        ),
-        Effect.catchAll((error) =>
-          Effect.as(
-            Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }),
-            Option.none<{ readonly instanceId: string; readonly twiml: string }>()
-          )
-        )
-      )
+      reserveForReturn(info, (instance, codec) => ({ instanceId: instance.id, twiml: streamMarkup(info, kind, instance, resumed, codec) }))
+
     /**
      * `bringBack` for a Call Control call, whose caller's leg stays up when a transfer fails
      * (Telnyx: "the original call will remain active and may be issued additional commands"): the
@@ -181,21 +183,11 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       info: SessionInfo,
       resumed: ResumedSession
     ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly stream: StreamTarget }>> =>
-      Effect.zip(reserveAgent(info), codecFor(info)).pipe(
-        Effect.map(([reserved, codec]) =>
-          Option.map(reserved, (instance: ReservedInstance) => {
-            const token = streamToken(info, "telnyx-call-control", instance, resumed)
-            const url = `${publicWsUrl(instance.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`
-            return { instanceId: instance.id, stream: { url, token, sessionId: info.sessionId, codec } }
-          })
-        ),
-        Effect.catchAll((error) =>
-          Effect.as(
-            Effect.logWarning("no agent could be reserved for the caller back from the transfer", { error: error.message }),
-            Option.none<{ readonly instanceId: string; readonly stream: StreamTarget }>()
-          )
-        )
-      )
+      reserveForReturn(info, (instance, codec) => {
+        const token = streamToken(info, "telnyx-call-control", instance, resumed)
+        const url = `${publicWsUrl(instance.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`
+        return { instanceId: instance.id, stream: { url, token, sessionId: info.sessionId, codec } }
+      })
     ;(yield* CallMover).install(mover)
     return { move: mover.move, bringBack, bringBackStream } as const
   })
