@@ -254,13 +254,13 @@ const main = async () => {
       })
     )
   }
+  /** The windows every side-by-side part (recording, formats, tracing, versus) measures in. */
+  const pairedWindows = { windows: q ? 1 : 3, stepSeconds: settings.stepSeconds, settleSeconds: q ? 1.5 : 3 }
   if (has("recording")) {
     results.recording = await attempt("recording (callgate with recording on and off, side by side)", () =>
       runRecordingBench({
         calls: q ? QUICK_RECORDING_CALLS : RECORDING_CALLS,
-        windows: q ? 1 : 3,
-        stepSeconds: settings.stepSeconds,
-        settleSeconds: q ? 1.5 : 3,
+        ...pairedWindows,
         build,
         ...(settings.profile ? { profileDir: settings.out } : {}),
         log
@@ -271,9 +271,7 @@ const main = async () => {
     results.formats = await attempt("formats (a callgate per Telnyx audio format, side by side)", () =>
       runFormatsBench({
         calls: q ? QUICK_FORMATS_CALLS : FORMATS_CALLS,
-        windows: q ? 1 : 3,
-        stepSeconds: settings.stepSeconds,
-        settleSeconds: q ? 1.5 : 3,
+        ...pairedWindows,
         build,
         log
       })
@@ -283,9 +281,7 @@ const main = async () => {
     results.tracing = await attempt("tracing (callgate exporting every span over OTLP, and with tracing off, side by side)", () =>
       runTracingBench({
         calls: q ? QUICK_TRACING_CALLS : TRACING_CALLS,
-        windows: q ? 1 : 3,
-        stepSeconds: settings.stepSeconds,
-        settleSeconds: q ? 1.5 : 3,
+        ...pairedWindows,
         build,
         log
       })
@@ -297,9 +293,7 @@ const main = async () => {
         against: settings.against!,
         ref: settings.ref,
         calls: q ? QUICK_VERSUS_CALLS : VERSUS_CALLS,
-        windows: q ? 1 : 3,
-        stepSeconds: settings.stepSeconds,
-        settleSeconds: q ? 1.5 : 3,
+        ...pairedWindows,
         log
       })
     )
