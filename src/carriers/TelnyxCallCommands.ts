@@ -58,6 +58,15 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
       rest.command("streaming_start", callControlId, (actions, command_id, signal) => actions.startStreaming(callControlId, { ...streamFields(stream), command_id }, { signal }))
 
     /**
+     * Stops one stream of the call, by the `stream_id` Telnyx gave it (its `start` frame): without
+     * it Telnyx would stop every stream of the call, the new one of a move too.
+     */
+    const stopStream = (callControlId: string, streamId: string) =>
+      rest.command("streaming_stop", callControlId, (actions, command_id, signal) =>
+        actions.stopStreaming(callControlId, { stream_id: streamId, command_id }, { signal })
+      )
+
+    /**
      * Answers an incoming call with no stream: a call the entry rescues (shed by an open breaker,
      * or over the fleet-wide limit) whose fallback speaks or plays, which Telnyx runs only on an
      * answered call. `client_state` names the session, as on a streamed call.
@@ -108,6 +117,6 @@ export class TelnyxCallCommands extends Effect.Service<TelnyxCallCommands>()("ca
           )
         )
 
-    return { answerWithStream, answer, startStream, reject, dial } as const
+    return { answerWithStream, answer, startStream, stopStream, reject, dial } as const
   })
 }) {}

@@ -177,6 +177,8 @@ export interface StreamOpening {
   readonly resumed?: ResumedSession | undefined
   /** The environment's `recording` as the call's admission read it (SessionInfo.recording). */
   readonly recording?: "on" | "off" | undefined
+  /** A Call Control stream's own id in callgate's terms (see SessionInfo.streamRef). */
+  readonly streamRef?: string | undefined
   readonly carrier: CarrierLeg
 }
 

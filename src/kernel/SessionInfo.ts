@@ -49,5 +49,12 @@ export interface SessionInfo {
    * came without it: the recorder reads the environment.
    */
   readonly recording?: "on" | "off" | undefined
+  /**
+   * A Call Control stream's reference: the id (`jti`) of the single-use session token its
+   * `stream_url` carried. Telnyx's `streaming.stopped` names a stream only by that URL, so this is
+   * how a stopped stream is told apart from the session's current one after the call moved to
+   * another instance (docs/reliability.md, "Agent failover"). Undefined for other kinds.
+   */
+  readonly streamRef?: string | undefined
 }
 

@@ -108,9 +108,10 @@ export class CallSettlement extends Effect.Service<CallSettlement>()("callgate/C
         Effect.flatMap((found) =>
           Option.match(found, {
             onNone: () => Effect.as(sessions.record(recordOf(info, instanceId)), { agentLegs: [], turns: [] }),
-            onSome: ({ awaitingStreamUntil: _back, ...current }) =>
+            onSome: ({ awaitingStreamUntil: _back, streamMovingTo: _moving, streamRef: _old, ...current }) =>
               // The caller is back (the return path's stream, when that is how they came): its deadline is met.
-              sessions.record({ ...current, instanceId }).pipe(
+              // A Call Control stream that moved here is the session's stream now (its old one's stop is ignored).
+              sessions.record({ ...current, instanceId, ...(info.streamRef !== undefined ? { streamRef: info.streamRef } : {}) }).pipe(
                 // The instance that held it before lets go (it may be gone: a transfer's end kept it owned there).
                 Effect.zipRight(
                   current.instanceId === undefined || current.instanceId === instanceId

@@ -180,7 +180,8 @@ export class LiveCalls extends Effect.Service<LiveCalls>()("callgate/LiveCalls",
         ...(opening.customParameters !== undefined ? { customParameters: opening.customParameters } : {}),
         ...(outbound?.answeredBy !== undefined ? { answeredBy: outbound.answeredBy } : {}),
         ...(opening.mediaFormat !== undefined ? { mediaFormat: opening.mediaFormat } : {}),
-        ...(opening.recording !== undefined ? { recording: opening.recording } : {})
+        ...(opening.recording !== undefined ? { recording: opening.recording } : {}),
+        ...(opening.streamRef !== undefined ? { streamRef: opening.streamRef } : {})
       }
       const carrier = recordings.tap(info, opening.carrier)
       const relay = new LiveCall(info, carrier)

@@ -78,14 +78,16 @@ export class OrphanReconciler extends Effect.Service<OrphanReconciler>()("callga
 
     /**
      * Ends the session as lost if it is still active (and created before `createdBefore`): one
-     * compare-and-set, so of any number of claimants exactly one gets the record back.
+     * compare-and-set, so of any number of claimants exactly one gets the record back. `still`: a
+     * further condition on the record as the compare-and-set reads it (AfterStream: the stopped
+     * stream is still the session's).
      */
-    const claim = (ref: SessionRef, createdBefore = Infinity) =>
+    const claim = (ref: SessionRef, createdBefore = Infinity, still: (current: Session) => boolean = () => true) =>
       Effect.gen(function* () {
         const endedAt = yield* nowIso
         let won = false
         const result = yield* sessions.update(ref.agentId, ref.sessionId, (current) => {
-          won = isOpenStatus(current.status) && Date.parse(current.createdAt) < createdBefore
+          won = isOpenStatus(current.status) && Date.parse(current.createdAt) < createdBefore && still(current)
           return won ? { ...current, status: "failed" as const, endReason: "instance_lost" as const, endedAt } : current
         })
         if (!won) return Option.none<Session>()

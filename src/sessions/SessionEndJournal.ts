@@ -109,7 +109,7 @@ export class SessionEndJournal extends Effect.Service<SessionEndJournal>()("call
           if (isOpenStatus(current.status)) {
             // A transfer this end leaves ringing stays pending until its outcome (TransferOutcomes);
             // one whose carrier request failed is dropped with this end.
-            const { pendingTransfer, awaitingStreamUntil: _back, ...rest } = current
+            const { pendingTransfer, awaitingStreamUntil: _back, streamMovingTo: _moving, ...rest } = current
             const stillPending = session.pendingTransfer !== undefined && pendingTransfer !== undefined
             return {
               ...rest,

@@ -97,7 +97,19 @@ export const Session = Schema.Struct({
       description: "The agents that held the call, in order: more than one when the call failed over (docs/reliability.md, \"Agent failover\"); absent before an agent was connected"
     })
   ),
-  agentFailovers: Schema.optional(AgentFailovers)
+  agentFailovers: Schema.optional(AgentFailovers),
+  streamRef: Schema.optional(
+    Schema.String.annotations({
+      description:
+        "A Call Control call's current media stream, as callgate names it (the id of the single-use token in its stream_url); a stopped stream with another one is an old stream of a call that moved to another instance (docs/reliability.md, \"Agent failover\")"
+    })
+  ),
+  streamMovingTo: Schema.optional(
+    Schema.String.annotations({
+      description:
+        "A Call Control call whose stream is being moved to this instance by an agent failover: the carrier started the new stream and the instance has not taken the session yet"
+    })
+  )
 }).annotations({ identifier: "Session" })
 export type Session = typeof Session.Type
 

@@ -144,7 +144,8 @@ export const recordOf = (info: SessionInfo, instanceId?: string): Session => ({
   ...(instanceId !== undefined ? { instanceId } : {}),
   callKind: info.call.kind,
   ...(info.call.accountSid !== undefined ? { accountSid: info.call.accountSid } : {}),
-  ...verdictFields(info.answeredBy)
+  ...verdictFields(info.answeredBy),
+  ...(info.streamRef !== undefined ? { streamRef: info.streamRef } : {})
 })
 
 /** The session record's fields for a machine-detection verdict. */

@@ -78,6 +78,17 @@ export const makeSessionTokens = (key: Uint8Array, now: () => number) => {
       const given = Buffer.from(signature, "base64url")
       if (!constantTimeEqual(given, expected)) return Option.none()
       return decodeClaims(Buffer.from(body, "base64url").toString("utf8")).pipe(Option.filter((claims) => claims.exp > now()))
+    },
+    /**
+     * The id (`jti`) of a token callgate issued, expired or not: how a Call Control stream is named
+     * (SessionInfo.streamRef) when Telnyx reports its end by its `stream_url`, long after the token
+     * was spent. None for anything callgate did not sign.
+     */
+    referenceOf: (token: string): Option.Option<string> => {
+      const [body, signature] = token.split(".")
+      if (!body || !signature) return Option.none()
+      if (!constantTimeEqual(Buffer.from(signature, "base64url"), mac(body))) return Option.none()
+      return decodeClaims(Buffer.from(body, "base64url").toString("utf8")).pipe(Option.map((claims) => claims.jti))
     }
   } as const
 }

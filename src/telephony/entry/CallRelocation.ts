@@ -4,7 +4,8 @@ import { PublicUrl } from "../../config/PublicUrl.js"
 import { goneAfterMs, RESERVATION_HOLD_MS } from "../../fleet/FleetTiming.js"
 import { InstanceRegistry } from "../../fleet/InstanceRegistry.js"
 import { InstanceStore } from "../../fleet/InstanceStore.js"
-import type { StreamTarget } from "../../carriers/TelnyxCallCommands.js"
+import { type StreamTarget, TelnyxCallCommands } from "../../carriers/TelnyxCallCommands.js"
+import { Sessions } from "../../sessions/Sessions.js"
 import { Carriers } from "../../kernel/Carrier.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
 import type { StoreError } from "../../kernel/StoreError.js"
@@ -33,7 +34,10 @@ const MOVE_TIMEOUT = Duration.seconds(10)
  * does for a new call (InstanceStore.reserve), issues the stream's single-use session token with
  * the session's id, that instance and socket, and `resumed`, and asks the carrier once for a
  * live-call update with a new `<Connect><Stream>` to that instance (Twilio and TeXML, built as
- * the call entry builds it). Call Control calls are not moved (the failover stays on this instance).
+ * the call entry builds it). A Call Control call is moved with `streaming_start` to that instance
+ * (its own token in the stream URL), then `streaming_stop` of the old stream by its `stream_id`;
+ * the record says the stream is moving (`streamMovingTo`) before the old one stops, so the old
+ * stream's `streaming.stopped` is not taken for an abandoned call (AfterStream).
  * `bringBack` reserves the same way for a caller back from an agent's transfer that was not
  * answered (docs/fallback.md, "The return path"), this instance first, and answers the markup.
  */
@@ -47,6 +51,8 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
     const tokens = yield* SessionTokens
     const carriers = yield* Carriers
     const environments = yield* Environments
+    const commands = yield* TelnyxCallCommands
+    const sessions = yield* Sessions
     const self = registry.instanceId
 
     /**
@@ -123,15 +129,49 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
         return Option.some<ReservedInstance>({ id: instanceId, publicUrl: live.value.publicUrl, socketId })
       })
 
+    /** A Call Control stream to `instance` for `streaming_start`: its stream URL with its own token (as the entry's answer builds it). */
+    const streamTo = (info: SessionInfo, instance: ReservedInstance, resumed: ResumedSession, codec: TelnyxStreamCodec): StreamTarget => {
+      const token = streamToken(info, "telnyx-call-control", instance, resumed)
+      const url = `${publicWsUrl(instance.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`
+      return { url, token, sessionId: info.sessionId, codec }
+    }
+
+    /**
+     * Moves a Call Control call's stream to `instance`: `streaming_start` there (asked once; refused:
+     * the call stays), the record marked `streamMovingTo` while the session still has this
+     * instance's stream (a compare-and-set: the other instance may have taken it already), then
+     * `streaming_stop` of this stream by its `stream_id`. A stop that fails is only logged: the new
+     * stream runs, and this instance closes the old one as it lets the call go.
+     */
+    const moveStream = (info: SessionInfo, instance: ReservedInstance, resumed: ResumedSession) =>
+      Effect.gen(function* () {
+        const stream = streamTo(info, instance, resumed, yield* codecFor(info))
+        const started = yield* commands.startStream(info.call.callId, stream).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
+        if (started._tag === "Left") {
+          yield* Effect.logWarning("the carrier did not start the call's stream on another instance", { instanceId: instance.id, error: started.left.message })
+          return Option.none<string>()
+        }
+        yield* sessions
+          .update(info.agentId, info.sessionId, (current) =>
+            current.status === "active" && current.streamRef === info.streamRef && current.instanceId === self ? { ...current, streamMovingTo: instance.id } : current
+          )
+          .pipe(Effect.catchAll((error) => Effect.logWarning("could not mark the session's stream as moving", { error: error.message })))
+        const stopped = yield* commands.stopStream(info.call.callId, info.streamSid).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
+        if (stopped._tag === "Left") {
+          yield* Effect.logWarning("the carrier did not stop the call's old stream; it is closed here", { error: stopped.left.message })
+        }
+        return Option.some(instance.id)
+      })
+
     const mover: CallMoverShape = {
       move: (info, resumed) =>
         Effect.gen(function* () {
           const kind = info.call.kind
-          if (kind === "telnyx-call-control") return Option.none()
           const reserved = yield* reserveAgent(info)
           // None elsewhere, or the registry still lists one here: the failover waits on this instance.
           if (Option.isNone(reserved) || reserved.value.id === self) return Option.none()
           const instanceId = reserved.value.id
+          if (kind === "telnyx-call-control") return yield* moveStream(info, reserved.value, resumed)
           const twiml = streamMarkup(info, kind, reserved.value, resumed, yield* codecFor(info))
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
@@ -183,11 +223,7 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       info: SessionInfo,
       resumed: ResumedSession
     ): Effect.Effect<Option.Option<{ readonly instanceId: string; readonly stream: StreamTarget }>> =>
-      reserveForReturn(info, (instance, codec) => {
-        const token = streamToken(info, "telnyx-call-control", instance, resumed)
-        const url = `${publicWsUrl(instance.publicUrl)}${EntryPaths.telnyxStream}?token=${encodeURIComponent(token)}`
-        return { instanceId: instance.id, stream: { url, token, sessionId: info.sessionId, codec } }
-      })
+      reserveForReturn(info, (instance, codec) => ({ instanceId: instance.id, stream: streamTo(info, instance, resumed, codec) }))
     ;(yield* CallMover).install(mover)
     return { move: mover.move, bringBack, bringBackStream } as const
   })

@@ -52,6 +52,8 @@ export const entryCustomParameters = (query: unknown): { readonly parameters: Re
 
 const CarrierText = Schema.String.pipe(Schema.maxLength(256))
 const CallIdText = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))
+/** A stream URL as callgate gave it to the carrier: its session token makes it longer than other carrier fields. */
+const StreamUrlText = Schema.String.pipe(Schema.maxLength(16_384))
 
 /**
  * Twilio's voice webhook (form-encoded), and Telnyx's TeXML request, which uses the same names.
@@ -91,7 +93,11 @@ export const CallControlCallPayload = Schema.Struct({
   direction: Schema.optional(Schema.NullOr(CarrierText)),
   hangup_cause: Schema.optional(Schema.NullOr(CarrierText)),
   /** What callgate set on the call (its session id, base64), on every webhook after the stream's start. */
-  client_state: Schema.optional(Schema.NullOr(CarrierText))
+  client_state: Schema.optional(Schema.NullOr(CarrierText)),
+  /** streaming.stopped: the stream's URL (with its session token), the only name Telnyx gives the stream that ended. */
+  stream_url: Schema.optional(Schema.NullOr(StreamUrlText)),
+  /** streaming.failed: the stream's parameters, its URL among them. */
+  stream_params: Schema.optional(Schema.NullOr(Schema.Struct({ stream_url: Schema.optional(Schema.NullOr(StreamUrlText)) })))
 }).annotations({ identifier: "CallControlCallPayload" })
 export type CallControlCallPayload = typeof CallControlCallPayload.Type
 

@@ -1,4 +1,4 @@
-import { Effect, Either, Schema } from "effect"
+import { Effect, Either, Option, Schema } from "effect"
 import { AfterStream } from "../../recovery/AfterStream.js"
 import { TransferOutcomes } from "../../sessions/TransferOutcomes.js"
 import { CarrierCallEvent, CarrierCallEvents } from "../../livecall/CarrierCallEvents.js"
@@ -12,6 +12,7 @@ import { rescueAtEntry } from "./EntryFallback.js"
 import type { ErrorFallback } from "../../fallback/ErrorFallback.js"
 import type { SessionEndJournal } from "../../sessions/SessionEndJournal.js"
 import { EntryPaths } from "../../kernel/EntryPaths.js"
+import { SessionTokens } from "../SessionTokens.js"
 import { DEFAULT_TELNYX_STREAM_CODEC } from "../../kernel/TelnyxStreamCodec.js"
 import type { CarrierShape } from "../../kernel/Carrier.js"
 import {
@@ -36,6 +37,17 @@ const MachineDetectionPayload = Schema.Struct({
   call_control_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)),
   result: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.maxLength(64))))
 })
+
+/** The reference of the stream at `streamUrl` (SessionInfo.streamRef): the id of the session token in its query; undefined when it has none of callgate's. */
+const streamRefOf = (tokens: SessionTokens, streamUrl: string | null | undefined): string | undefined => {
+  if (typeof streamUrl !== "string" || streamUrl.length === 0) return undefined
+  try {
+    const token = new URL(streamUrl).searchParams.get("token")
+    return token === null ? undefined : Option.getOrUndefined(tokens.referenceOf(token))
+  } catch {
+    return undefined
+  }
+}
 
 const json = (status: number, body: unknown): EntryResponse => ({ status, contentType: "application/json", body: JSON.stringify(body) })
 const received = json(200, { received: true })
@@ -117,8 +129,11 @@ export const telnyxCallControlEntry = (
         // A stream callgate did not start (no client_state of ours) is not callgate's to act on.
         if (Either.isLeft(query) || sessionId === undefined) return received
         const afterStream = yield* AfterStream
+        // The stream that ended, named by the token in its URL (an old stream of a call that moved is ignored).
+        const stoppedStream = streamRefOf(yield* SessionTokens, payload.stream_url ?? payload.stream_params?.stream_url)
         const returning = afterStream
           .answer({
+            stoppedStream,
             agentId: query.right.agentId,
             environmentId: query.right.environmentId,
             sessionId,

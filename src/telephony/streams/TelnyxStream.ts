@@ -86,7 +86,7 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
   }
 
   protected begin(frame: TelnyxStartFrame) {
-    const { exp: _exp, jti: _jti, placedOn, agentSocket, ...call } = this.claims
+    const { exp: _exp, jti, placedOn, agentSocket, ...call } = this.claims
     if (call.kind === "twilio") return this.refuse("session token was not issued for a Telnyx stream")
     const callControlId = frame.start.call_control_id
     if (call.kind === "telnyx-call-control" && callControlId !== undefined && callControlId !== call.callId) {
@@ -96,7 +96,7 @@ export class TelnyxStream extends CarrierStreamLeg<TelnyxStartFrame> {
     if (mediaFormat === undefined) {
       return this.refuse(`unsupported media format ${frame.start.media_format.encoding} at ${frame.start.media_format.sample_rate} Hz`)
     }
-    this.spendThenOpen(this.claims, { ...call, mediaFormat, reservedAgent: reservedAgentOf(placedOn, agentSocket), from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id })
+    this.spendThenOpen(this.claims, { ...call, mediaFormat, reservedAgent: reservedAgentOf(placedOn, agentSocket), from: call.from ?? frame.start.from, to: call.to ?? frame.start.to, streamSid: frame.stream_id, ...(call.kind === "telnyx-call-control" ? { streamRef: jti } : {}) })
   }
 
   // CarrierLeg
