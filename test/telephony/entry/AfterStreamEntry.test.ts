@@ -1,8 +1,10 @@
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { Environments } from "../../../src/environments/Environments.js"
 import { nowIso } from "../../../src/kernel/Time.js"
+import type { Session } from "../../../src/sessions/SessionSchema.js"
 import { Sessions } from "../../../src/sessions/Sessions.js"
+import { SessionTokens } from "../../../src/telephony/SessionTokens.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../../support/fakeTelnyx.js"
 import { twilioSignature } from "../../support/fakeTwilio.js"
 import { uniqueId } from "../../support/testApp.js"
@@ -190,6 +192,70 @@ describe("POST /telephony/{twilio,telnyx}/after-stream", () => {
     expect(telnyx.commands(ended.callId)).toEqual([])
     expect(telnyx.commands("v3:cc-foreign")).toEqual([])
     expect(await stored(t.agentId, ended.id)).toEqual(ended)
+  })
+
+  it("Call Control streaming.stopped of a call an agent failover moved: the old stream's stop rescues nothing; while the move is in flight it waits for the other instance, and rescues only a move that never arrived", async () => {
+    const callControl = `/telephony/telnyx/call-control?agentId=${t.agentId}&environmentId=${t.environmentId}`
+    const clientState = (sessionId: string) => Buffer.from(sessionId).toString("base64")
+    /** A stream URL as callgate hands it to Telnyx, with its own session token; and that token's id (the stream's reference). */
+    const stream = (callId: string) =>
+      run(
+        Effect.map(SessionTokens, (tokens) => {
+          const token = tokens.issue({ agentId: t.agentId, environmentId: t.environmentId, kind: "telnyx-call-control", callId })
+          return { url: `wss://callgate.test/telephony/telnyx/stream?token=${encodeURIComponent(token)}`, ref: Option.getOrThrow(tokens.referenceOf(token)) }
+        })
+      )
+    const stopped = (callId: string, sessionId: string, streamUrl: string) => {
+      const body = telnyx.callControlEvent("streaming.stopped", {
+        call_control_id: callId,
+        connection_id: "1684641123236054244",
+        client_state: clientState(sessionId),
+        stream_url: streamUrl
+      })
+      return t.app.inject({ method: "POST", url: callControl, payload: body, headers: { "content-type": "application/json", ...telnyx.signWebhook(body) } })
+    }
+    const session = (callId: string, overrides: Partial<Session>) =>
+      sampleSession(t.agentId, { environmentId: t.environmentId, provider: "telnyx", callKind: "telnyx-call-control", callId, instanceId: "xfail-a", ...overrides })
+
+    // Moved: instance B took the session (its stream is the record's); A's old stream stops.
+    const [movedOld, movedNew] = [await stream("v3:cc-moved"), await stream("v3:cc-moved")]
+    const moved = session("v3:cc-moved", { instanceId: "xfail-b", streamRef: movedNew.ref })
+    // In flight: A marked the move (the record still names A's stream); one arrives on B during the owner's grace, one never does.
+    const [arrivingOld, arrivingNew] = [await stream("v3:cc-arriving"), await stream("v3:cc-arriving")]
+    const arriving = session("v3:cc-arriving", { streamRef: arrivingOld.ref, streamMovingTo: "xfail-b" })
+    const lostOld = await stream("v3:cc-lost")
+    const lost = session("v3:cc-lost", { streamRef: lostOld.ref, streamMovingTo: "xfail-b" })
+    // Its own stream stopped and no one ends it: abandoned, as before (the control).
+    const leftStream = await stream("v3:cc-left-own")
+    const left = session("v3:cc-left-own", { streamRef: leftStream.ref })
+    await run(Effect.flatMap(Sessions, (s) => Effect.forEach([moved, arriving, lost, left], (one) => s.record(one))))
+
+    for (const [one, url] of [
+      [moved, movedOld.url],
+      [arriving, arrivingOld.url],
+      [lost, lostOld.url],
+      [left, leftStream.url]
+    ] as const) {
+      expect((await stopped(one.callId, one.id, url)).json()).toEqual({ received: true })
+    }
+    // Through the owner's grace nothing is claimed; past it, only the session whose own stream stopped is rescued.
+    await throughGrace(() => telnyx.commands(left.callId, "hangup").length > 0, async () => (await Promise.all([moved, arriving, lost, left].map((one) => stillActive(t.agentId, one.id)()))).every(Boolean))
+    expect(await stored(t.agentId, moved.id)).toEqual(moved)
+    // B takes the arriving session (CallSettlement.adopt): the record names B's stream, the mark is gone.
+    const { streamMovingTo: _moving, ...adopted } = { ...arriving, instanceId: "xfail-b", streamRef: arrivingNew.ref }
+    await run(Effect.flatMap(Sessions, (s) => s.record(adopted)))
+    // Up to the move's grace (10 s from the stop): the session that never arrived is rescued then, once.
+    for (let extra = 0; telnyx.commands(lost.callId, "hangup").length === 0; extra++) {
+      if (extra === 100) throw new Error("the move that never arrived was not rescued 10 s after its old stream stopped")
+      await t.adjustClock(`${STEP_MS} millis`)
+    }
+    expect(await stored(t.agentId, lost.id)).toMatchObject({ status: "failed", endReason: "instance_lost" })
+    // The moved and the arrived sessions: no claim, no carrier request, the records as their instance wrote them.
+    expect(await stored(t.agentId, moved.id)).toEqual(moved)
+    expect(await stored(t.agentId, arriving.id)).toEqual(adopted)
+    expect(telnyx.commands(moved.callId)).toEqual([])
+    expect(telnyx.commands(arriving.callId)).toEqual([])
+    expect(telnyx.commands(lost.callId).map((r) => r.path)).toEqual([`/v2/calls/${lost.callId}/actions/hangup`])
   })
 
   it("no record at all (the instance died before writing the start): the fallback answers and a terminal record is written", async () => {
