@@ -79,7 +79,8 @@ export interface FailoverModeFigures {
 const ACCOUNT_SID = "AC0000000000000000000000000000f0"
 const AUTH_TOKEN = "bench-twilio-auth-token"
 const callSidOf = (index: number) => `CA${index.toString(16).padStart(32, "0")}`
-const indexOfCallSid = (callSid: string | undefined) => (callSid === undefined ? NaN : Number.parseInt(callSid.slice(2), 16))
+/** The call's index, out of the caller's number the agent's `start` names (callerNumber). */
+const indexOfStart = (start: { readonly customParameters: Readonly<Record<string, string>> }) => Number(start.customParameters.from?.slice(5))
 const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
 const round = (n: number) => Math.round(n * 100) / 100
 
@@ -272,7 +273,7 @@ const runAcrossInstances = async (options: FailoverBenchOptions): Promise<Failov
       TWILIO_ACCOUNT_SID: ACCOUNT_SID,
       TWILIO_AUTH_TOKEN: AUTH_TOKEN,
       TWILIO_API_BASE_URL: twilio.url,
-      LOG_LEVEL: "warn"
+      LOG_LEVEL: process.env.BENCH_DEBUG !== undefined ? "info" : "warn"
     }
     const started = await Promise.allSettled(
       ["failover-a", "failover-b"].map((id) => startGateway({ build: options.build, adminKey, env: { ...shared, INSTANCE_ID: id } }))
@@ -292,10 +293,12 @@ const runAcrossInstances = async (options: FailoverBenchOptions): Promise<Failov
     const capacityB = failovers + 10
     const poolB = new DialInPool({ url: agentConnectUrl(b.baseUrl, agentId, env.environmentId), apiKey: env.apiKey, capacity: capacityB })
     pools.push(poolA, poolB)
-    poolA.on("call", (call) => call.once("start", (start) => void onA.set(indexOfCallSid(start.callSid), call)))
+    poolA.on("call", (call) => call.once("start", (start) => void onA.set(indexOfStart(start), call)))
+    let placedOnB = 0
     poolB.on("call", (call) =>
       call.once("start", (start) => {
-        if (start.customParameters.resumed === "true") resumedAt.set(indexOfCallSid(start.callSid), nowUs())
+        if (start.customParameters.resumed === "true") resumedAt.set(indexOfStart(start), nowUs())
+        else placedOnB++
       })
     )
     poolA.start()
@@ -327,7 +330,7 @@ const runAcrossInstances = async (options: FailoverBenchOptions): Promise<Failov
     }
     await Promise.allSettled(placing)
     for (const deadline = performance.now() + 30_000; onA.size < callCount; await sleep(50)) {
-      if (performance.now() > deadline) throw new Error(`only ${onA.size} of ${callCount} calls reached an agent on A`)
+      if (performance.now() > deadline) throw new Error(`only ${onA.size} of ${callCount} calls reached an agent on A (${placedOnB} were placed on B; ${twilio.streams().length} streams opened)`)
     }
     // Every call is live on A, with A's agents all taken: the drops, at random moments over 2.5 s.
     await Promise.all(
@@ -348,6 +351,7 @@ const runAcrossInstances = async (options: FailoverBenchOptions): Promise<Failov
 
     const gaps = [...droppedAt].flatMap(([index, at]) => (resumedAt.has(index) ? [(resumedAt.get(index)! - at) / 1000] : [])).sort((x, y) => x - y)
     const metrics = await fetch(`${b.baseUrl}/metrics`).then((res) => res.text(), () => "")
+    if (process.env.BENCH_DEBUG !== undefined) process.stderr.write(`A:\n${a.stdout()}\nB:\n${b.stdout()}\n`)
     if (twilio.failures().length > 0) process.stderr.write(`failover across instances: ${twilio.failures().length} stream moves failed, e.g. ${twilio.failures()[0]}\n`)
     return {
       calls: callCount,
