@@ -172,7 +172,9 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
           if (Option.isNone(reserved) || reserved.value.id === self) return Option.none()
           const instanceId = reserved.value.id
           if (kind === "telnyx-call-control") return yield* moveStream(info, reserved.value, resumed)
-          const twiml = streamMarkup(info, kind, reserved.value, resumed, yield* codecFor(info))
+          // A Twilio stream has no codec to ask for: no environment read on the way to the carrier.
+          const codec = kind === "twilio" ? DEFAULT_TELNYX_STREAM_CODEC : yield* codecFor(info)
+          const twiml = streamMarkup(info, kind, reserved.value, resumed, codec)
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
             yield* Effect.logWarning("the carrier did not move the call's stream to another instance", {
