@@ -31,8 +31,10 @@ export interface DialInOptions {
   readonly apiKey?: string
   /** Sockets kept open: calls this worker can take at once. Default 1. */
   readonly capacity?: number
-  /** Wait before reopening a socket after a call; doubled (up to 30 s) after each failed attempt. Default 100 ms. */
+  /** Wait before reopening a socket after a call; doubled (up to `maxReconnectDelayMs`) after each failed attempt. Default 100 ms. */
   readonly reconnectDelayMs?: number
+  /** The longest wait between failed attempts. Default 30 s. */
+  readonly maxReconnectDelayMs?: number
   readonly wsOptions?: ClientOptions
   /** Stamp outgoing frames (FrameStamp) with the call's index as call id. */
   readonly stampFrames?: boolean
@@ -61,7 +63,7 @@ export interface ConnectRefusal {
 /** Refusals a retry cannot fix: the key, its scope or the address is wrong. */
 const FATAL_STATUSES = new Set([401, 403, 404])
 
-/** Back-off after failed attempts: doubles from `reconnectDelayMs` up to this, with jitter. */
+/** Back-off after failed attempts: doubles from `reconnectDelayMs` up to this (unless `maxReconnectDelayMs` says), with jitter. */
 const MAX_BACKOFF_MS = 30_000
 
 /** Reads the refusal's body (callgate's `{"error":{"code","message"}}`), at most 16 KB. */
@@ -207,7 +209,7 @@ export class DialInPool extends EventEmitter<DialInEvents> {
       }
       if (this.stopped) return
       const nextFailures = opened ? 0 : failures + 1
-      const base = Math.min(MAX_BACKOFF_MS, (this.options.reconnectDelayMs ?? 100) * 2 ** Math.min(nextFailures, 16))
+      const base = Math.min(this.options.maxReconnectDelayMs ?? MAX_BACKOFF_MS, (this.options.reconnectDelayMs ?? 100) * 2 ** Math.min(nextFailures, 16))
       // Full back-off after failures, with up to 20 % jitter so a fleet of workers does not retry in step.
       const delay = nextFailures === 0 ? base : Math.round(base * (0.8 + Math.random() * 0.2))
       const timer = setTimeout(() => {
@@ -270,6 +272,8 @@ export interface AgentConnectionOptions {
   /** Dial-in sockets kept open. Default 1. */
   readonly capacity?: number
   readonly reconnectDelayMs?: number
+  /** The longest wait between failed attempts to reopen a socket. Default 30 s. */
+  readonly maxReconnectDelayMs?: number
   /** Serve dial-out connections instead of dialing in. */
   readonly dialOut?: DialOutOptions
   /** Stamp outgoing audio frames (FrameStamp) for delay measurement. */
@@ -292,6 +296,7 @@ export class AgentHost<Events extends Record<keyof Events, Array<any>>> extends 
       apiKey: options.apiKey,
       capacity: options.capacity ?? 1,
       reconnectDelayMs: options.reconnectDelayMs,
+      maxReconnectDelayMs: options.maxReconnectDelayMs,
       stampFrames: options.stampFrames ?? false
     })
     this.pool.on("call", onCall)

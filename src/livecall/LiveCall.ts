@@ -6,7 +6,7 @@ import { describeNoResponseTrip } from "../breaker/ResponseWatchdog.js"
 import { mediaBytes } from "../frames/MediaBytes.js"
 import { isPlayoutMark } from "../turns/PlayoutMarks.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
-import { bytesPerMs, comfortNoiseFrames, MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
+import { type AudioFormat, bytesPerMs, comfortNoiseFrames, MULAW_8K, payloadTranscoders, toObservedMulaw } from "../kernel/AudioFormat.js"
 import { isoAt, frameTimeToEpochMs } from "../kernel/Time.js"
 
 const samePayload = (payload: string) => payload
@@ -159,6 +159,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private toCarrier: (payload: string) => string = samePayload
   /** The agent format the transcoders above were made for: a later agent in the same format keeps them (G.722's state goes on). */
   private transcodedFor: string | undefined
+  /** That format, while the call transcodes (comfort noise goes to the carrier through `toCarrier` then). */
+  private transcodedFrom: AudioFormat | undefined
 
   /**
    * The carrier's machine-detection verdict: in the agent's `start` when the agent is not connected
@@ -368,6 +370,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
       this.toAgent = transcoders?.toAgent ?? samePayload
       this.toCarrier = transcoders?.toCarrier ?? samePayload
       this.transcodedFor = agentFormatKey
+      this.transcodedFrom = transcoders === undefined ? undefined : agentFormat
     }
     agent.begin(this.answeredBy !== undefined ? { ...start, answeredBy: this.answeredBy.answeredBy } : start, this)
     if (resume !== undefined) agent.sendResume(resume)
@@ -663,15 +666,23 @@ export class LiveCall implements CallerEvents, AgentEvents {
     }).pipe(Effect.ensuring(Effect.sync(() => void (call.moving = false))))
   }
 
-  /** Quiet noise to the caller at the real frame cadence while no agent holds the call (no dead air). */
+  /**
+   * Quiet noise to the caller at the real frame cadence while no agent holds the call (no dead air).
+   * A call that transcodes the agent's audio sends it through the same transcoder, made in the
+   * agent's format: for G.722, whose carrier decodes the stream with one decoder, everything it is
+   * sent comes out of the call's one encoder, so the next agent's voice (through that encoder still)
+   * is decoded in step; noise encoded apart would leave the carrier's decoder out of step with it.
+   */
   private comfortNoise(): Effect.Effect<void> {
     const call = this
-    const frames = comfortNoiseFrames(this.info.mediaFormat ?? MULAW_8K)
+    const transcoded = this.transcodedFrom
+    const frames = comfortNoiseFrames(transcoded ?? this.info.mediaFormat ?? MULAW_8K)
     return Effect.gen(function* () {
       const clock = yield* Effect.clock
       const startedAt = clock.unsafeCurrentTimeMillis()
       for (let sent = 0; call.ending === undefined && call.agent === undefined; sent++) {
-        call.carrier.sendMedia(frames[sent % frames.length]!)
+        const frame = frames[sent % frames.length]!
+        call.carrier.sendMedia(transcoded === undefined ? frame : call.toCarrier(frame))
         // Due times from the start, so a late wake-up does not slow the cadence down.
         const wait = startedAt + (sent + 1) * COMFORT_NOISE_FRAME_MS - clock.unsafeCurrentTimeMillis()
         if (wait > 0) yield* Effect.sleep(wait)

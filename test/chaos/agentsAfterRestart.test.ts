@@ -11,11 +11,13 @@ import { connectTelnyxStream, placeTelnyxTexmlCall } from "../../sim/TelnyxCall.
 import { placeTwilioCall } from "../../sim/TwilioCall.js"
 import { type FakeTelnyx, startFakeTelnyx } from "../support/fakeTelnyx.js"
 import { type FakeTwilio, startFakeTwilio } from "../support/fakeTwilio.js"
-import { type GatewayProcess, spawnGateway, waitForHealthy } from "../support/gatewayProcess.js"
+import { type GatewayProcess, spawnGateway, spawnHeldGateway, waitForHealthy } from "../support/gatewayProcess.js"
 import { freePort } from "../support/redisServer.js"
 import { ADMIN_KEY, adminAuth, TEST_SECRETS_KEY, uniqueId } from "../support/testApp.js"
 import { CA_FILE, type Receiver, startReceiver } from "../webhooks/httpsReceiver.js"
 import { until } from "../faults/faultRig.js"
+import { Redis } from "ioredis"
+import { makeKeys } from "../../src/redis/keys.js"
 
 /**
  * Agents reconnecting right after a restart (issue 31, point 6): an agent whose socket is open
@@ -24,6 +26,14 @@ import { until } from "../faults/faultRig.js"
  * sockets and reservations in the store). No waiting on the registry: each call is placed the
  * moment the agent's socket opens (its `ready`), for a Twilio call, a Telnyx TeXML call and a
  * Telnyx Call Control call (placed at call.initiated, answered through the REST API).
+ *
+ * The restart case proves something only while the killed run's reservations (RESERVATION_HOLD_MS,
+ * 10 s from each placement) still hold: it checks so in Redis, in Redis time, once each Twilio
+ * call after the restart is placed (a failure there says the restart came too late, not that
+ * placement is wrong). To come well inside that, the replacing process is spawned with its modules
+ * loaded before the kill (spawnHeldGateway) and the agent's sockets retry every 100 ms at most.
+ * With the code before a65fa31 (socket ids `{INSTANCE_ID}.{n}`, numbered from 1 again by the
+ * restart) both Twilio calls end `no_idle_agent`: the new sockets carry the ids the old holds name.
  */
 
 type Kind = "twilio" | "texml" | "call-control"
@@ -42,8 +52,13 @@ describe("agents reconnecting right after a restart: the next call reaches them"
   const instances: Array<Instance> = []
   const agents: Array<SilentAgent> = []
   const calls: Array<SimCall> = []
+  const redisClients: Array<Redis> = []
+  /** Processes started ahead of a restart, not yet an instance. */
+  const spares: Array<GatewayProcess> = []
 
   afterEach(async () => {
+    for (const client of redisClients.splice(0)) client.disconnect()
+    await Promise.all(spares.splice(0).map((gateway) => gateway.stop("SIGKILL")))
     await Promise.all(calls.splice(0).map((call) => call.hangup().catch(() => undefined)))
     await Promise.all(agents.splice(0).map((agent) => agent.close()))
     await Promise.all(instances.splice(0).map(({ gateway }) => gateway.stop("SIGKILL")))
@@ -205,26 +220,41 @@ describe("agents reconnecting right after a restart: the next call reaches them"
     expect(ended.filter((s) => s.status === "active")).toHaveLength(0)
   }, 300_000)
 
-  it("SIGKILL with 6 live calls, restart under the same INSTANCE_ID: a call placed as each agent socket reconnects reaches an agent (Twilio, TeXML, Call Control: 6/6), 0 no_idle_agent, 12/12 session.ended once, 0 active", async () => {
+  it("SIGKILL with 6 live calls, restart under the same INSTANCE_ID while the first run's 6 reservations still hold (read from Redis, in Redis time, as each Twilio call is placed): a call placed as each agent socket reconnects reaches an agent (Twilio, TeXML, Call Control: 6/6), 0 no_idle_agent, 12/12 session.ended once, 0 active", async () => {
     const { instances: [a], agentId, environments, place, sessions, endedEvents } = await setUp(["restarted"])
     const instance = a!
+    const redis = new Redis(instance.env.REDIS_URL!)
+    redisClients.push(redis)
+    const held = makeKeys(instance.env.REDIS_KEY_PREFIX!).fleetAgents(agentId, environments.get("twilio")!, "held")
+    /** The store's clock and the holds on the Twilio environment's sockets (socket -> end of hold), read at one instant. */
+    const holdsNow = async () => {
+      const replies = (await redis.multi().time().zrange(held, 0, -1, "WITHSCORES").exec())!
+      const [seconds, micros] = replies[0]![1] as [string, string]
+      const flat = replies[1]![1] as Array<string>
+      const holds = new Map<string, number>()
+      for (let i = 0; i + 1 < flat.length; i += 2) holds.set(flat[i]!, Number(flat[i + 1]))
+      return { now: Number(seconds) * 1000 + Math.floor(Number(micros) / 1000), holds }
+    }
     const before = 6
     // Every call of the first run in one environment (Twilio): its agent's sockets are all reserved then taken.
-    // Its sockets retry every 50 ms, doubling, while the instance is down: they are back within a few
-    // seconds of the restart, while the first run's reservations of them (10 s) still hold.
-    const worker = new SilentAgent({ gatewayUrl: instance.baseUrl, agentId, environmentId: environments.get("twilio")!, apiKey: ADMIN_KEY, capacity: before, reconnectDelayMs: 50 })
+    // While the instance is down its sockets retry every 100 ms at most, so they are back as soon as it listens.
+    const worker = new SilentAgent({ gatewayUrl: instance.baseUrl, agentId, environmentId: environments.get("twilio")!, apiKey: ADMIN_KEY, capacity: before, reconnectDelayMs: 50, maxReconnectDelayMs: 100 })
     agents.push(worker)
     listenForStarts(worker)
     await worker.start()
     await worker.ready(60_000)
-    const first = []
-    for (let i = 0; i < before; i++) {
-      const placed = await place("twilio", instance)
-      expect((await outcomeOf(sessions, placed.callId)).reached).toBe(true)
-      first.push(placed)
-    }
-    // One worker per environment after the restart, one socket each per call: the Twilio one is
-    // the worker above, whose sockets reconnect by themselves.
+    // The process that restarts the instance, its modules loaded ahead (it starts on release, after
+    // the kill): so the restart is the gateway's start-up, seconds before the first run's holds lapse.
+    const restart = await spawnHeldGateway(instance.env)
+    spares.push(restart.gateway)
+    // The first run's calls at once: their reservations are taken moments before the kill.
+    const first = await Promise.all(Array.from({ length: before }, () => place("twilio", instance)))
+    for (const { callId } of first) expect((await outcomeOf(sessions, callId)).reached).toBe(true)
+    // What the killed process leaves in the store: one hold per call, on its own sockets.
+    const { holds: firstRun } = await holdsNow()
+    expect([...firstRun.keys()].filter((socket) => socket.startsWith(`${instance.env.INSTANCE_ID}.`))).toHaveLength(before)
+    const firstRunHeldUntil = Math.min(...firstRun.values())
+    // One worker per other environment after the restart, one socket each per call.
     const others = KINDS.filter((kind) => kind !== "twilio").map((kind) => {
       const agent = new SilentAgent({ gatewayUrl: instance.baseUrl, agentId, environmentId: environments.get(kind)!, apiKey: ADMIN_KEY, capacity: 2, reconnectDelayMs: 50 })
       agents.push(agent)
@@ -232,32 +262,47 @@ describe("agents reconnecting right after a restart: the next call reaches them"
       return { kind, agent }
     })
 
-    const lastPlacedAt = performance.now()
+    const killedAt = performance.now()
     expect(await instance.gateway.stop("SIGKILL")).toEqual({ code: null, signal: "SIGKILL" })
     await Promise.all(first.map(({ call }) => call.closed))
-    // The first run's calls' sockets reconnect, with back-off, once the instance is back. Each
-    // socket that opens gets a call at once: Twilio on the worker's, then the others' in turn.
+    // The first run's calls' sockets reconnect once the instance is back. Each socket that opens
+    // gets a call at once: Twilio on the worker's first two, then the others' in turn.
     const readyToAgent: Array<number> = []
     const outcomes: Array<Promise<{ kind: Kind; reached: boolean }>> = []
-    const onReady = (kind: Kind, agent: SilentAgent) => {
+    /** Per Twilio call after the restart, once its stream is open: the first run's holds still in force, and the least time one had left (Redis time). */
+    const whilePlaced: Array<{ stillHeld: number; msLeft: number }> = []
+    const placeNow = (kind: Kind) => {
+      const readyAt = performance.now()
+      outcomes.push(
+        place(kind, instance).then(async ({ callId }) => {
+          if (kind === "twilio") {
+            const { now, holds } = await holdsNow()
+            const stillHeld = [...firstRun.keys()].filter((socket) => (holds.get(socket) ?? 0) > now).length
+            whilePlaced.push({ stillHeld, msLeft: firstRunHeldUntil - now })
+          }
+          const outcome = await outcomeOf(sessions, callId)
+          if (outcome.reached) readyToAgent.push(outcome.at - readyAt)
+          return { kind, reached: outcome.reached }
+        })
+      )
+    }
+    const onReady = (kind: Kind, agent: SilentAgent, onOpen: () => void = () => undefined) => {
       let left = 2
       agent.pool!.on("ready", () => {
+        onOpen()
         if (left <= 0) return
         left--
-        const readyAt = performance.now()
-        outcomes.push(
-          place(kind, instance).then(async ({ callId }) => {
-            const outcome = await outcomeOf(sessions, callId)
-            if (outcome.reached) readyToAgent.push(outcome.at - readyAt)
-            return { kind, reached: outcome.reached }
-          })
-        )
+        placeNow(kind)
       })
     }
-    onReady("twilio", worker)
-    instance.gateway = await spawnGateway(instance.env)
+    let workerOpened = 0
+    onReady("twilio", worker, () => workerOpened++)
+    restart.release()
+    instance.gateway = spares.splice(spares.indexOf(restart.gateway), 1)[0]!
     await waitForHealthy(instance.gateway, "/readyz", 90_000)
-    const restartedMs = performance.now() - lastPlacedAt
+    const readyAgainMs = performance.now() - killedAt
+    // The worker's sockets first (their ids would be the ones the first run's holds name, were ids not per run), then the others.
+    await until(() => workerOpened, (n) => n >= before, `the worker's ${before} sockets open again`, 120_000)
     for (const { kind, agent } of others) {
       // Listening from the start: its sockets open (and say ready) on later turns of the event loop.
       await agent.start()
@@ -275,10 +320,13 @@ describe("agents reconnecting right after a restart: the next call reaches them"
     console.log(
       `restart under the same INSTANCE_ID: ${answered}/6 calls placed as agent sockets reconnected answered by an agent ` +
         `(${KINDS.map((kind) => `${kind} ${settled.filter((o) => o.kind === kind && o.reached).length}/2`).join(", ")}), ${noIdle} no_idle_agent; ` +
-        `socket ready -> the call's start at the agent: ${figures(readyToAgent)}; ready again ${Math.round(restartedMs)} ms after the first run's last call; its ${before} calls: ` +
+        `the first run's ${before} holds when each Twilio call's stream was open: ${whilePlaced.map((p) => `${p.stillHeld} still held, ${p.msLeft} ms left`).join("; ")} (Redis time); ` +
+        `socket ready -> the call's start at the agent: ${figures(readyToAgent)}; ready again ${Math.round(readyAgainMs)} ms after the kill; its ${before} calls: ` +
         `${ended.filter((s) => s.endReason === "instance_lost").length} instance_lost`
     )
-    expect(settled.map((outcome) => outcome.reached)).toEqual(settled.map(() => true))
+    // The case's precondition: both Twilio calls were placed while every hold of the killed run was in force.
+    expect(whilePlaced.map((p) => p.stillHeld), "the first run's holds still in force as each Twilio call was placed after the restart").toEqual([before, before])
+    expect(settled.filter((outcome) => !outcome.reached).map((outcome) => outcome.kind), "calls after the restart that ended without reaching an agent").toEqual([])
     expect(noIdle).toBe(0)
     expect(ended.filter((s) => s.endReason === "instance_lost")).toHaveLength(before)
     expect(delivered).toHaveLength(total)

@@ -9,11 +9,14 @@ import type { CallKind } from "../../src/kernel/Carrier.js"
 import { CheckpointAgent } from "../../examples/agents/checkpoint-agent.js"
 import { completeTransfer, speakThenListen as speakThenListenOn } from "../fallback/liveCalls.js"
 import { repoRoot } from "../support/gatewayProcess.js"
+import { G722Decoder } from "../../src/audio/G722.js"
+import { comfortNoiseFrames, G722_16K, MULAW_8K, payloadTranscoders } from "../../src/kernel/AudioFormat.js"
 import { ADMIN_KEY, uniqueId } from "../support/testApp.js"
 import {
   audioFrames,
   type CarrierCall,
   dialInAgent,
+  g722Stream,
   type Gateway,
   agentMedia as agentMediaOf,
   Peer,
@@ -206,6 +209,90 @@ describe("agent failover", () => {
       second.close()
     }
   )
+
+  it("a G.722 call whose agent speaks mu-law (agentAudioFormat): a new agent in the same format keeps the call's transcoder pair, so the caller's audio it hears and its voice at the carrier go on from the codec state the first agent left, comfort noise included", async () => {
+    const agentId = uniqueId("agent")
+    const env = await gateway.createEnvironment(agentId, {
+      agentAudioFormat: "audio/x-mulaw;rate=8000",
+      errorFallbackType: "phone",
+      errorFallbackValue: "+14155550199",
+      agentFailoverTimeout: 10
+    })
+    const first = await dialInAgent(gateway, agentId, env.id)
+    await until(() => gateway.idleAgents(agentId, env.id) === 1, "an idle agent")
+    const callId = `v3:${uniqueId("cc")}`
+    const token = gateway.issueToken({ agentId, environmentId: env.id, kind: "telnyx-call-control", callId })
+    const call = await telnyxCall(gateway, { token, callControlId: callId, encoding: "G722", sampleRate: 8000 })
+    call.start()
+    await first.waitForEvent("start")
+    const sessionId = sessionIdOf(first)
+    expect(first.events("start")[0].start.mediaFormat).toEqual({ encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 })
+
+    // The caller's side: one G.722 stream; 20 frames reach the first agent, 20 are held, 20 go live to the second.
+    const stream = g722Stream(audioFrames("caller-appointment.ulaw", 60))
+    const [callerBefore, callerGap, callerAfter] = [stream.slice(0, 20), stream.slice(20, 40), stream.slice(40, 60)]
+    // The agents' side: mu-law, 15 frames from each agent.
+    const voice = audioFrames("agent-greeting.ulaw", 30)
+    const [voiceBefore, voiceAfter] = [voice.slice(0, 15), voice.slice(15)]
+
+    for (const frame of callerBefore) call.media(frame)
+    await first.waitForEvent("media", callerBefore.length)
+    for (const frame of voiceBefore) first.send({ event: "media", media: { payload: frame } })
+    await until(() => call.sentMedia().length === voiceBefore.length, "the first agent's voice at the carrier")
+
+    first.ws.terminate()
+    await call.peer.waitForEvent("clear")
+    for (const frame of callerGap) call.media(frame)
+    // Comfort noise reaches the caller while no agent holds the call.
+    await until(() => call.sentMedia().length >= voiceBefore.length + 5, "comfort noise at the carrier")
+    const second = await dialInAgent(gateway, agentId, env.id)
+    await second.waitForEvent("media", callerGap.length)
+    expect(second.events("start")[0].start.mediaFormat).toEqual({ encoding: "audio/x-mulaw", sampleRate: 8000, channels: 1 })
+    for (const frame of callerAfter) call.media(frame)
+    await second.waitForEvent("media", callerGap.length + callerAfter.length)
+    const noiseFrames = call.sentMedia().length - voiceBefore.length
+    for (const frame of voiceAfter) second.send({ event: "media", media: { payload: frame } })
+    await until(() => call.sentMedia().length === voiceBefore.length + noiseFrames + voiceAfter.length, "the second agent's voice at the carrier")
+
+    // Caller to agents: one decoder over the whole stream, held frames in their place.
+    const uninterrupted = payloadTranscoders(G722_16K, MULAW_8K)!
+    const heard = stream.map((frame) => uninterrupted.toAgent(frame))
+    expect(agentMediaOf(first), "the caller's audio at the first agent").toEqual(heard.slice(0, 20))
+    expect(agentMediaOf(second), "the caller's audio at the second agent (held, then live), from the call's one decoder").toEqual(heard.slice(20))
+    // What a fresh decoder would have given the second agent differs: the test can tell the two apart.
+    const fresh = payloadTranscoders(G722_16K, MULAW_8K)!
+    expect(stream.slice(20).map((frame) => fresh.toAgent(frame))).not.toEqual(heard.slice(20))
+
+    // Agents to the caller: everything the carrier got (the first agent's voice, the comfort noise,
+    // the second agent's voice) came out of one encoder in order, so the carrier's one decoder for
+    // the stream stays in step with it.
+    const noise = comfortNoiseFrames(MULAW_8K)
+    const spoken = [...voiceBefore, ...Array.from({ length: noiseFrames }, (_, i) => noise[i % noise.length]!), ...voiceAfter]
+    const encoder = payloadTranscoders(G722_16K, MULAW_8K)!
+    const expected = spoken.map((frame) => encoder.toCarrier(frame))
+    const sent = call.sentMedia()
+    expect(sent.slice(0, voiceBefore.length), "the first agent's voice").toEqual(expected.slice(0, voiceBefore.length))
+    expect(sent.slice(voiceBefore.length + noiseFrames), "the second agent's voice").toEqual(expected.slice(voiceBefore.length + noiseFrames))
+    expect(sent.slice(voiceBefore.length, voiceBefore.length + noiseFrames), "the comfort noise").toEqual(expected.slice(voiceBefore.length, voiceBefore.length + noiseFrames))
+    const restarted = payloadTranscoders(G722_16K, MULAW_8K)!
+    expect(voiceAfter.map((frame) => restarted.toCarrier(frame))).not.toEqual(expected.slice(voiceBefore.length + noiseFrames))
+    // As the carrier hears it: one G.722 decoder over the whole stream gives what the uninterrupted encoder's own decoder does.
+    const decodeAll = (frames: ReadonlyArray<string>) => {
+      const decoder = new G722Decoder()
+      const pcm = new Int16Array(320)
+      return frames.map((frame) => {
+        decoder.decode(Buffer.from(frame, "base64"), 160, pcm)
+        return Buffer.from(pcm.buffer.slice(0)).toString("base64")
+      })
+    }
+    expect(decodeAll(sent), "the carrier's decoding of the whole stream").toEqual(decodeAll(expected))
+
+    call.stop()
+    const ended = await gateway.outbox.forSession(sessionId)
+    expect(ended).toMatchObject({ status: "completed", agentFailovers: 1 })
+    expect(rescueRequests(gateway, "telnyx-call-control", callId)).toEqual([])
+    second.close()
+  })
 
   it("no agent within agentFailoverTimeout: the error fallback runs once, with the trigger it has today", async () => {
     const agentId = uniqueId("agent")

@@ -4,6 +4,8 @@ import type { AddressInfo } from "node:net"
 import { Context, Effect, Layer, ManagedRuntime, Queue, Scope } from "effect"
 import { WebSocket, WebSocketServer } from "ws"
 import { AgentPool } from "../../src/agent/AgentPool.js"
+import { G722Encoder } from "../../src/audio/G722.js"
+import { mulawToLinear } from "../../src/kernel/AudioFormat.js"
 import type { CallKind } from "../../src/kernel/Carrier.js"
 import { Environments } from "../../src/environments/Environments.js"
 import type { UpdateEnvironmentBody } from "../../src/environments/EnvironmentSchema.js"
@@ -42,6 +44,25 @@ export const audioFrames = (file: string, limit = Number.POSITIVE_INFINITY): Arr
     frames.push(bytes.subarray(offset, offset + 160).toString("base64"))
   }
   return frames
+}
+
+/** Mu-law frames as a G.722 stream: 16 kHz by linear interpolation, through one encoder (one per call). */
+export const g722Stream = (frames: ReadonlyArray<string>): Array<string> => {
+  const encoder = new G722Encoder()
+  let previous = 0
+  return frames.map((frame) => {
+    const mulaw = Buffer.from(frame, "base64")
+    const wide = new Int16Array(mulaw.length * 2)
+    mulaw.forEach((byte, i) => {
+      const sample = mulawToLinear(byte)
+      wide[2 * i] = (previous + sample) >> 1
+      wide[2 * i + 1] = sample
+      previous = sample
+    })
+    const codes = Buffer.alloc(mulaw.length)
+    encoder.encode(wide, wide.length, codes)
+    return codes.toString("base64")
+  })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-import { G722Encoder, G722NarrowbandDecoder } from "../../../src/audio/G722.js"
+import { G722NarrowbandDecoder } from "../../../src/audio/G722.js"
 import { type AudioFormat, bytesPerMs, G722_16K, linearToAlaw, linearToMulaw, MULAW_8K, mulawToLinear, payloadTranscoders } from "../../../src/kernel/AudioFormat.js"
 import { callTraceIds } from "../../../src/observability/Tracing.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -6,6 +6,7 @@ import {
   agentMedia,
   audioFrames,
   dialInAgent,
+  g722Stream,
   type Gateway,
   sessionIdOf,
   startGateway,
@@ -31,25 +32,6 @@ const shuffledChunks = (n: number, block = 6) => {
     }
   }
   return order
-}
-
-/** Mu-law frames as a G.722 stream: 16 kHz by linear interpolation, through one encoder (one per call). */
-const g722Stream = (frames: ReadonlyArray<string>): Array<string> => {
-  const encoder = new G722Encoder()
-  let previous = 0
-  return frames.map((frame) => {
-    const mulaw = Buffer.from(frame, "base64")
-    const wide = new Int16Array(mulaw.length * 2)
-    mulaw.forEach((byte, i) => {
-      const sample = mulawToLinear(byte)
-      wide[2 * i] = (previous + sample) >> 1
-      wide[2 * i + 1] = sample
-      previous = sample
-    })
-    const codes = Buffer.alloc(mulaw.length)
-    encoder.encode(wide, wide.length, codes)
-    return codes.toString("base64")
-  })
 }
 
 describe("Telnyx media streams end to end", () => {
