@@ -14,8 +14,10 @@ export interface CallMoverShape {
   /**
    * Some(the instance id) once the carrier accepted the move; None when no other instance has an
    * idle agent, the call's kind cannot be moved this way, or the carrier refused (the call stays).
+   * `ready`: what the next instance reads (the checkpoint, the legs) is in the store; awaited before
+   * the carrier is asked, so the reservation and the writes overlap.
    */
-  readonly move: (info: SessionInfo, resumed: ResumedSession) => Effect.Effect<Option.Option<string>>
+  readonly move: (info: SessionInfo, resumed: ResumedSession, ready: Effect.Effect<void>) => Effect.Effect<Option.Option<string>>
 }
 
 /** No fleet to move to (a single instance, unit tests): calls stay here. */
@@ -30,7 +32,7 @@ export class CallMover extends Effect.Service<CallMover>()("callgate/CallMover",
   succeed: (() => {
     let current: CallMoverShape = stayingHere
     return {
-      move: (info: SessionInfo, resumed: ResumedSession) => Effect.suspend(() => current.move(info, resumed)),
+      move: (info: SessionInfo, resumed: ResumedSession, ready: Effect.Effect<void>) => Effect.suspend(() => current.move(info, resumed, ready)),
       install: (mover: CallMoverShape): void => {
         current = mover
       }

@@ -263,13 +263,21 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const call = this
     const { info } = this
     return Effect.gen(function* () {
-      const target = yield* parts.settlement.agentTarget(info)
+      const resumed = info.resumed
+      // Moved here by a failover on another instance: the session's record, legs and turns so far
+      // come with it, and its latest checkpoint; read from the store at once with the agent's target
+      // (the instance that moved the call wrote both before it asked the carrier).
+      const [target, adopted, checkpoint] = yield* Effect.all(
+        [
+          parts.settlement.agentTarget(info),
+          resumed === undefined ? Effect.succeed(undefined) : parts.settlement.adopt(info),
+          resumed === undefined ? Effect.succeed(null) : call.checkpoints.latest
+        ],
+        { concurrency: "unbounded" }
+      )
       call.target = target
       call.failoverTimeoutSeconds = target.failoverTimeoutSeconds ?? 0
       yield* Effect.annotateCurrentSpan("callgate.agent.mode", target.agentUrl === null ? "dial_in" : "dial_out")
-      const resumed = info.resumed
-      // Moved here by a failover on another instance: the session's record, legs and turns so far come with it.
-      const adopted = resumed === undefined ? undefined : yield* parts.settlement.adopt(info)
       const agent = yield* parts.connector.acquire(target)
       yield* Effect.annotateCurrentSpan("callgate.agent.outcome", "connected")
       let resume: AgentResume | undefined
@@ -278,7 +286,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
         call.legs.push(...adopted.agentLegs.map((leg) => ({ ...leg })))
         call.priorTurns = adopted.turns
         resume = {
-          checkpoint: yield* call.checkpoints.latest,
+          checkpoint,
           turns: adopted.turns.map((turn) => ({ ...turn })),
           previousEndReason: resumed.previousEndReason,
           heldAudioMs: Math.round(call.heldBytes / bytesPerMs(info.mediaFormat ?? MULAW_8K)),
@@ -618,8 +626,9 @@ export class LiveCall implements CallerEvents, AgentEvents {
 
   /**
    * Asks the carrier, once, to move the call's stream to another instance with an idle agent of
-   * the environment (CallMover). The checkpoint being written and the legs so far are in the store
-   * first, so the instance taking the call reads them. Moved: the call ends here with `Moved` (no
+   * the environment (CallMover). The checkpoint being written and the legs so far are written while
+   * the agent there is reserved, and are in the store before the carrier is asked, so the instance
+   * taking the call reads them. Moved: the call ends here with `Moved` (no
    * carrier request, no session.ended); not moved: the failover goes on here, unless the caller
    * hung up meanwhile.
    */
@@ -628,15 +637,20 @@ export class LiveCall implements CallerEvents, AgentEvents {
     const { info } = this
     return Effect.gen(function* () {
       call.moving = true
-      yield* call.checkpoints.written
-      yield* parts.settlement.recordLegs(info, call.agentLegs(), call.failoverCount)
-      const moved = yield* parts.mover.move(info, {
-        failover,
-        previousEndReason: error.kind,
-        lostAt: frameTimeToEpochMs(lostAtMs),
-        createdAt: info.createdAt.getTime(),
-        ...(call.carrier.recordingPaused?.() === true ? { recordingPaused: true } : {})
-      })
+      // Written while the agent elsewhere is reserved; the mover waits for them before it asks the carrier.
+      const written = yield* Effect.fork(Effect.zipRight(call.checkpoints.written, parts.settlement.recordLegs(info, call.agentLegs(), call.failoverCount)))
+      const moved = yield* parts.mover.move(
+        info,
+        {
+          failover,
+          previousEndReason: error.kind,
+          lostAt: frameTimeToEpochMs(lostAtMs),
+          createdAt: info.createdAt.getTime(),
+          ...(call.carrier.recordingPaused?.() === true ? { recordingPaused: true } : {})
+        },
+        Fiber.join(written)
+      )
+      yield* Fiber.join(written)
       call.moving = false
       if (moved._tag === "Some") {
         yield* Effect.logInfo("agent failover: the call's stream moves to another instance", { failover, previousEndReason: error.kind, instanceId: moved.value })

@@ -143,9 +143,10 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
      * `streaming_stop` of this stream by its `stream_id`. A stop that fails is only logged: the new
      * stream runs, and this instance closes the old one as it lets the call go.
      */
-    const moveStream = (info: SessionInfo, instance: ReservedInstance, resumed: ResumedSession) =>
+    const moveStream = (info: SessionInfo, instance: ReservedInstance, resumed: ResumedSession, ready: Effect.Effect<void>) =>
       Effect.gen(function* () {
         const stream = streamTo(info, instance, resumed, yield* codecFor(info))
+        yield* ready
         const started = yield* commands.startStream(info.call.callId, stream).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
         if (started._tag === "Left") {
           yield* Effect.logWarning("the carrier did not start the call's stream on another instance", { instanceId: instance.id, error: started.left.message })
@@ -164,17 +165,18 @@ export class CallRelocation extends Effect.Service<CallRelocation>()("callgate/C
       })
 
     const mover: CallMoverShape = {
-      move: (info, resumed) =>
+      move: (info, resumed, ready) =>
         Effect.gen(function* () {
           const kind = info.call.kind
           const reserved = yield* reserveAgent(info)
           // None elsewhere, or the registry still lists one here: the failover waits on this instance.
           if (Option.isNone(reserved) || reserved.value.id === self) return Option.none()
           const instanceId = reserved.value.id
-          if (kind === "telnyx-call-control") return yield* moveStream(info, reserved.value, resumed)
+          if (kind === "telnyx-call-control") return yield* moveStream(info, reserved.value, resumed, ready)
           // A Twilio stream has no codec to ask for: no environment read on the way to the carrier.
           const codec = kind === "twilio" ? DEFAULT_TELNYX_STREAM_CODEC : yield* codecFor(info)
           const twiml = streamMarkup(info, kind, reserved.value, resumed, codec)
+          yield* ready
           const asked = yield* carriers.applyTwiml(info.call, twiml).pipe(Effect.timeout(MOVE_TIMEOUT), Effect.either)
           if (asked._tag === "Left") {
             yield* Effect.logWarning("the carrier did not move the call's stream to another instance", {
