@@ -231,9 +231,13 @@ const program = Effect.gen(function* () {
   let sent = 0
   const ticks = Math.round((SECONDS * 1000) / FRAME_MS)
   let steadyFromUs = 0
+  let steadyCpu = process.cpuUsage()
   for (let tick = 0; tick < ticks; tick++) {
     // After 2 s of warm-up: the window a --cpu-prof reading counts (bench/cpuProfile.ts).
-    if (tick === 100) steadyFromUs = nowUs()
+    if (tick === 100) {
+      steadyFromUs = nowUs()
+      steadyCpu = process.cpuUsage()
+    }
     virtualMs += FRAME_MS
     for (const call of calls) {
       const caller = call.callerFrame()
@@ -246,6 +250,7 @@ const program = Effect.gen(function* () {
     if ((tick + 1) % TICKS_PER_ADVANCE === 0) yield* advance(TICKS_PER_ADVANCE)
   }
   const windowUs = [steadyFromUs, nowUs()]
+  const windowCpu = process.cpuUsage(steadyCpu)
   const live = registry.liveCount()
   const latency = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_latency_seconds")!.get())
   const answeredTurns = latency.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_latency_seconds_count")?.value ?? 0
@@ -271,6 +276,8 @@ const program = Effect.gen(function* () {
       charsIn: sent,
       fibersPerCall: fibers / CALLS,
       heapExtBytesPerCall: Math.round(heapExt / CALLS),
+      // This process's CPU time (all threads) over the steady window, per call-second: a figure of the host, not deterministic.
+      cpuMsPerCallSecond: Number(((windowCpu.user + windowCpu.system) / 1000 / CALLS / ((ticks - 100) * FRAME_MS / 1000)).toFixed(4)),
       windowUs
     }) + "\n"
   )

@@ -1,5 +1,5 @@
-import { Effect, Fiber, Runtime, type Scope } from "effect"
-import { addScopeFinalizer, whileRunning } from "../kernel/SessionFibers.js"
+import { Effect, Fiber, type Scope } from "effect"
+import { addScopeFinalizer, type CallFork, makeCallFork, whileRunning } from "../kernel/SessionFibers.js"
 import { Breaker, type BreakerSettings, type SessionRef } from "./Breaker.js"
 import type { BreakerTrip } from "./BreakerStore.js"
 
@@ -58,8 +58,8 @@ export interface WatchdogOptions {
    * expiring deadline then waits (a frame at a time) for the verdict instead of counting.
    */
   readonly agentStarting?: () => boolean
-  /** The session's runtime, to fork the watchdog's fibers on (default: the one it is started in). */
-  readonly runtime?: Runtime.Runtime<never>
+  /** The call's fork, for the watchdog's fibers (default: a fork of its own, in the scope it is started in). */
+  readonly fork?: CallFork
   /** Observes each recorded occurrence (tests, benchmarks). */
   readonly onOccurrence?: (occurrence: OccurrenceRecorded) => void
 }
@@ -117,9 +117,7 @@ export const makeResponseWatchdog = (breaker: Breaker, options: WatchdogOptions)
     const { agentId, environmentId, sessionId } = options.session
     // Its fibers are forked on the session's runtime (the session's Clock, logger with the
     // session's annotations) into the session's scope: closing it interrupts whatever still runs.
-    const runFork = Runtime.runFork(options.runtime ?? (yield* Effect.runtime<never>()))
-    const scope = yield* Effect.scope
-    const fork = <A, E>(effect: Effect.Effect<A, E>) => runFork(effect, { scope })
+    const fork = options.fork ?? (yield* makeCallFork)
 
     const state = {
       awaiting: false,

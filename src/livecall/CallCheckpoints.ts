@@ -1,5 +1,6 @@
-import { Deferred, Effect, FiberId, Option, Runtime, type Scope } from "effect"
+import { Deferred, Effect, FiberId, Option } from "effect"
 import type { Checkpoint } from "../kernel/CallLegs.js"
+import type { CallFork } from "../kernel/SessionFibers.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { SessionStore } from "../sessions/SessionStore.js"
 
@@ -21,7 +22,7 @@ export const noCheckpoints: CheckpointKeeper = { keep: () => {}, latest: Effect.
 
 /**
  * The agents' checkpoints of live calls, kept with the session in the store. Per call: one write in
- * flight at most, forked on the call's runtime into the call's scope (as CallTurns writes turns),
+ * flight at most, on a fiber of the call's (`fork`, as CallTurns writes turns),
  * and of the checkpoints that arrive meanwhile only the newest waits: latest wins, and a call holds
  * at most two checkpoints (the one being written, the one waiting). A write that fails is logged and
  * the call goes on; the next checkpoint replaces it anyway.
@@ -30,23 +31,19 @@ export class CallCheckpoints extends Effect.Service<CallCheckpoints>()("callgate
   effect: Effect.gen(function* () {
     const sessions = yield* SessionStore
 
-    /** The call's keeper, in the call's scope: a write still running when the scope closes is interrupted. */
-    const keeper = (info: SessionInfo): Effect.Effect<CheckpointKeeper, never, Scope.Scope> =>
-      Effect.gen(function* () {
-        const runtime = yield* Effect.runtime<never>()
-        const scope = yield* Effect.scope
-        const runFork = Runtime.runFork(runtime)
+    /** The call's keeper; its writes run on the call's fibers (`fork`): one still running when the call ends is interrupted. */
+    const keeper = (info: SessionInfo, fork: CallFork): Effect.Effect<CheckpointKeeper> =>
+      Effect.sync(() => {
         let last: Checkpoint | undefined
         let pending: Checkpoint | undefined
         /** Set while a write is in flight; done when the keeper is idle again. */
         let idle: Deferred.Deferred<void> | undefined
         const write = (checkpoint: Checkpoint): void => {
-          runFork(
+          fork(
             sessions.saveCheckpoint(info.agentId, info.sessionId, checkpoint).pipe(
               Effect.catchAll((error) => Effect.logWarning("an agent checkpoint could not be stored", error)),
               Effect.ensuring(Effect.sync(written))
-            ),
-            { scope }
+            )
           )
         }
         const written = () => {

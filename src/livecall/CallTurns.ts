@@ -1,6 +1,7 @@
-import { Effect, Runtime, type Scope } from "effect"
+import { Effect, type Scope } from "effect"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
 import type { NoResponseTrip } from "../breaker/ResponseWatchdog.js"
+import type { CallFork } from "../kernel/SessionFibers.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { Sessions } from "../sessions/Sessions.js"
 import { nullTurnObserver, type TurnObserver } from "../turns/TurnObserver.js"
@@ -32,6 +33,7 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
     /** The call's watch, in the call's scope; a watch that cannot be made leaves the call unobserved (logged). */
     const watch = (
       info: SessionInfo,
+      fork: CallFork,
       hooks: {
         readonly onMissedDeadline?: (inARow: number) => void
         /** The call's turns as its record keeps them (a session moved here: with the turns before it came); default the watch's. */
@@ -39,11 +41,8 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
       } = {}
     ): Effect.Effect<TurnWatch, never, Scope.Scope> =>
       Effect.gen(function* () {
-        // The call's turn writes run on the call's runtime, one at a time, each in a fiber of its
-        // own forked into the call's scope (no fiber waits between them).
-        const runtime = yield* Effect.runtime<never>()
-        const scope = yield* Effect.scope
-        const runFork = Runtime.runFork(runtime)
+        // The call's turn writes run on the call's fibers, one at a time, each in a fiber of its
+        // own (no fiber waits between them).
         let turns: () => ReadonlyArray<TurnRecord> = () => []
         let busy = false
         let pending = false
@@ -60,22 +59,21 @@ export class CallTurns extends Effect.Service<CallTurns>()("callgate/CallTurns",
             return
           }
           busy = true
-          // Forked into the call's scope: a write still running when the call's scope closes is interrupted.
-          runFork(
+          // A write still running when the call's scope closes is interrupted.
+          fork(
             sessions
               .update(info.agentId, info.sessionId, (current) =>
                 // A session already closed keeps the turns its ending recorded.
                 current.status === "active" ? { ...current, turns: [...(hooks.recorded ?? turns)()] } : current
               )
-              .pipe(Effect.ignore, Effect.ensuring(Effect.sync(written))),
-            { scope }
+              .pipe(Effect.ignore, Effect.ensuring(Effect.sync(written)))
           )
         }
         const watched = yield* timing.watchCall({
           agentId: info.agentId,
           environmentId: info.environmentId,
           sessionId: info.sessionId,
-          runtime,
+          fork,
           onTurnsChanged: persist,
           ...(hooks.onMissedDeadline !== undefined ? { onMissedDeadline: hooks.onMissedDeadline } : {})
         })

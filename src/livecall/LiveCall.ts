@@ -1,4 +1,4 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, Runtime, type Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId } from "effect"
 import type { AgentConnector, AgentTarget } from "../agent/AgentConnector.js"
 import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
@@ -12,6 +12,7 @@ import { isoAt, frameTimeToEpochMs } from "../kernel/Time.js"
 const samePayload = (payload: string) => payload
 import type { AgentEvents, AgentLink, AgentResume, AgentStart, CallerEvents, CarrierLeg, Checkpoint, LegFault, MachineVerdict } from "../kernel/CallLegs.js"
 import { HardError } from "../kernel/HardError.js"
+import { type CallFork, makeCallFork, whileRunning } from "../kernel/SessionFibers.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
@@ -116,8 +117,8 @@ export class LiveCall implements CallerEvents, AgentEvents {
   private failoverTimeoutSeconds = 0
   /** The agent legs so far, oldest first; the last one holds the call unless a failover is under way. */
   private readonly legs: Array<OpenLeg> = []
-  /** Forks into the call's scope (set once `run` started); the failover runs there. */
-  private forkInCall: ((effect: Effect.Effect<void>) => Fiber.RuntimeFiber<void>) | undefined
+  /** The call's fork (set once `run` started): the failover runs there. */
+  private forkInCall: CallFork | undefined
   private parts: LiveCallParts | undefined
   private seeking: Fiber.RuntimeFiber<void> | undefined
   /** Set while the carrier is asked to move the stream to another instance: the old stream's end is not the call's. */
@@ -186,24 +187,28 @@ export class LiveCall implements CallerEvents, AgentEvents {
       // span of its own, open until the call's scope closes.
       const session = yield* Effect.currentSpan.pipe(Effect.orDie)
       call.parts = parts
-      const runFork = Runtime.runFork(yield* Effect.runtime<never>())
-      const scope: Scope.Scope = yield* Effect.scope
-      call.forkInCall = (effect) => runFork(effect, { scope })
-      const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId } })
-      call.checkpoints = yield* parts.checkpoints.keeper(info)
-      const connecting = yield* Effect.fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg)))
+      const fork = yield* makeCallFork
+      call.forkInCall = fork
+      const leg = yield* Effect.makeSpanScoped("callgate.agent.leg", { attributes: { "callgate.session.id": info.sessionId }, captureStackTrace: false })
+      call.checkpoints = yield* parts.checkpoints.keeper(info, fork)
+      // The two are held only while they run: a fiber that is over would keep its last refs and
+      // context (a copy of the app's services) for as long as the call lasts.
+      let connecting: Fiber.RuntimeFiber<void> | undefined = whileRunning(
+        fork(call.connectAgent(parts, traceparentOf(session)).pipe(Effect.withParentSpan(leg), Effect.ensuring(Effect.sync((): void => void (connecting = undefined)))))
+      )
       // A session resumed here from another instance is adopted (its record moves here) before its agent starts.
-      const recording = yield* Effect.fork(info.resumed === undefined ? parts.settlement.begin(info) : Effect.void)
+      let recording: Fiber.RuntimeFiber<void> | undefined =
+        info.resumed === undefined ? whileRunning(fork(parts.settlement.begin(info).pipe(Effect.ensuring(Effect.sync((): void => void (recording = undefined)))))) : undefined
       call.observeWith(
-        yield* parts.turns.watch(info, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow), recorded: () => call.turns() })
+        yield* parts.turns.watch(info, fork, { onMissedDeadline: (inARow) => call.deadlinesMissed(inARow), recorded: () => call.turns() })
       )
       // The breaker's trips (this call's, another call's, another instance's) reach the call here.
       yield* parts.breaker.subscribeTrips(info.agentId, info.environmentId, (trip) => call.tripHeard(trip))
       const ending = yield* Deferred.await(call.endSignal)
-      yield* Fiber.interrupt(connecting)
+      if (connecting !== undefined) yield* Fiber.interrupt(connecting)
       if (call.seeking !== undefined) yield* Fiber.interrupt(call.seeking)
       // The end is recorded over the start, so the start must be written first.
-      yield* Fiber.join(recording)
+      if (recording !== undefined) yield* Fiber.join(recording)
       return yield* parts.settlement.settle(call, ending).pipe(Effect.uninterruptible)
     }).pipe(
       // The call's scope: its turn watch, its trip subscription, its store writes end with it.

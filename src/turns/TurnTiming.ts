@@ -1,8 +1,8 @@
-import { Effect, Runtime, type Scope } from "effect"
+import { Effect, type Scope } from "effect"
 import { Breaker, type BreakerSettings } from "../breaker/Breaker.js"
 import { BreakerMetrics } from "../breaker/BreakerMetrics.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
-import { addScopeFinalizer } from "../kernel/SessionFibers.js"
+import { addScopeFinalizer, type CallFork, makeCallFork } from "../kernel/SessionFibers.js"
 import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } from "../breaker/ResponseWatchdog.js"
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
@@ -24,8 +24,8 @@ export interface WatchCallOptions {
    * row since its last voiced answer (or since it took the call). Called on the watchdog's fiber.
    */
   readonly onMissedDeadline?: (inARow: number) => void
-  /** The session's runtime, for the watch's fibers (default: the one watchCall runs in). */
-  readonly runtime?: Runtime.Runtime<never>
+  /** The call's fork, for the watch's fibers (default: a fork of the watch's own, in the scope watchCall runs in). */
+  readonly fork?: CallFork
   /** Called (synchronously, on the media path: keep it cheap) after a turn is added or updated. */
   readonly onTurnsChanged?: () => void
 }
@@ -60,7 +60,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
     const watchCall = (options: WatchCallOptions): Effect.Effect<WatchedCall, never, Scope.Scope> =>
       Effect.gen(function* () {
         const { agentId, environmentId, sessionId } = options
-        const runtime = options.runtime ?? (yield* Effect.runtime<never>())
+        const fork = options.fork ?? (yield* makeCallFork)
         // Each turn a span under the current one (the session's).
         const spans = new TurnSpans(yield* Effect.tracer, yield* Effect.option(Effect.currentSpan))
         const records: Array<TurnRecord> = []
@@ -71,7 +71,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
         const watchdog = yield* makeResponseWatchdog(breaker, {
           session: { agentId, environmentId, sessionId },
           settings: options.settings ?? breaker.settingsFor(agentId, environmentId),
-          runtime,
+          fork,
           agentStarting: () => tracker?.agentStarting === true,
           onOccurrence: (occurrence) => {
             missedInARow++
@@ -145,7 +145,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             options.onTurnsChanged?.()
           },
           onCallbackError: (error) =>
-            Runtime.runSync(runtime)(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))
+            void fork(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))
         })
         const calls = tracker
         let closed = false

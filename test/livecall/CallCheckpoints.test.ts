@@ -1,4 +1,5 @@
 import { expect, it } from "@effect/vitest"
+import { makeCallFork } from "../../src/kernel/SessionFibers.js"
 import { Deferred, Duration, Effect, Layer, Option } from "effect"
 import type { Checkpoint } from "../../src/kernel/CallLegs.js"
 import type { SessionInfo } from "../../src/kernel/SessionInfo.js"
@@ -52,7 +53,7 @@ const gatedStore = Effect.gen(function* () {
 })
 
 const keeperOn = (layer: Layer.Layer<SessionStore>, info: SessionInfo) =>
-  Effect.flatMap(CallCheckpoints, (checkpoints) => checkpoints.keeper(info)).pipe(
+  Effect.flatMap(Effect.zip(CallCheckpoints, makeCallFork), ([checkpoints, fork]) => checkpoints.keeper(info, fork)).pipe(
     Effect.provide(CallCheckpoints.Default.pipe(Layer.provide(layer)))
   )
 
