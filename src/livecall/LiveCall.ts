@@ -1,4 +1,4 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId } from "effect"
+import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, FiberId, FiberRef, HashMap, Scope, Tracer } from "effect"
 import type { AgentConnector, AgentTarget } from "../agent/AgentConnector.js"
 import type { Breaker } from "../breaker/Breaker.js"
 import type { BreakerTrip } from "../breaker/BreakerStore.js"
@@ -15,7 +15,7 @@ import { HardError } from "../kernel/HardError.js"
 import { type CallFork, makeCallFork, whileRunning } from "../kernel/SessionFibers.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import { CloseCode } from "../frames/WireSocket.js"
-import { traceparentOf, withSessionSpan } from "../observability/Tracing.js"
+import { endSpan, makeSessionSpan, traceparentOf } from "../observability/Tracing.js"
 import type { AgentLeg, Session } from "../sessions/SessionSchema.js"
 import { type CallCheckpoints, type CheckpointKeeper, noCheckpoints } from "./CallCheckpoints.js"
 import type { CallSettlement } from "./CallSettlement.js"
@@ -181,7 +181,7 @@ export class LiveCall implements CallerEvents, AgentEvents {
   run(parts: LiveCallParts): Effect.Effect<Session> {
     const call = this
     const { info } = this
-    return Effect.gen(function* () {
+    const life = Effect.gen(function* () {
       // The caller is on the line: the agent is sought first, the record is written beside it
       // (child fibers of the call's fiber: they end with it at the latest). The agent leg is a
       // span of its own, open until the call's scope closes.
@@ -210,18 +210,13 @@ export class LiveCall implements CallerEvents, AgentEvents {
       // The end is recorded over the start, so the start must be written first.
       if (recording !== undefined) yield* Fiber.join(recording)
       return yield* parts.settlement.settle(call, ending).pipe(Effect.uninterruptible)
-    }).pipe(
-      // The call's scope: its turn watch, its trip subscription, its store writes end with it.
-      Effect.scoped,
-      Effect.onInterrupt(() =>
-        Effect.sync(() => {
-          call.end(SessionEnding.Failed({ error: shutdownError() }))
-          call.release(CloseCode.goingAway, "callgate is shutting down")
-          call.carrier.close(CloseCode.goingAway, "callgate is shutting down")
-        })
-      ),
-      Effect.annotateLogs({ sessionId: info.sessionId, agentId: info.agentId, environmentId: info.environmentId }),
-      withSessionSpan(info.sessionId, {
+    })
+    // The call's fiber is its own (LiveCalls forks one per call), so its refs are set once, here,
+    // and not restored: the session span as the parent span, the call's scope, the log annotations.
+    // Layered (Effect.withSpan, annotateLogs, Effect.scoped), each would keep a copy of the app's
+    // context or refs and a stack of frames for as long as the call lasts (docs/design.md, "Per-call state").
+    const enter = Effect.gen(function* () {
+      const span = yield* makeSessionSpan(info.sessionId, {
         "callgate.session.id": info.sessionId,
         "callgate.agent.id": info.agentId,
         "callgate.environment.id": info.environmentId,
@@ -229,6 +224,31 @@ export class LiveCall implements CallerEvents, AgentEvents {
         "callgate.direction": info.direction,
         "callgate.call.id": info.call.callId
       })
+      const scope = yield* Scope.make()
+      yield* FiberRef.update(FiberRef.currentContext, (context) => Context.add(Context.add(context, Tracer.ParentSpan, span), Scope.Scope, scope))
+      yield* FiberRef.update(FiberRef.currentLogAnnotations, (annotations) =>
+        HashMap.set(HashMap.set(HashMap.set(annotations, "sessionId", info.sessionId), "agentId", info.agentId), "environmentId", info.environmentId)
+      )
+      return { span, scope }
+    })
+    return Effect.acquireUseRelease(
+      enter,
+      // `life` needs the call's Scope: `enter` put it in this fiber's context.
+      () => life as Effect.Effect<Session>,
+      ({ scope, span }, exit) =>
+        // The call's scope first (its turn watch, its trip subscription, its store writes end with
+        // it); interrupted (the shutdown grace ran out): both sockets are closed at least.
+        Scope.close(scope, exit).pipe(
+          Effect.zipRight(
+            Effect.sync(() => {
+              if (Exit.isSuccess(exit) || !Cause.isInterruptedOnly(exit.cause)) return
+              call.end(SessionEnding.Failed({ error: shutdownError() }))
+              call.release(CloseCode.goingAway, "callgate is shutting down")
+              call.carrier.close(CloseCode.goingAway, "callgate is shutting down")
+            })
+          ),
+          Effect.zipRight(endSpan(span, exit))
+        )
     )
   }
 

@@ -1,5 +1,5 @@
 import { createHash, randomFillSync } from "node:crypto"
-import { Config, ConfigError, Context, Effect, Either, type Exit, Layer, Option, Tracer } from "effect"
+import { Clock, Config, ConfigError, Context, Effect, Either, type Exit, Layer, Option, Tracer } from "effect"
 
 /**
  * Traces (docs/observability.md). With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) set,
@@ -124,21 +124,32 @@ export const callSpan = (sessionId: string): Effect.Effect<Tracer.ExternalSpan> 
     return Tracer.externalSpan({ traceId, spanId, sampled: isCallTracer(tracer) && tracer.sampledCall(traceId) })
   })
 
-/**
- * Runs `effect` as the call's session span (a root span with the ids `callTraceIds` gives; starts
- * now, ends when `effect` does).
- */
+/** The options of a call's session span: a root span with the ids `callTraceIds` gives. */
+const sessionSpanOptions = (sessionId: string, attributes: Record<string, unknown>) => ({
+  root: true,
+  // The span is made for every call: no stack is captured for it (an Error and its frames per call).
+  captureStackTrace: false,
+  kind: "server" as const,
+  attributes,
+  context: Context.make(FixedSpanIds, callTraceIds(sessionId))
+})
+
+/** Runs `effect` as the call's session span (starts now, ends when `effect` does). */
 export const withSessionSpan =
   (sessionId: string, attributes: Record<string, unknown>) =>
   <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    Effect.withSpan(effect, "callgate.session", {
-      root: true,
-      // The span is made for every call: no stack is captured for it (an Error and its frames per call).
-      captureStackTrace: false,
-      kind: "server",
-      attributes,
-      context: Context.make(FixedSpanIds, callTraceIds(sessionId))
-    })
+    Effect.withSpan(effect, "callgate.session", sessionSpanOptions(sessionId, attributes))
+
+/**
+ * The call's session span, started now, for a caller that sets it as the parent span itself and
+ * ends it (`endSpan`): the call's own fiber (LiveCall.run), which sets its refs once.
+ */
+export const makeSessionSpan = (sessionId: string, attributes: Record<string, unknown>): Effect.Effect<Tracer.Span> =>
+  Effect.makeSpan("callgate.session", sessionSpanOptions(sessionId, attributes))
+
+/** Ends `span` now with `exit` (what `Effect.withSpan` does when its effect ends). */
+export const endSpan = (span: Tracer.Span, exit: Exit.Exit<unknown, unknown>): Effect.Effect<void> =>
+  Effect.flatMap(Clock.currentTimeNanos, (now) => Effect.sync(() => span.end(now, exit)))
 
 /** Runs `effect` in a child span of the call's session span, wherever the session runs. */
 export const withCallSpan =
