@@ -68,7 +68,7 @@ const failoverWithLiveCalls = async (rig: Rig, killPrimary: () => Promise<void>)
   // Ended over the failover: the store may refuse their ends for a while; the journal keeps them.
   await hangUp(during)
   let attempt = 0
-  await until(() => createEnvironment(rig, `after failover ${attempt++}`), (status) => status === 201, "an API write taken after the failover", 60_000).catch((e) => {
+  await until(() => createEnvironment(rig, `after failover ${attempt++}`), (status) => status === 201, "an API write taken after the failover", 120_000).catch((e) => {
     console.log(rig.gateway.stdout().slice(-6000), rig.gateway.stderr().slice(-3000))
     throw e
   })
@@ -124,7 +124,7 @@ describe("Redis failover with live calls", () => {
     expect(out).not.toContain(set.sentinelPassword)
     expect((await fetch(`${rig.gateway.baseUrl}/readyz`)).status).toBe(200)
     console.log(`Sentinel failover: callgate wrote again ${writingAgainMs} ms after the primary's death`)
-  }, 240_000)
+  }, 360_000)
 
   it(`Cluster (3 primaries, 3 replicas): the sessions' primary SIGKILLed with ${CALLS} live calls: all terminal, every session.ended once`, async () => {
     cluster = await startRedisCluster(3, 1)

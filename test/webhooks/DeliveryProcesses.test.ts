@@ -49,7 +49,8 @@ const startProcess = async (queue: string, env: Record<string, string> = {}): Pr
       resolve({ code, signal })
     })
   )
-  await eventually(() => (output.includes("ready") ? true : child.exitCode !== null ? Promise.reject(new Error(output)) : undefined), 30_000)
+  // As the gateway's own start (test/support/gatewayProcess.ts): a busy machine may take long to load the modules.
+  await eventually(() => (output.includes("ready") ? true : child.exitCode !== null ? Promise.reject(new Error(output)) : undefined), 120_000)
   return { child, output: () => output, exited }
 }
 
@@ -128,7 +129,7 @@ describe("delivery processes on one Redis", () => {
         await t.close()
       }
     },
-    60_000
+    240_000
   )
 
   it(
@@ -165,6 +166,6 @@ describe("delivery processes on one Redis", () => {
         await t.close()
       }
     },
-    60_000
+    240_000
   )
 })
