@@ -6,7 +6,7 @@
  * error elsewhere does not stop a run) into node_modules/.cache, leaving dist/ alone.
  */
 import { execFileSync, spawn } from "node:child_process"
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { basename, join } from "node:path"
 import { repoRoot } from "./benchProcess.js"
 
@@ -28,8 +28,8 @@ const git = (args: ReadonlyArray<string>) => execFileSync("git", args, { cwd: re
 /** What the working tree holds, for the results: the commit and whether it has uncommitted changes. */
 const describeWorkingTree = () => {
   try {
-    const changed = git(["status", "--porcelain", "--", "src", "config", "bench", "examples"]).split("\n").filter((line) => line !== "").length
-    return `working tree at ${git(["rev-parse", "--short", "HEAD"])}${changed > 0 ? ` with ${changed} uncommitted file(s) in src/config/bench/examples` : ""}`
+    const changed = git(["status", "--porcelain", "--", "src", "config", "bench", "examples", "sim", "packages"]).split("\n").filter((line) => line !== "").length
+    return `working tree at ${git(["rev-parse", "--short", "HEAD"])}${changed > 0 ? ` with ${changed} uncommitted file(s) in src/config/bench/examples/sim/packages` : ""}`
   } catch {
     return "working tree (not a git checkout)"
   }
@@ -49,12 +49,23 @@ export const buildForBench = async (ref?: string, root: string = BUILD_DIR): Pro
     const commit = git(["rev-parse", "--verify", `${ref}^{commit}`])
     const tree = join(root, "tree")
     mkdirSync(tree)
-    const archive = execFileSync("git", ["archive", "--format=tar", commit, "tsconfig.json", "src", "config", "bench", "examples"], {
+    // What tsc compiles, of what that commit has (sim/ and packages/ came later than some commits
+    // a run is compared against; `git archive` refuses a path the commit lacks).
+    const present = new Set(git(["ls-tree", "--name-only", commit]).split("\n"))
+    const parts = ["tsconfig.json", "src", "config", "bench", "examples", "sim", "packages"].filter((part) => present.has(part))
+    const archive = execFileSync("git", ["archive", "--format=tar", commit, ...parts], {
       cwd: repoRoot,
       maxBuffer: 256 * 2 ** 20
     })
     execFileSync("tar", ["-x", "-C", tree], { input: archive })
     project = join(tree, "tsconfig.json")
+    if (parts.includes("packages")) {
+      // The tree sits under node_modules, where tsc emits nothing it only reaches by import: the
+      // packages the sources import (packages/webhooks) are named as inputs of their own.
+      const included = (JSON.parse(readFileSync(project, "utf8")) as { include?: Array<string> }).include ?? []
+      project = join(tree, "tsconfig.bench.json")
+      writeFileSync(project, `${JSON.stringify({ extends: "./tsconfig.json", include: [...included, "packages/*/src"] })}\n`)
+    }
     source = `commit ${commit.slice(0, 12)} (${ref})`
   }
   // Under node_modules, Node stops looking for package.json: say here that the output is ESM.
