@@ -106,6 +106,32 @@ const startCountingTwilio = async () => {
 }
 
 /** The one unlabelled histogram's p50 / p99 bucket bounds out of /metrics text. */
+/**
+ * Places `callCount` Twilio calls on `gatewayUrl` at `perSecond`, each handed to `placed` with its
+ * index as it is answered; resolves once every placement has settled.
+ */
+const placeCallsAtRate = async (
+  gatewayUrl: string,
+  agentId: string,
+  environmentId: string,
+  callCount: number,
+  perSecond: number,
+  placed: (index: number, call: Awaited<ReturnType<typeof placeTwilioCall>>) => void
+): Promise<void> => {
+  const startedAt = performance.now()
+  const placing: Array<Promise<unknown>> = []
+  for (let i = 1; i <= callCount; i++) {
+    const due = startedAt + ((i - 1) * 1000) / perSecond
+    if (due > performance.now()) await sleep(due - performance.now())
+    placing.push(
+      placeTwilioCall({ gatewayUrl, agentId, environmentId, authToken: AUTH_TOKEN, accountSid: ACCOUNT_SID, callSid: callSidOf(i), from: callerNumber(i) }).then(
+        (call) => placed(i, call)
+      )
+    )
+  }
+  await Promise.allSettled(placing)
+}
+
 const histogramBounds = (metrics: string, name: string) => {
   const buckets: Array<[number, number]> = []
   for (const match of metrics.matchAll(new RegExp(`^${name}_bucket\\{le="([^"]+)"\\} (\\S+)$`, "gm"))) {
@@ -153,24 +179,7 @@ const runSameInstance = async (options: FailoverBenchOptions): Promise<FailoverM
     pool.start()
     await pool.waitForIdle(capacity, 30_000)
 
-    const startedAt = performance.now()
-    const placing: Array<Promise<unknown>> = []
-    for (let i = 1; i <= callCount; i++) {
-      const due = startedAt + ((i - 1) * 1000) / perSecond
-      if (due > performance.now()) await sleep(due - performance.now())
-      placing.push(
-        placeTwilioCall({
-          gatewayUrl: gateway.baseUrl,
-          agentId,
-          environmentId: env.environmentId,
-          authToken: AUTH_TOKEN,
-          accountSid: ACCOUNT_SID,
-          callSid: callSidOf(i),
-          from: callerNumber(i)
-        }).then((call) => void calls.push(call))
-      )
-    }
-    await Promise.allSettled(placing)
+    await placeCallsAtRate(gateway.baseUrl, agentId, env.environmentId, callCount, perSecond, (_, call) => void calls.push(call))
     const done = () => droppedAt.size >= failovers && [...droppedAt.keys()].every((index) => resumedAt.has(index))
     const waitUntil = performance.now() + 15_000
     while (performance.now() < waitUntil && !done()) await sleep(50)
@@ -311,24 +320,7 @@ const runAcrossInstances = async (options: FailoverBenchOptions): Promise<Failov
       if (performance.now() > deadline) throw new Error(`the registry did not list every idle agent within 30 s: ${JSON.stringify(idle)}`)
     }
 
-    const startedAt = performance.now()
-    const placing: Array<Promise<unknown>> = []
-    for (let i = 1; i <= callCount; i++) {
-      const due = startedAt + ((i - 1) * 1000) / perSecond
-      if (due > performance.now()) await sleep(due - performance.now())
-      placing.push(
-        placeTwilioCall({
-          gatewayUrl: a.baseUrl,
-          agentId,
-          environmentId: env.environmentId,
-          authToken: AUTH_TOKEN,
-          accountSid: ACCOUNT_SID,
-          callSid: callSidOf(i),
-          from: callerNumber(i)
-        }).then((call) => twilio.track(callSidOf(i), call))
-      )
-    }
-    await Promise.allSettled(placing)
+    await placeCallsAtRate(a.baseUrl, agentId, env.environmentId, callCount, perSecond, (i, call) => twilio.track(callSidOf(i), call))
     for (const deadline = performance.now() + 30_000; onA.size < callCount; await sleep(50)) {
       if (performance.now() > deadline) throw new Error(`only ${onA.size} of ${callCount} calls reached an agent on A (${placedOnB} were placed on B; ${twilio.streams().length} streams opened)`)
     }
