@@ -44,6 +44,8 @@ export interface CpuProfileSummary {
   readonly busyMs: number
   /** Whether the windows matched samples (false: the whole profile was counted). */
   readonly windowed: boolean
+  /** The windows counted (µs, the profile's clock): for reading the profile again over the same span. */
+  readonly windowsUs: ReadonlyArray<readonly [number, number]>
   readonly topFunctions: ReadonlyArray<CpuProfileEntry>
   readonly byArea: ReadonlyArray<CpuProfileEntry>
 }
@@ -148,8 +150,9 @@ export const summarizeCpuProfile = (
     sampledMs: Math.round(sampledUs / 1000),
     busyMs: Math.round(busyUs / 1000),
     windowed,
+    windowsUs: windows,
     topFunctions: entries(byFunction, options.top ?? 20),
-    byArea: entries(byArea, 15)
+    byArea: entries(byArea, 25)
   }
 }
 

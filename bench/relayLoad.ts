@@ -492,7 +492,7 @@ export class RelayRig {
     await this.system.stop()
     const dir = this.options.profileRunDir
     const file = dir ? findCpuProfile(dir) : undefined
-    return file ? { file, ...summarizeCpuProfile(file, { windowsUs: this.windows }) } : undefined
+    return file ? { file, ...summarizeCpuProfile(file, { windowsUs: this.windows, top: 80 }) } : undefined
   }
 }
 

@@ -294,6 +294,7 @@ const main = async () => {
         ref: settings.ref,
         calls: q ? QUICK_VERSUS_CALLS : VERSUS_CALLS,
         ...pairedWindows,
+        ...(settings.profile ? { profileDir: settings.out } : {}),
         log
       })
     )

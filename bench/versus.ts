@@ -8,7 +8,7 @@
  */
 import { join } from "node:path"
 import { BUILD_DIR, buildForBench } from "./build.js"
-import { type RelayLoadOptions, type StepFigures, startFeaturePair } from "./relayLoad.js"
+import { type RelayLoadOptions, type StepFigures, type SystemFigures, startFeaturePair } from "./relayLoad.js"
 
 export interface VersusWindow {
   readonly againstMsPerCallSecond: number
@@ -36,6 +36,8 @@ export interface VersusBenchFigures {
   readonly currentRssPerCallKb: number
   readonly againstHeapPerCallKb: number
   readonly currentHeapPerCallKb: number
+  /** With `--profile`: each side's CPU profile over the measurement windows. */
+  readonly profiles?: { readonly against: SystemFigures["profile"]; readonly current: SystemFigures["profile"] }
 }
 
 const round = (value: number, digits = 3) => Math.round(value * 10 ** digits) / 10 ** digits
@@ -52,6 +54,8 @@ export const runVersusBench = async (options: {
   readonly windows: number
   readonly stepSeconds: number
   readonly settleSeconds?: number
+  /** Run both callgates under --cpu-prof (profiles land here), and log where their CPU went, side by side. */
+  readonly profileDir?: string | undefined
   readonly log?: (line: string) => void
 }): Promise<VersusBenchFigures> => {
   const log = options.log ?? (() => {})
@@ -68,7 +72,8 @@ export const runVersusBench = async (options: {
   }
   const { off, on } = await startFeaturePair("versus", {
     buildOf: (side) => (side === "on" ? current.dir : against.dir),
-    envOf: () => ({ LOG_LEVEL: "warn" })
+    envOf: () => ({ LOG_LEVEL: "warn" }),
+    profileDir: options.profileDir
   })
   const rigs = [off.rig, on.rig] as const
   try {
@@ -95,6 +100,14 @@ export const runVersusBench = async (options: {
       )
     }
     const sum = (pick: (w: VersusWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
+    let profiles: VersusBenchFigures["profiles"]
+    if (options.profileDir !== undefined) {
+      // The profiles are written when the processes exit.
+      await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))
+      const [againstProfile, currentProfile] = await Promise.all(rigs.map((rig) => rig.stop().catch(() => undefined)))
+      profiles = { against: againstProfile, current: currentProfile }
+      logProfileDifference(againstProfile, currentProfile, options.against, log)
+    }
     return {
       calls: options.calls,
       windowSeconds: options.stepSeconds,
@@ -105,12 +118,42 @@ export const runVersusBench = async (options: {
       againstRssPerCallKb: median(windows.map((w) => w.againstRssPerCallKb)),
       currentRssPerCallKb: median(windows.map((w) => w.currentRssPerCallKb)),
       againstHeapPerCallKb: median(windows.map((w) => w.againstHeapPerCallKb)),
-      currentHeapPerCallKb: median(windows.map((w) => w.currentHeapPerCallKb))
+      currentHeapPerCallKb: median(windows.map((w) => w.currentHeapPerCallKb)),
+      ...(profiles !== undefined ? { profiles } : {})
     }
   } finally {
     await Promise.all(rigs.map((rig) => rig.unload().catch(() => undefined)))
     await Promise.all(rigs.map((rig) => rig.stop().catch(() => undefined)))
   }
+}
+
+/**
+ * Where the two sides' CPU went: busy time by code area and by function, each side's share of its own
+ * busy time, largest differences first (shares, not milliseconds: the two processes were sampled over
+ * the same windows but not for exactly the same busy time).
+ */
+const logProfileDifference = (
+  against: SystemFigures["profile"],
+  current: SystemFigures["profile"],
+  againstName: string,
+  log: (line: string) => void
+) => {
+  if (against === undefined || current === undefined) {
+    log("versus: a side wrote no CPU profile")
+    return
+  }
+  log(`versus profiles: ${againstName} ${against.file} (busy ${against.busyMs} ms), current ${current.file} (busy ${current.busyMs} ms)`)
+  const compare = (title: string, pick: (profile: NonNullable<SystemFigures["profile"]>) => ReadonlyArray<{ name: string; percent: number }>) => {
+    const shares = new Map<string, [number, number]>()
+    for (const entry of pick(against)) shares.set(entry.name, [entry.percent, 0])
+    for (const entry of pick(current)) shares.set(entry.name, [shares.get(entry.name)?.[0] ?? 0, entry.percent])
+    log(`  ${title} (% of busy time, ${againstName} -> current):`)
+    for (const [name, [a, c]] of [...shares].sort((x, y) => Math.abs(y[1][1] - y[1][0]) - Math.abs(x[1][1] - x[1][0])).slice(0, 30)) {
+      log(`    ${round(a, 1)} -> ${round(c, 1)} (${c >= a ? "+" : ""}${round(c - a, 1)}) ${name}`)
+    }
+  }
+  compare("by area", (profile) => profile.byArea)
+  compare("by function", (profile) => profile.topFunctions)
 }
 
 /** Where the two builds live (for the docs). */

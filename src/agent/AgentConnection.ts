@@ -11,6 +11,7 @@ import {
   agentMediaScanner,
   callgateErrorFrame,
   checkpointIn,
+  isAgentMarkMessage,
   isAgentMediaFrame,
   isCheckpointEvent,
   isRecordingEvent,
@@ -102,6 +103,7 @@ export class AgentConnection implements WireListener, AgentLink {
     if (scanner.scan(text)) return events.agentMedia(scanned.payload(text))
     const raw = parseJson(text)
     if (isMedia(raw)) return events.agentMedia(raw.media.payload)
+    if (isAgentMarkMessage(raw)) return events.agentMark(raw.mark.name)
     if (isRecordingEvent(raw)) return this.recording(raw, events)
     if (isCheckpointEvent(raw)) return this.checkpoint(raw, events)
     const decoded = decodeMessage(raw)

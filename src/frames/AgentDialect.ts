@@ -2,6 +2,7 @@ import { ParseResult, Schema } from "effect"
 import { E164 } from "../environments/EnvironmentSchema.js"
 import { type Checkpoint, MAX_CHECKPOINT_BYTES } from "../kernel/CallLegs.js"
 import {
+  isTwilioOutboundMarkFrame,
   isTwilioOutboundMediaFrame,
   twilioOutboundMediaScanner,
   TwilioClear,
@@ -102,6 +103,9 @@ export const AGENT_MESSAGE_EVENTS: ReadonlySet<string> = new Set(["media", "mark
 /** The media frame an agent sends, and its hot-path guard (`Schema.is(AgentMedia)`, hand-written). */
 export const AgentMedia = TwilioOutboundMedia
 export const isAgentMediaFrame = isTwilioOutboundMediaFrame
+/** The agent's mark, and its guard (`Schema.is(AgentMark)`, hand-written: a mark skips the full decode). */
+export const AgentMark = TwilioOutboundMark
+export const isAgentMarkMessage = isTwilioOutboundMarkFrame
 /** The agent's media frame exactly as Twilio-stream bots write it (MediaScanner.ts); the rest takes the full parse. */
 export const agentMediaScanner = twilioOutboundMediaScanner
 

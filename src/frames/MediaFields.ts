@@ -18,7 +18,10 @@ export const DtmfDigit = Schema.String.pipe(
   Schema.pattern(/^[0-9A-Da-d*#]$/, { message: () => "dtmf digit must be one of 0-9, *, #, A-D" })
 )
 
-export const MarkName = Schema.String.pipe(Schema.maxLength(256, { message: () => "mark name is longer than 256 characters" }))
+const MAX_MARK_NAME = 256
+export const MarkName = Schema.String.pipe(Schema.maxLength(MAX_MARK_NAME, { message: () => `mark name is longer than ${MAX_MARK_NAME} characters` }))
+/** `Schema.is(MarkName)`, for the hand-written mark guards. */
+export const isMarkName = (value: unknown): value is string => typeof value === "string" && value.length <= MAX_MARK_NAME
 
 /** Carriers send numbers as strings ("sequenceNumber": "3"); accept either form. */
 export const NumberLike = Schema.Union(Schema.String.pipe(Schema.maxLength(20)), Schema.Number)
@@ -58,4 +61,5 @@ export const isRecord = (value: unknown): value is Record<string, unknown> =>
  * once per stream: with a base64 payload between them, such frames go out through
  * WireSocket.sendAscii.
  */
-export const isAscii = (text: string): boolean => /^[\x00-\x7f]*$/.test(text)
+const ASCII = /^[\x00-\x7f]*$/
+export const isAscii = (text: string): boolean => ASCII.test(text)

@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { Base64Payload, DtmfDigit, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
+import { Base64Payload, DtmfDigit, isBase64Payload, isMarkName, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
 import { makeMediaScanner } from "./MediaScanner.js"
 
 /**
@@ -98,6 +98,15 @@ export const TelnyxMark = Schema.Struct({
   ...framed,
   mark: Schema.Struct({ name: MarkName })
 })
+
+/** `Schema.is(TelnyxMark)`, hand-written: the echo of every mark takes it instead of the full decode. */
+export const isTelnyxMarkFrame = (raw: unknown): raw is typeof TelnyxMark.Type =>
+  isRecord(raw) &&
+  raw.event === "mark" &&
+  typeof raw.stream_id === "string" &&
+  isRecord(raw.mark) &&
+  isMarkName(raw.mark.name) &&
+  (raw.sequence_number === undefined || isNumberLike(raw.sequence_number))
 
 export const TelnyxStop = Schema.Struct({
   event: Schema.Literal("stop"),

@@ -1,5 +1,5 @@
 import { Schema } from "effect"
-import { Base64Payload, DtmfDigit, isAscii, isBase64Payload, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
+import { Base64Payload, DtmfDigit, isAscii, isBase64Payload, isMarkName, isNumberLike, isRecord, MarkName, NumberLike } from "./MediaFields.js"
 import { makeMediaScanner } from "./MediaScanner.js"
 
 /**
@@ -81,6 +81,18 @@ export const isTwilioMediaFrame = (raw: unknown): raw is typeof TwilioMedia.Type
   )
 }
 
+/** `Schema.is(TwilioMark)`, hand-written: the echo of every mark takes it instead of the full decode. */
+export const isTwilioMarkFrame = (raw: unknown): raw is typeof TwilioMark.Type => {
+  if (!isRecord(raw) || raw.event !== "mark") return false
+  const mark = raw.mark
+  return (
+    isRecord(mark) &&
+    isMarkName(mark.name) &&
+    (raw.sequenceNumber === undefined || isNumberLike(raw.sequenceNumber)) &&
+    (raw.streamSid === undefined || typeof raw.streamSid === "string")
+  )
+}
+
 /**
  * The media fast path (MediaScanner.ts): a media frame exactly as Twilio writes it (and as
  * twilioInboundEncoder writes it to agents). Anything else takes the full parse.
@@ -105,6 +117,9 @@ export const TwilioOutboundMark = Schema.Struct({
   streamSid: Schema.optional(Schema.String),
   mark: Schema.Struct({ name: MarkName })
 })
+/** `Schema.is(TwilioOutboundMark)`, hand-written (an agent's marks, AgentDialect.ts). */
+export const isTwilioOutboundMarkFrame = (raw: unknown): raw is typeof TwilioOutboundMark.Type =>
+  isRecord(raw) && raw.event === "mark" && isRecord(raw.mark) && isMarkName(raw.mark.name) && (raw.streamSid === undefined || typeof raw.streamSid === "string")
 export const TwilioClear = Schema.Struct({ event: Schema.Literal("clear"), streamSid: Schema.optional(Schema.String) })
 export const TwilioOutbound = Schema.Union(TwilioOutboundMedia, TwilioOutboundMark, TwilioClear)
 

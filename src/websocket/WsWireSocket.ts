@@ -1,6 +1,7 @@
 import type { Duplex } from "node:stream"
 import type { RawData, WebSocket } from "ws"
 import { type GateLimit, MESSAGES_PER_TURN, type SocketGate, TurnClock } from "./SocketGate.js"
+import { isAscii } from "../frames/MediaFields.js"
 import { CloseCode, closeReason, type WireListener, type WireSocket } from "../frames/WireSocket.js"
 import { DirectWrites } from "./DirectWrites.js"
 import { readFramesOf } from "./WsFrameReader.js"
@@ -121,6 +122,8 @@ export class WsWireSocket implements WireSocket {
 
   send(text: string): void {
     if (this.ws.readyState !== OPEN) return
+    // Marks and the other small control frames of every turn are ASCII: they take sendAscii's one write.
+    if (this.unmasked !== undefined && text.length <= MEDIUM_LENGTH && isAscii(text)) return this.sendAscii(text)
     this.ws.send(text)
     if (this.backlogCapped) this.gate!.admitBacklog(this.bufferedAmount)
   }

@@ -70,6 +70,8 @@ export interface CarrierStreamDialect<Start> {
   readonly scanner: MediaScanner
   /** The media fields when `raw` is a valid media frame (the schema's guard), else undefined. */
   readonly media: (raw: unknown) => CarrierMedia | undefined
+  /** The mark's name when `raw` is a valid mark frame (the schema's guard), else undefined: a mark echo skips the full decode. */
+  readonly markName: (raw: unknown) => string | undefined
   readonly decode: (raw: unknown) => Either.Either<CarrierFrame<Start>, FrameProblem>
 }
 
@@ -127,6 +129,9 @@ export abstract class CarrierStreamLeg<Start> implements WireListener, CarrierLe
       // Any other media frame of a live stream, checked by the dialect's precompiled guard.
       const media = this.dialect.media(raw)
       if (media !== undefined) return this.media(media)
+      // The other frame of every turn: the echo of a mark (the agent's, and callgate's playout mark).
+      const mark = this.dialect.markName(raw)
+      if (mark !== undefined) return events.carrierMark(mark)
     }
     const decoded = this.dialect.decode(raw)
     if (Either.isLeft(decoded)) return this.fail(decoded.left)

@@ -8,6 +8,7 @@ import type { SessionClaims } from "../SessionTokens.js"
 import { ChunkReorder } from "./ChunkReorder.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
+  isTelnyxMarkFrame,
   isTelnyxMediaFrame,
   TELNYX_INBOUND_EVENTS,
   TelnyxInbound,
@@ -39,6 +40,7 @@ export const telnyxStreamDialect: CarrierStreamDialect<TelnyxStartFrame> = {
       payload: raw.media.payload
     }
   },
+  markName: (raw) => (isTelnyxMarkFrame(raw) ? raw.mark.name : undefined),
   decode: (raw) =>
     Either.map(decodeFrame(raw), (frame): CarrierFrame<TelnyxStartFrame> => {
       switch (frame.event) {

@@ -5,6 +5,7 @@ import type { WireSocket } from "../../frames/WireSocket.js"
 import { type CarrierFrame, CarrierStreamLeg, type CarrierStreamDialect, reservedAgentOf, sharedCarrierFrame } from "./CarrierStreamLeg.js"
 import type { StreamHost } from "./StreamHost.js"
 import {
+  isTwilioMarkFrame,
   isTwilioMediaFrame,
   TWILIO_INBOUND_EVENTS,
   TwilioInbound,
@@ -26,6 +27,7 @@ export const twilioStreamDialect: CarrierStreamDialect<TwilioStart> = {
     isTwilioMediaFrame(raw)
       ? { stream: raw.streamSid, track: raw.media.track, chunk: undefined, timestamp: timestampOf(raw.media.timestamp), payload: raw.media.payload }
       : undefined,
+  markName: (raw) => (isTwilioMarkFrame(raw) ? raw.mark.name : undefined),
   decode: (raw) =>
     Either.map(decodeFrame(raw), (frame): CarrierFrame<TwilioStart> =>
       frame.event === "start" ? { event: "start", start: frame.start } : sharedCarrierFrame(frame)

@@ -59,7 +59,8 @@ const host = (log: Log, claims: SessionClaims): StreamHost => ({
 
 const fullParseOnly = <S>(dialect: CarrierStreamDialect<S>): CarrierStreamDialect<S> => ({
   ...dialect,
-  scanner: { result: new ScannedMedia(), scan: () => false }
+  scanner: { result: new ScannedMedia(), scan: () => false },
+  markName: () => undefined
 })
 
 const exp = Math.floor(Date.now() / 1000) + 3600

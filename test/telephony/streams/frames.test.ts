@@ -81,7 +81,7 @@ describe("dialect frames", () => {
   })
 })
 
-describe("hot-path media guards agree with the schemas", () => {
+describe("hot-path media and mark guards agree with the schemas", () => {
   const payloads: Array<unknown> = [payload, "", "AAAA", "AA==", "A=A=", "not base64!", '"}', "x".repeat(60_001).replace(/x/g, "A"), 42, null, undefined, ["AAAA"]]
   const numberLikes: Array<unknown> = [undefined, "1", "12345678901234567890", "123456789012345678901", 7, -1, 1.5, null, true, [], {}]
   const strings: Array<unknown> = [undefined, "inbound", "", 5, null, {}]
@@ -131,6 +131,30 @@ describe("hot-path media guards agree with the schemas", () => {
       isTelnyxMediaFrame,
       variants(base, { sequence_number: numberLikes, stream_id: strings }, { payload: payloads, track: strings, chunk: chunks, timestamp: numberLikes })
     )
+  })
+
+  /** A valid mark frame, each field varied, and the mark object varied and missing. */
+  const markVariants = (base: Record<string, any>, fields: Record<string, Array<unknown>>) => {
+    const names: Array<unknown> = ["reply-1", "", "é ✓ 𝄞", "x".repeat(256), "x".repeat(257), 5, null, undefined, {}]
+    const out: Array<unknown> = [base, null, [], "mark", { ...base, event: "media" }, { ...base, event: undefined }]
+    for (const [field, values] of Object.entries(fields)) for (const value of values) out.push({ ...base, [field]: value })
+    for (const name of names) out.push({ ...base, mark: { name } })
+    for (const mark of [null, [base.mark], "reply-1", 5, {}]) out.push({ ...base, mark })
+    const { mark: _mark, ...withoutMark } = base
+    out.push(withoutMark)
+    return out
+  }
+
+  it("Twilio and Telnyx mark echoes, and the agent's marks", async () => {
+    const { TwilioMark, isTwilioMarkFrame } = await import("../../../src/frames/TwilioFrames.js")
+    const { TelnyxMark, isTelnyxMarkFrame } = await import("../../../src/frames/TelnyxFrames.js")
+    const { AgentMark, isAgentMarkMessage } = await import("../../../src/frames/AgentDialect.js")
+    const twilio = { event: "mark", sequenceNumber: "4", streamSid: "MZ1", mark: { name: "reply-1" } }
+    agree("twilio mark", TwilioMark, isTwilioMarkFrame, markVariants(twilio, { sequenceNumber: numberLikes, streamSid: strings }))
+    const telnyx = { event: "mark", sequence_number: "4", stream_id: "s-1", mark: { name: "reply-1" } }
+    agree("telnyx mark", TelnyxMark, isTelnyxMarkFrame, markVariants(telnyx, { sequence_number: numberLikes, stream_id: strings }))
+    const agent = { event: "mark", streamSid: "MZ1", mark: { name: "reply-1" } }
+    agree("agent mark", AgentMark, isAgentMarkMessage, markVariants(agent, { streamSid: strings }))
   })
 
   it("agent media", async () => {
