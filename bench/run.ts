@@ -79,6 +79,8 @@ const USAGE = `Usage: npm run bench -- [options]
                         call-second (default 50,100; quick 40), three windows of step-seconds each
                         (quick: one); "none" to skip
   --only LIST           parts to run, of ${PARTS.join(", ")} (default all)
+  --windows N           windows of the side-by-side parts (recording, formats, tracing, versus; default 3, quick 1):
+                        more windows, a pooled ratio less moved by what else the machine does
   --full-ramp           take every step even after one clearly failed (for CPU per call-second
                         side by side on a busy machine, where delays fail early)
   --profile             run callgate under --cpu-prof; the profile and its summary land in bench/results/
@@ -99,6 +101,8 @@ interface Settings {
   readonly parts: ReadonlyArray<Part>
   readonly profile: boolean
   readonly fullRamp: boolean
+  /** Windows of the side-by-side parts; undefined: the default. */
+  readonly windows: number | undefined
   readonly tsx: boolean
   readonly ref: string | undefined
   readonly against: string | undefined
@@ -116,7 +120,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
     else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
     else flags.set(name, "true")
   }
-  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "profile", "full-ramp", "tsx", "ref", "against", "out", "help"])
+  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "windows", "profile", "full-ramp", "tsx", "ref", "against", "out", "help"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
   if (flags.has("help")) {
     process.stdout.write(`${USAGE}\n`)
@@ -145,9 +149,10 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
           return part as Part
         })
     : PARTS.filter((part) => part !== "versus")
+  const windows = flags.has("windows") ? numbers(flags.get("windows")!, "windows")[0] : undefined
   const against = flags.get("against")
   if (parts.includes("versus") !== (against !== undefined)) throw new Error("the versus part and --against REF go together")
-  return { against, quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+  return { against, quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), windows, tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 
 const machine = (atStart: number): Machine => ({
@@ -255,7 +260,7 @@ const main = async () => {
     )
   }
   /** The windows every side-by-side part (recording, formats, tracing, versus) measures in. */
-  const pairedWindows = { windows: q ? 1 : 3, stepSeconds: settings.stepSeconds, settleSeconds: q ? 1.5 : 3 }
+  const pairedWindows = { windows: settings.windows ?? (q ? 1 : 3), stepSeconds: settings.stepSeconds, settleSeconds: q ? 1.5 : 3 }
   if (has("recording")) {
     results.recording = await attempt("recording (callgate with recording on and off, side by side)", () =>
       runRecordingBench({

@@ -1,10 +1,11 @@
-import { Duration, Effect, Option, Schedule } from "effect"
+import { Duration, Effect, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { Metrics, sampledGaugeOn } from "../observability/Metrics.js"
 import { CloseCode } from "../frames/WireSocket.js"
 import type { AgentConnection } from "./AgentConnection.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
+import { repeatSpaced } from "../kernel/Tickers.js"
 
 
 /** One environment's idle sockets, by id, oldest first. */
@@ -82,10 +83,7 @@ export class AgentPool extends Effect.Service<AgentPool>()("callgate/AgentPool",
 
     sampledGaugeOn(metrics.registry, "callgate_agent_idle_connections", "Dial-in agent WebSockets waiting for a call", idleTotal)
 
-    yield* Effect.sync(beat).pipe(
-      Effect.repeat(Schedule.spaced(Duration.max(config.agentPingInterval, Duration.millis(10)))),
-      Effect.forkScoped
-    )
+    yield* Effect.forkScoped(repeatSpaced(Effect.sync(beat), Duration.max(config.agentPingInterval, Duration.millis(10))))
 
     const closeIdle = (reason: string) => {
       const entries = [...idle.values()]

@@ -1,4 +1,4 @@
-import { Clock, Duration, Effect, Option, Queue, Schedule } from "effect"
+import { Clock, Duration, Effect, Option, Queue } from "effect"
 import { OwnershipLease } from "../kernel/OwnershipLease.js"
 import { SessionFencing } from "../kernel/SessionFencing.js"
 import { SessionEnding } from "../livecall/LiveCall.js"
@@ -12,6 +12,7 @@ import { LiveCalls } from "../livecall/LiveCalls.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { type InstanceEntry, type InstanceReport, InstanceStore } from "./InstanceStore.js"
 import { nowIso } from "../kernel/Time.js"
+import { repeatSpaced } from "../kernel/Tickers.js"
 
 
 interface EnvironmentRef {
@@ -145,8 +146,8 @@ export class InstanceRegistry extends Effect.Service<InstanceRegistry>()("callga
     yield* Option.isSome(config.redisUrl)
       ? Effect.logInfo("joined the fleet registry", { instanceId: self, publicUrl: publicUrl.current() })
       : Effect.logWarning("the embedded in-memory store serves this one instance only: set REDIS_URL to run a fleet", { instanceId: self })
-    yield* heartbeat.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
-    yield* resync.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* Effect.forkScoped(repeatSpaced(heartbeat, REFRESH_INTERVAL))
+    yield* Effect.forkScoped(repeatSpaced(resync, REFRESH_INTERVAL))
     yield* Queue.take(wake).pipe(
       Effect.zipRight(publish(false)),
       Effect.catchAll((error) => Effect.logWarning("could not publish this instance's idle agents", { error: error.message })),

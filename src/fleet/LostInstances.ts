@@ -1,10 +1,11 @@
-import { Effect, Layer, Schedule } from "effect"
+import { Effect, Layer } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { logStoreFailure } from "../kernel/StoreError.js"
 import { OrphanReconciler } from "../recovery/OrphanReconciler.js"
 import { goneAfterMs, REFRESH_INTERVAL } from "./FleetTiming.js"
 import { InstanceStore } from "./InstanceStore.js"
+import { repeatSpaced } from "../kernel/Tickers.js"
 
 /**
  * The fleet rescues a dead instance's calls (docs/reliability.md, "Instance loss"): every instance,
@@ -37,6 +38,6 @@ export const LostInstancesLive = Layer.scopedDiscard(
       }
     }).pipe(Effect.catchAll((error) => logStoreFailure("could not reconcile the fleet's lost instances; retrying", error, { error: error.message })))
 
-    yield* sweep.pipe(Effect.repeat(Schedule.spaced(REFRESH_INTERVAL)), Effect.forkScoped)
+    yield* Effect.forkScoped(repeatSpaced(sweep, REFRESH_INTERVAL))
   })
 )

@@ -3,12 +3,13 @@ import { createReadStream, close as closeFd, mkdir, open as openFd, write as wri
 import { open as openHandle } from "node:fs/promises"
 import { dirname } from "node:path"
 import type { Readable } from "node:stream"
-import { Data, Duration, Effect, Option, Runtime, Schedule } from "effect"
+import { Data, Duration, Effect, Option, Runtime } from "effect"
 import parseRange from "range-parser"
 import { AppConfig } from "../config/AppConfig.js"
 import { InstanceIdentity } from "../config/InstanceIdentity.js"
 import { PublicUrl } from "../config/PublicUrl.js"
 import type { CarrierLeg } from "../kernel/CallLegs.js"
+import { idleTicker } from "../kernel/Tickers.js"
 import type { SessionInfo } from "../kernel/SessionInfo.js"
 import type { RecordingMode } from "../environments/EnvironmentSchema.js"
 import { Environments } from "../environments/Environments.js"
@@ -216,7 +217,8 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         if (out !== undefined) void write(entry, out)
       }
     }
-    yield* Effect.sync(tick).pipe(Effect.repeat(Schedule.spaced(TICK)), Effect.forkScoped)
+    // Only while a call is being recorded: with recording off (or no recorded call) nothing wakes the process.
+    const ticker = yield* idleTicker({ interval: TICK, busy: () => live.size > 0, tick: Effect.sync(tick) })
 
     const makeDir = (path: string) =>
       new Promise<void>((resolve, reject) => mkdir(dirname(path), { recursive: true }, (error) => (error !== null ? reject(error) : resolve())))
@@ -306,6 +308,7 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
         finishing: false,
         failed: false
       }
+      if (live.size === 0) ticker.wake()
       live.set(info.sessionId, entry)
       // Never rejects: a failure to decide (the runtime shutting down) leaves the call unrecorded.
       entry.decided = decide(entry).catch(() => {

@@ -1,8 +1,9 @@
-import { Duration, Effect, Schedule } from "effect"
+import { Duration, Effect } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import type { StoreError } from "../kernel/StoreError.js"
 import { type HeldLease, CallLeaseStore, type LeaseKind, type LeaseLimits, type LeaseVerdict } from "./CallLeaseStore.js"
+import { repeatSpaced } from "../kernel/Tickers.js"
 
 /** As often as an instance refreshes its registry entry (fleet/FleetTiming's REFRESH_INTERVAL). */
 const RENEW_INTERVAL = Duration.seconds(2)
@@ -77,7 +78,7 @@ export class CallLeases extends Effect.Service<CallLeases>()("callgate/CallLease
       })
     ).pipe(Effect.catchAll((error) => Effect.logWarning("could not renew this instance's call leases", { error: error.message })))
 
-    yield* renewAll.pipe(Effect.repeat(Schedule.spaced(RENEW_INTERVAL)), Effect.forkScoped)
+    yield* Effect.forkScoped(repeatSpaced(renewAll, RENEW_INTERVAL))
 
     return {
       acquire,

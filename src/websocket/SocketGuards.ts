@@ -1,4 +1,5 @@
-import { Duration, Effect, Queue } from "effect"
+import { Duration, Effect } from "effect"
+import { idleTicker } from "../kernel/Tickers.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { type GateLimit, SocketGate } from "./SocketGate.js"
 import { counterOn, sampledGaugeOn, Metrics } from "../observability/Metrics.js"
@@ -37,20 +38,14 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
         else gate.tick(now, elapsed)
       }
     })
-    // The first gate opened while none was watched wakes the ticker.
-    const wakeups = yield* Queue.sliding<true>(1)
-    // A plain sleep-and-tick loop (a Schedule-driven repeat costs several times more per tick), and
-    // none at all while no socket is open: an idle instance is not woken ten times a second.
-    const ticker = Effect.gen(function* () {
-      if (gates.size === 0) {
-        yield* Queue.take(wakeups)
-        // Nothing was watched meanwhile: that time is neither elapsed for the buckets nor a stall.
-        lastTickMs = clock.unsafeCurrentTimeMillis()
-      }
-      yield* Effect.sleep(GUARD_TICK)
-      yield* tick
+    // The first gate opened while none was watched wakes the ticker; none runs while no socket is open.
+    const ticker = yield* idleTicker({
+      interval: GUARD_TICK,
+      busy: () => gates.size > 0,
+      tick,
+      // Nothing was watched meanwhile: that time is neither elapsed for the buckets nor a stall.
+      onWake: () => void (lastTickMs = clock.unsafeCurrentTimeMillis())
     })
-    yield* Effect.forever(ticker).pipe(Effect.forkScoped)
 
     const settingsFor = (side: GuardedSide) =>
       side === "carrier"
@@ -72,7 +67,7 @@ export class SocketGuards extends Effect.Service<SocketGuards>()("callgate/Socke
           (limit) => cut.inc({ side, limit }),
           () => clock.unsafeCurrentTimeMillis()
         )
-        if (gates.size === 0) Queue.unsafeOffer(wakeups, true)
+        if (gates.size === 0) ticker.wake()
         gates.add(gate)
         return gate
       },
