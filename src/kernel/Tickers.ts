@@ -2,10 +2,9 @@ import { type Duration, Effect, Queue, type Scope } from "effect"
 
 /**
  * Background loops on the Effect clock (TestClock drives them in tests), written as plain
- * run-then-sleep loops: an `Effect.repeat(Schedule.spaced(...))` costs about twice the CPU per
- * round (its schedule driver allocates intervals, decisions and chunks every time), and a
- * process runs several of these loops for as long as it lives (docs/benchmarks.md, "Background
- * loops").
+ * run-then-sleep loops (docs/benchmarks.md, "Background loops"): an `Effect.repeat(Schedule.spaced(...))`
+ * costs about twice the CPU per round (its schedule driver allocates intervals, decisions and
+ * chunks every time), and a process runs several of these loops for as long as it lives.
  */
 
 /** Runs `effect`, then waits `interval`, for ever (as `Effect.repeat(Schedule.spaced(interval))`); ends at the first failure. */
