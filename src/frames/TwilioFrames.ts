@@ -66,6 +66,10 @@ export const TwilioStop = Schema.Struct({
   stop: Schema.optional(Schema.Struct({ accountSid: Schema.optional(Schema.String), callSid: Schema.optional(Schema.String) }))
 })
 
+/** The `sequenced` fields as the hand-written guards check them. */
+const isSequenced = (raw: Record<string, unknown>): boolean =>
+  (raw.sequenceNumber === undefined || isNumberLike(raw.sequenceNumber)) && (raw.streamSid === undefined || typeof raw.streamSid === "string")
+
 /** `Schema.is(TwilioMedia)`, hand-written for the hot path (held to the schema by the frame tests). */
 export const isTwilioMediaFrame = (raw: unknown): raw is typeof TwilioMedia.Type => {
   if (!isRecord(raw) || raw.event !== "media") return false
@@ -76,22 +80,13 @@ export const isTwilioMediaFrame = (raw: unknown): raw is typeof TwilioMedia.Type
     (media.track === undefined || typeof media.track === "string") &&
     (media.chunk === undefined || isNumberLike(media.chunk)) &&
     (media.timestamp === undefined || isNumberLike(media.timestamp)) &&
-    (raw.sequenceNumber === undefined || isNumberLike(raw.sequenceNumber)) &&
-    (raw.streamSid === undefined || typeof raw.streamSid === "string")
+    isSequenced(raw)
   )
 }
 
 /** `Schema.is(TwilioMark)`, hand-written: the echo of every mark takes it instead of the full decode. */
-export const isTwilioMarkFrame = (raw: unknown): raw is typeof TwilioMark.Type => {
-  if (!isRecord(raw) || raw.event !== "mark") return false
-  const mark = raw.mark
-  return (
-    isRecord(mark) &&
-    isMarkName(mark.name) &&
-    (raw.sequenceNumber === undefined || isNumberLike(raw.sequenceNumber)) &&
-    (raw.streamSid === undefined || typeof raw.streamSid === "string")
-  )
-}
+export const isTwilioMarkFrame = (raw: unknown): raw is typeof TwilioMark.Type =>
+  isRecord(raw) && raw.event === "mark" && isRecord(raw.mark) && isMarkName(raw.mark.name) && isSequenced(raw)
 
 /**
  * The media fast path (MediaScanner.ts): a media frame exactly as Twilio writes it (and as
