@@ -1,7 +1,7 @@
 import { endianness } from "node:os"
 import { G722Decoder } from "../audio/G722.js"
 import { MULAW_SILENCE, MULAW_TO_PCM } from "../audio/Mulaw.js"
-import { mediaBytes } from "../frames/MediaBytes.js"
+import { recordedMediaBytes } from "../frames/MediaBytes.js"
 import { alawToLinear, type AudioFormat, MULAW_8K } from "../kernel/AudioFormat.js"
 import { FRAME_BYTES, SAMPLE_RATE } from "./Wav.js"
 
@@ -142,7 +142,7 @@ export class CallRecording {
 
   /** A caller frame: placed at `timestampMs` (or right after the previous one when it has none). */
   caller(payload: string, timestampMs: number): void {
-    let bytes = mediaBytes(payload)
+    let bytes = recordedMediaBytes(payload)
     const length = this.samplesOf(bytes.length)
     if (length === 0) return
     if (length > this.maxFrameSamples) {
@@ -172,8 +172,8 @@ export class CallRecording {
         this.droppedFrames++
         return
       }
-      // makeRoom may have played queued agent frames, decoding them into the buffer `bytes` shares (mediaBytes).
-      bytes = mediaBytes(payload)
+      // makeRoom may have played queued agent frames, decoding them into the buffer `bytes` shares (recordedMediaBytes).
+      bytes = recordedMediaBytes(payload)
     }
     this.put(CALLER, bytes, at, from, length)
     if (at + length - from > this.clock) this.clock = at + length - from
@@ -264,7 +264,7 @@ export class CallRecording {
 
   /** An agent frame at the agent's cursor (which the caller made sure it fits after). */
   private putAgent(payload: string) {
-    const bytes = mediaBytes(payload)
+    const bytes = recordedMediaBytes(payload)
     const samples = this.samplesOf(bytes.length)
     if (this.codec === G722) this.decoders[AGENT]!.decode(bytes, bytes.length, G722_DECODED[AGENT])
     this.put(AGENT, bytes, this.agentCursor, 0, samples)
