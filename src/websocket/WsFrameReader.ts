@@ -1,4 +1,5 @@
 import { isAscii, isUtf8 } from "node:buffer"
+import { Socket } from "node:net"
 import type { Duplex } from "node:stream"
 import type { WebSocket } from "ws"
 import {
@@ -253,6 +254,8 @@ const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean =>
   if (state === undefined || Object.hasOwn(socket, "push") || typeof socket.push !== "function" || view._events === undefined) return false
   if (state.objectMode !== false || state.decoder !== null || typeof state.reading !== "boolean" || typeof state.sync !== "boolean") return false
   const streamPush = socket.push
+  // One shape for every socket read here (see settleShape), fixed before `push` is added to it.
+  settleShape(socket)
   socket.push = function push(chunk: unknown, encoding?: BufferEncoding): boolean {
     if (
       chunk instanceof Buffer &&
@@ -274,6 +277,19 @@ const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean =>
     return streamPush.call(this, chunk, encoding)
   }
   return true
+}
+
+/**
+ * A net.Socket caches its peer's address in a property of its own the first time `remoteAddress`
+ * is read. A route that reads it after the upgrade (a carrier stream's `request.ip`) added that
+ * property after `push` above, a route that never reads it (an agent's) not at all: two hidden
+ * classes for the sockets of one process, and the per-read and per-write property reads in Node's
+ * stream code (onStreamRead, Socket._writeGeneric) and in DirectWrites went from one shape to
+ * several (V8's --log-ic showed them monomorphic at f6a5883, megamorphic after). Read here, before
+ * `push` is added, every socket the reader takes has the same properties in the same order.
+ */
+const settleShape = (socket: Duplex): void => {
+  if (socket instanceof Socket) void socket.remoteAddress
 }
 
 /** The mask's 4 bytes as one 32-bit word in the host's byte order. */

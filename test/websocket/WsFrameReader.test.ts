@@ -389,3 +389,34 @@ describe("WsFrameReader over a real socket", () => {
     expect(bytesToWs).toBeGreaterThan(0)
   })
 })
+
+describe("WsFrameReader and the sockets' shape", () => {
+  it("gives every socket it takes the same properties in the same order, whether a route reads its address afterwards or never", async () => {
+    // A carrier stream's route reads request.ip after the upgrade, an agent's never: Node caches the
+    // address on the socket, and an own property added to some sockets only would give the per-read
+    // and per-write code two hidden classes to handle (see settleShape).
+    const server = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: MAX_WS_MESSAGE_BYTES })
+    await new Promise((resolve) => server.once("listening", resolve))
+    const taken: Array<Duplex> = []
+    const both = new Promise<void>((resolve) =>
+      server.on("connection", (ws) => {
+        wsWireSocket(ws, { onText: () => {}, onClose: () => {} })
+        taken.push((ws as unknown as { _socket: Duplex })._socket)
+        if (taken.length === 2) resolve()
+      })
+    )
+    const url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}`
+    const clients = [new WebSocket(url), new WebSocket(url)]
+    try {
+      await Promise.all([both, ...clients.map((client) => new Promise((resolve) => client.once("open", resolve)))])
+      const [read, unread] = taken as [Duplex & { remoteAddress?: string }, Duplex]
+      expect(read.remoteAddress).toBe("127.0.0.1")
+      const keys = (socket: Duplex) => Reflect.ownKeys(socket).map(String)
+      expect(keys(read)).toContain("push")
+      expect(keys(unread)).toEqual(keys(read))
+    } finally {
+      for (const client of clients) client.terminate()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+})
