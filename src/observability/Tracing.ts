@@ -114,6 +114,9 @@ export const makeCallTracer = (sdk: SdkTracing | undefined): CallTracer => {
 
 const isCallTracer = (tracer: Tracer.Tracer): tracer is CallTracer => "sampledCall" in tracer
 
+/** Whether spans made on `tracer` leave the process: callgate's tracer with tracing off makes id-only spans; any other tracer is assumed to keep what it is given. */
+export const spansLeave = (tracer: Tracer.Tracer): boolean => !isCallTracer(tracer) || tracer.exporting
+
 /**
  * The session span of a call as a parent for spans made elsewhere (the entry, a rescue after the
  * stream, a webhook delivery): its ids, and whether the call's trace is sampled.

@@ -1,6 +1,7 @@
 import { Context, Exit, Option, type Tracer } from "effect"
 import type { AnsweredTurn, EndedTurn } from "./TurnTracker.js"
 import { frameTimeToEpochMs, isoAt } from "../kernel/Time.js"
+import { spansLeave } from "../observability/Tracing.js"
 
 /** The relay's monotonic milliseconds (performance.now()) as a span time: wall-clock nanoseconds. */
 const spanTime = (atMs: number) => BigInt(Math.round((performance.timeOrigin + atMs) * 1000)) * 1000n
@@ -11,7 +12,8 @@ const spanTime = (atMs: number) => BigInt(Math.round((performance.timeOrigin + a
  * turn is over for callgate: answered (and, where the carrier confirms playout, heard or cut by a
  * `clear`), superseded by the caller speaking again, or cut by the end of the call. Made straight
  * on the tracer, synchronously, from the turn tracker's callbacks: a few calls per turn, none per
- * frame.
+ * frame. With tracing off, spans are bare id holders that nothing reads (no attributes kept, nothing
+ * exported, no log line names a turn's span): `turnSpansOn` then gives `noTurnSpans`, which makes none.
  */
 export class TurnSpans {
   private readonly open = new Map<number, Tracer.Span>()
@@ -70,4 +72,18 @@ export class TurnSpans {
     span.attribute("callgate.turn.outcome", outcome)
     span.end(spanTime(Math.max(atMs, 0)), Exit.void)
   }
+}
+
+/** A call's turn spans on `tracer`, under `parent`; none where spans do not leave the process (see TurnSpans). */
+export const turnSpansOn = (tracer: Tracer.Tracer, parent: Option.Option<Tracer.AnySpan>): Pick<TurnSpans, keyof TurnSpans> =>
+  spansLeave(tracer) ? new TurnSpans(tracer, parent) : noTurnSpans
+
+/** Turn spans that are not made (tracing off). */
+export const noTurnSpans: Pick<TurnSpans, keyof TurnSpans> = {
+  ended: () => {},
+  answered: () => {},
+  played: () => {},
+  notPlayed: () => {},
+  superseded: () => {},
+  close: () => {}
 }

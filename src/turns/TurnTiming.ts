@@ -7,7 +7,7 @@ import { type OccurrenceRecorded, type NoResponseTrip, makeResponseWatchdog } fr
 import type { TurnObserver } from "./TurnObserver.js"
 import type { TurnRecord } from "./TurnRecord.js"
 import { PlayoutMarks } from "./PlayoutMarks.js"
-import { TurnSpans } from "./TurnSpans.js"
+import { turnSpansOn } from "./TurnSpans.js"
 import { TurnTracker } from "./TurnTracker.js"
 import { VoiceActivity } from "./VoiceActivity.js"
 import { frameTimeToEpochMs, isoAt } from "../kernel/Time.js"
@@ -62,7 +62,7 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
         const { agentId, environmentId, sessionId } = options
         const fork = options.fork ?? (yield* makeCallFork)
         // Each turn a span under the current one (the session's).
-        const spans = new TurnSpans(yield* Effect.tracer, yield* Effect.option(Effect.currentSpan))
+        const spans = turnSpansOn(yield* Effect.tracer, yield* Effect.option(Effect.currentSpan))
         const records: Array<TurnRecord> = []
         let tracker: TurnTracker | undefined
         /** Deadlines missed since the agent's last voiced answer (or since it took the call). */
