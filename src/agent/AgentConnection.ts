@@ -145,13 +145,15 @@ export class AgentConnection implements WireListener, AgentLink {
 
   onClose(code: number, _reason: string, fault: string | undefined): void {
     const previous = this.state
+    const events = this.events
     this.state = "done"
+    this.events = undefined
     if (previous === "idle") return this.onIdleClose?.()
     if (previous !== "bound") return
     // A close handshake with 1000 is the agent ending the call on purpose, as a Twilio
     // <Connect><Stream> server does; any other code, or a socket that broke, is a failure.
-    if (code === CloseCode.normal && fault === undefined) return this.events?.agentClosed()
-    this.events?.agentFailed({
+    if (code === CloseCode.normal && fault === undefined) return events?.agentClosed()
+    events?.agentFailed({
       kind: "agent_disconnected",
       message: fault !== undefined ? `The agent connection failed: ${fault}` : `The agent closed its connection during the call (code ${code})`
     })
@@ -188,6 +190,9 @@ export class AgentConnection implements WireListener, AgentLink {
   finish(code: number, reason: string): void {
     if (this.state === "bound" && this.encoder !== undefined) this.socket.send(this.encoder.stop(++this.sequence, this.stopFields))
     this.state = "done"
+    // The pool pings its connections until it sees them closed (AgentPool's heartbeat): a finished
+    // one must not keep its call (the call owner, its turn watch, its detectors) alive meanwhile.
+    this.events = undefined
     this.socket.close(code, reason)
   }
 

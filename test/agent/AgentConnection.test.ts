@@ -1,3 +1,5 @@
+import { setFlagsFromString } from "node:v8"
+import { runInNewContext } from "node:vm"
 import { describe, expect, it } from "vitest"
 import { AgentConnection } from "../../src/agent/AgentConnection.js"
 import { type AgentEvents, type AgentStart, type LegFault, MAX_CHECKPOINT_BYTES } from "../../src/kernel/CallLegs.js"
@@ -197,5 +199,26 @@ describe("AgentConnection", () => {
     expect(faults).toEqual([])
     wire.deliver(JSON.stringify({ event: "media", media: { payload: "AAAA" } }))
     expect(seen).toEqual(["media:AAAA"])
+  })
+
+  it("lets go of its call once the call is over: the pool, which keeps pinging it until it sees it closed, does not keep the call alive", async () => {
+    setFlagsFromString("--expose-gc")
+    const gc = runInNewContext("gc") as () => void
+    const ended = async (end: (connection: AgentConnection, wire: ReturnType<typeof fakeSocket>) => void) => {
+      const wire = fakeSocket()
+      const connection = new AgentConnection(wire.socket)
+      // What the call owner is to its connection; the pool's set of connections to ping holds the connection.
+      const call = new WeakRef(recorder().events)
+      connection.begin(start, call.deref()!)
+      end(connection, wire)
+      const pinged = new Set([connection])
+      // A collection runs after the current turn: let the call's last strong references go first.
+      await new Promise((resolve) => setImmediate(resolve))
+      gc()
+      return { alive: call.deref() !== undefined, pinged: pinged.size }
+    }
+    expect(await ended((connection) => connection.finish(1000, "call ended"))).toEqual({ alive: false, pinged: 1 })
+    expect(await ended((_, wire) => wire.closedByPeer(1000))).toEqual({ alive: false, pinged: 1 })
+    expect(await ended((_, wire) => wire.drop("reset"))).toEqual({ alive: false, pinged: 1 })
   })
 })
