@@ -3,7 +3,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { environmentKey } from "../kernel/EnvironmentKey.js"
 import type { StoreError } from "../kernel/StoreError.js"
 import { type HeldLease, CallLeaseStore, type LeaseKind, type LeaseLimits, type LeaseVerdict } from "./CallLeaseStore.js"
-import { repeatSpaced } from "../kernel/Tickers.js"
+import { idleTicker } from "../kernel/Tickers.js"
 
 /** As often as an instance refreshes its registry entry (fleet/FleetTiming's REFRESH_INTERVAL). */
 const RENEW_INTERVAL = Duration.seconds(2)
@@ -56,6 +56,7 @@ export class CallLeases extends Effect.Service<CallLeases>()("callgate/CallLease
       if (env === undefined) byEnvironment.set(key, (env = { agentId, environmentId, held: new Map() }))
       env.held.set(sessionId, { sessionId, kind })
       holding.set(sessionId, key)
+      if (byEnvironment.size === 1) renewals.wake()
     }
 
     /** The call ended: its place is free for the fleet. A store that does not answer lets the lease lapse instead. */
@@ -78,7 +79,9 @@ export class CallLeases extends Effect.Service<CallLeases>()("callgate/CallLease
       })
     ).pipe(Effect.catchAll((error) => Effect.logWarning("could not renew this instance's call leases", { error: error.message })))
 
-    yield* Effect.forkScoped(repeatSpaced(renewAll, RENEW_INTERVAL))
+    // Renewals run only while this instance holds a lease: an instance whose environments set no
+    // limit (most) takes none, and its renewal loop never wakes.
+    const renewals = yield* idleTicker({ interval: RENEW_INTERVAL, busy: () => byEnvironment.size > 0, tick: renewAll })
 
     return {
       acquire,
