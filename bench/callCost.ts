@@ -29,7 +29,9 @@
  *
  * `--driver-only` builds and discards the same frames without handing them to callgate: the
  * driver's own share, to subtract. It also prints heap+external bytes per call (after a full
- * collection when run with --expose-gc) and the fibers alive per call.
+ * collection when run with --expose-gc) and the fibers alive per call. After the calls hang up, a
+ * second line gives what each ended call left behind (its stored record, and anything still
+ * holding on to it); `CALLCOST_SNAPSHOT=FILE` writes a heap snapshot at that moment.
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -283,6 +285,17 @@ const program = Effect.gen(function* () {
   )
   for (const call of calls) call.carrier.deliver(`{"event":"stop","sequenceNumber":"9","stop":{"accountSid":"AC","callSid":"${call.callSid}"},"streamSid":"${call.streamSid}"}`)
   yield* advance(1)
+  if (DRIVER_ONLY) return
+  // What an ended call leaves behind: its stored record (the embedded store keeps it for the
+  // retention) and anything else still holding on to it, after the endings have run.
+  for (let round = 0; round < 20 && registry.liveCount() > 0; round++) yield* advance(TICKS_PER_ADVANCE)
+  // The driver lets go of its fake sockets, as the kernel would of closed ones.
+  calls.length = 0
+  ;(globalThis as { gc?: () => void }).gc?.()
+  const memoryEnded = process.memoryUsage()
+  if (process.env.CALLCOST_SNAPSHOT) (yield* Effect.promise(() => import("node:v8"))).writeHeapSnapshot(process.env.CALLCOST_SNAPSHOT)
+  const ended = memoryEnded.heapUsed + memoryEnded.external - (memoryBefore.heapUsed + memoryBefore.external)
+  process.stdout.write(JSON.stringify({ liveSessionsAfterHangUp: registry.liveCount(), heapExtBytesPerEndedCall: Math.round(ended / CALLS) }) + "\n")
 })
 
 const config = ConfigProvider.fromMap(

@@ -4,6 +4,7 @@
  * swings by tens of megabytes with V8's heap sizing and says nothing about what one call costs.
  * The collection pauses the process, so the benchmark asks only outside its measurement windows.
  */
+import { join } from "node:path"
 import { WebSocket } from "ws"
 import { rssBytesOf } from "./benchProcess.js"
 
@@ -36,9 +37,18 @@ export interface MemoryReading {
   /** V8 heap in use plus memory outside it (Buffers, ArrayBuffers), after a full collection. */
   readonly heapUsedBytes: number
   readonly externalBytes: number
+  /**
+   * What of the heap is V8's code: compiled code and bytecode with their metadata
+   * (`v8.getHeapCodeStatistics()`). It grows and shrinks as V8 compiles, tiers up and flushes
+   * functions, whatever the number of calls; 0 when the process cannot say.
+   */
+  readonly codeBytes: number
 }
 
 /** Collects garbage in the process behind `inspectorUrl`, then reads its memory. */
+/** Heap snapshots taken so far, per pid (BENCH_SNAPSHOT_DIR). */
+const snapshotCount = new Map<number, number>()
+
 export const measureMemory = (inspectorUrl: string, pid: number): Promise<MemoryReading> =>
   new Promise((resolve, reject) => {
     const ws = new WebSocket(inspectorUrl)
@@ -69,9 +79,24 @@ export const measureMemory = (inspectorUrl: string, pid: number): Promise<Memory
         const evaluated = await call("Runtime.evaluate", { expression: "JSON.stringify(process.memoryUsage())", returnByValue: true })
         const usage = JSON.parse(evaluated.result.value as string) as { heapUsed: number; external: number }
         const rssBytes = rssBytesOf(pid)
+        // process.getBuiltinModule: Node 20.16 and later; without it the code is not told apart.
+        const code = await call("Runtime.evaluate", {
+          expression:
+            "(() => { const v8 = process.getBuiltinModule?.('v8'); if (v8 === undefined) return 0; " +
+            "const s = v8.getHeapCodeStatistics(); return s.code_and_metadata_size + s.bytecode_and_metadata_size })()",
+          returnByValue: true
+        })
+        const snapshots = process.env.BENCH_SNAPSHOT_DIR
+        if (snapshots !== undefined && snapshots !== "") {
+          // A heap snapshot at every reading (docs/benchmarks.md, "Memory per call"), named by pid and reading.
+          const count = (snapshotCount.get(pid) ?? 0) + 1
+          snapshotCount.set(pid, count)
+          const file = join(snapshots, `${pid}-${count}.heapsnapshot`)
+          await call("Runtime.evaluate", { expression: `process.getBuiltinModule("v8").writeHeapSnapshot(${JSON.stringify(file)})`, returnByValue: true })
+        }
         clearTimeout(timer)
         ws.close()
-        resolve({ rssBytes, heapUsedBytes: usage.heapUsed, externalBytes: usage.external })
+        resolve({ rssBytes, heapUsedBytes: usage.heapUsed, externalBytes: usage.external, codeBytes: Number(code.result?.value) || 0 })
       } catch (error) {
         clearTimeout(timer)
         ws.terminate()

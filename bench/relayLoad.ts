@@ -96,6 +96,8 @@ export interface StepFigures {
     readonly rssPerCallKb: number
     /** The same for V8 heap in use plus external memory (Buffers): what the calls' objects hold. */
     readonly heapPerCallKb: number
+    /** The same without V8's code and bytecode (MemoryReading.codeBytes), which do not grow with calls: the calls' objects alone. */
+    readonly objectsPerCallKb: number
   }
   /**
    * Each process measured, when the system is more than one (a fleet: its instances, and nginx and
@@ -274,7 +276,8 @@ export const rigSystemOfMany = (
     return readings.reduce((a, b) => ({
       rssBytes: a.rssBytes + b.rssBytes,
       heapUsedBytes: a.heapUsedBytes + b.heapUsedBytes,
-      externalBytes: a.externalBytes + b.externalBytes
+      externalBytes: a.externalBytes + b.externalBytes,
+      codeBytes: a.codeBytes + b.codeBytes
     }))
   },
   describe: () => systems.map(({ name, system }) => describeProcess(name, system)).join("\n"),
@@ -394,7 +397,8 @@ export class RelayRig {
         cpuMsPerCallSecond: round(msPerCallSecond(closed), 3),
         rssMb: round(memory.rssBytes / 2 ** 20),
         rssPerCallKb: perCallKb(memory.rssBytes - idle.rssBytes),
-        heapPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - idle.heapUsedBytes - idle.externalBytes)
+        heapPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - idle.heapUsedBytes - idle.externalBytes),
+        objectsPerCallKb: perCallKb(memory.heapUsedBytes + memory.externalBytes - memory.codeBytes - (idle.heapUsedBytes + idle.externalBytes - idle.codeBytes))
       },
       ...(this.system.processes.length > 1
         ? {

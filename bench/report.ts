@@ -521,18 +521,19 @@ const versusSection = (figures: VersusBenchFigures | PartError | undefined): str
   if (isError(figures)) return `## One commit against another\n\nFailed: ${figures.error}\n`
   const rows = figures.windows.map(
     (w, i) =>
-      `| ${i + 1} | ${w.againstOpen} / ${w.currentOpen} | ${w.againstMsPerCallSecond} | ${w.currentMsPerCallSecond} | ${w.ratio}x | ${w.againstRssPerCallKb} / ${w.currentRssPerCallKb} | ${w.againstHeapPerCallKb} / ${w.currentHeapPerCallKb} |`
+      `| ${i + 1} | ${w.againstOpen} / ${w.currentOpen} | ${w.againstMsPerCallSecond} | ${w.currentMsPerCallSecond} | ${w.ratio}x | ${w.againstRssPerCallKb} / ${w.currentRssPerCallKb} | ${w.againstHeapPerCallKb} / ${w.currentHeapPerCallKb} | ${w.againstObjectsPerCallKb} / ${w.currentObjectsPerCallKb} |`
   )
   return [
     "## One commit against another",
     "",
     `${figures.calls} calls on each of two callgates at once: "against" is ${figures.against}, "current" is ${figures.current}; windows of ${figures.windowSeconds} s.`,
     "",
-    "| window | calls open (against / current) | CPU ms per call-s, against | current | current / against | RSS per call KB (against / current) | heap + external per call KB |",
-    "|---|---|---|---|---|---|---|",
+    "| window | calls open (against / current) | CPU ms per call-s, against | current | current / against | RSS per call KB (against / current) | heap + external per call KB | the same without V8's code KB |",
+    "|---|---|---|---|---|---|---|---|",
     ...rows,
     "",
-    `Pooled: the current build costs ${figures.ratio}x the CPU of the other; RSS per call ${figures.againstRssPerCallKb} against ${figures.currentRssPerCallKb} KB, heap + external ${figures.againstHeapPerCallKb} against ${figures.currentHeapPerCallKb} KB (medians).`,
+    `Pooled: the current build costs ${figures.ratio}x the CPU of the other; RSS per call ${figures.againstRssPerCallKb} against ${figures.currentRssPerCallKb} KB, heap + external ${figures.againstHeapPerCallKb} against ${figures.currentHeapPerCallKb} KB, ` +
+      `and without V8's code and bytecode ${figures.againstObjectsPerCallKb} against ${figures.currentObjectsPerCallKb} KB (medians).`,
     ""
   ].join("\n")
 }

@@ -19,6 +19,9 @@ export interface VersusWindow {
   readonly currentRssPerCallKb: number
   readonly againstHeapPerCallKb: number
   readonly currentHeapPerCallKb: number
+  /** Heap + external per call without V8's code and bytecode (StepFigures objectsPerCallKb). */
+  readonly againstObjectsPerCallKb: number
+  readonly currentObjectsPerCallKb: number
   readonly againstOpen: number
   readonly currentOpen: number
 }
@@ -36,6 +39,8 @@ export interface VersusBenchFigures {
   readonly currentRssPerCallKb: number
   readonly againstHeapPerCallKb: number
   readonly currentHeapPerCallKb: number
+  readonly againstObjectsPerCallKb: number
+  readonly currentObjectsPerCallKb: number
   /** With `--profile`: each side's CPU profile over the measurement windows. */
   readonly profiles?: { readonly against: SystemFigures["profile"]; readonly current: SystemFigures["profile"] }
 }
@@ -90,13 +95,16 @@ export const runVersusBench = async (options: {
         currentRssPerCallKb: c.system.rssPerCallKb,
         againstHeapPerCallKb: a.system.heapPerCallKb,
         currentHeapPerCallKb: c.system.heapPerCallKb,
+        againstObjectsPerCallKb: a.system.objectsPerCallKb,
+        currentObjectsPerCallKb: c.system.objectsPerCallKb,
         againstOpen: a.openCalls,
         currentOpen: c.openCalls
       }
       windows.push(window)
       log(
         `versus ${options.calls} calls, window ${i + 1}/${options.windows}: CPU ms per call-second ${options.against} ${window.againstMsPerCallSecond}, ` +
-          `current ${window.currentMsPerCallSecond} (${window.ratio}x); RSS per call ${window.againstRssPerCallKb} / ${window.currentRssPerCallKb} KB`
+          `current ${window.currentMsPerCallSecond} (${window.ratio}x); RSS per call ${window.againstRssPerCallKb} / ${window.currentRssPerCallKb} KB, ` +
+          `heap + external ${window.againstHeapPerCallKb} / ${window.currentHeapPerCallKb} KB (${window.againstObjectsPerCallKb} / ${window.currentObjectsPerCallKb} KB without code)`
       )
     }
     const sum = (pick: (w: VersusWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
@@ -119,6 +127,8 @@ export const runVersusBench = async (options: {
       currentRssPerCallKb: median(windows.map((w) => w.currentRssPerCallKb)),
       againstHeapPerCallKb: median(windows.map((w) => w.againstHeapPerCallKb)),
       currentHeapPerCallKb: median(windows.map((w) => w.currentHeapPerCallKb)),
+      againstObjectsPerCallKb: median(windows.map((w) => w.againstObjectsPerCallKb)),
+      currentObjectsPerCallKb: median(windows.map((w) => w.currentObjectsPerCallKb)),
       ...(profiles !== undefined ? { profiles } : {})
     }
   } finally {

@@ -10,7 +10,7 @@ const step = (calls: number, cpu: number): StepFigures =>
     openCalls: calls,
     carrierToAgent: direction(1.5),
     agentToCarrier: direction(1.4),
-    system: { cpuPercent: 10, cpuMsPerCallSecond: cpu, rssMb: 100, rssPerCallKb: 90, heapPerCallKb: 50 },
+    system: { cpuPercent: 10, cpuMsPerCallSecond: cpu, rssMb: 100, rssPerCallKb: 90, heapPerCallKb: 50, objectsPerCallKb: 45 },
     carrierSim: { cpuPercent: 10, loopDelayMs: { p99: 1 } },
     agentSim: { cpuPercent: 10, loopDelayMs: { p99: 1 } },
     otherCpuPercent: 0,
