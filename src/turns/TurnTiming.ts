@@ -26,7 +26,10 @@ export interface WatchCallOptions {
   readonly onMissedDeadline?: (inARow: number) => void
   /** The call's fork, for the watch's fibers (default: a fork of the watch's own, in the scope watchCall runs in). */
   readonly fork?: CallFork
-  /** Called (synchronously, on the media path: keep it cheap) after a turn is added or updated. */
+  /**
+   * Called (synchronously, on the media path: keep it cheap) after a turn is added or updated; for
+   * an answer, once the caller heard it begin or it was cut (the answer and its playout together).
+   */
   readonly onTurnsChanged?: () => void
 }
 
@@ -96,7 +99,11 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             spans.played(index, playedLatencyMs, playedAtMs)
             options.onTurnsChanged?.()
           },
-          onNotPlayed: (index, atMs) => spans.notPlayed(index, atMs)
+          onNotPlayed: (index, atMs) => {
+            spans.notPlayed(index, atMs)
+            // The answer's record waited for its playout (onAgentResponded): it is written now.
+            options.onTurnsChanged?.()
+          }
         })
 
         const caller = vad.detector()
@@ -139,10 +146,12 @@ export class TurnTiming extends Effect.Service<TurnTiming>()("callgate/TurnTimin
             }))
             metrics.observeResponseLatency(agentId, environmentId, turn.latencyMs)
             spans.answered(turn, occurrences, true)
+            // callgate's playout mark follows this frame: the record is written once the carrier
+            // echoes it (onPlayed) or the answer is cut (onNotPlayed), one write for the answer
+            // and its playout, as many per turn as before latency at playout.
             playout.answered(turn)
             missedInARow = 0
             watchdog.agentResponded()
-            options.onTurnsChanged?.()
           },
           onCallbackError: (error) =>
             void fork(Effect.logError("turn tracking callback failed", { agentId, environmentId, sessionId }, error))

@@ -111,6 +111,34 @@ describe("TurnTiming", () => {
       expect(rescues).toEqual([])
     }).pipe(Effect.provide(layer())))
 
+  it.scoped("a turn is written when it ends, and its answer once with its playout: when the carrier echoes callgate's mark, or when the answer is cut", () =>
+    Effect.gen(function* () {
+      let writes = 0
+      const call = yield* watchCall({
+        ...newEnvironment(),
+        sessionId: "call-writes",
+        settings: Effect.succeed({ timeoutSeconds: 5, threshold: 1, windowSeconds: 60 }),
+        onTurnsChanged: () => void writes++
+      }, () => {})
+      // Turn 1: answered, its mark echoed.
+      play(call.observer, { caller: audio("caller-account"), silenceMs: 4000, agent: { clip: audio("agent-greeting"), afterMs: 1500 } })
+      expect(call.turns()[0]).toMatchObject({ index: 1, latencyMs: expect.any(Number), playedLatencyMs: null })
+      expect(writes).toBe(1)
+      const mark = call.observer.takeMark()
+      expect(mark).toBe("callgate:played:1")
+      call.observer.playoutMarkEchoed(mark!, performance.now())
+      expect(writes).toBe(2)
+      expect(call.turns()[0]!.playedLatencyMs).toEqual(expect.any(Number))
+      // Turn 2: answered, then cut by the agent's clear before the echo.
+      play(call.observer, { caller: audio("caller-appointment"), silenceMs: 4000, agent: { clip: audio("agent-greeting"), afterMs: 1500 } })
+      expect(call.turns()[1]).toMatchObject({ index: 2, latencyMs: expect.any(Number) })
+      expect(writes).toBe(3)
+      expect(call.observer.takeMark()).toBe("callgate:played:2")
+      call.observer.agentClear(performance.now())
+      expect(writes).toBe(4)
+      expect(call.turns()[1]!.playedLatencyMs).toBeNull()
+    }).pipe(Effect.provide(layer())))
+
   it.scoped("DTMF is caller input: a digit followed by agent silence counts", () =>
     Effect.gen(function* () {
       const rescues: Array<NoResponseTrip> = []
