@@ -62,9 +62,12 @@ export class PlayoutMarks {
     this.hooks.onPlayed(mark!.index, playedAtMs, playedAtMs - mark!.endedAtMs)
   }
 
-  /** The agent sent `clear`: every answer not yet confirmed was cut. */
+  /** The agent sent `clear` (or its leg ended): every answer not yet confirmed was cut, the one whose mark was not yet sent too. */
   cleared(atMs: number): void {
     for (const mark of this.outstanding.splice(0)) this.hooks.onNotPlayed(mark.index, atMs)
+    const due = this.due
+    this.due = undefined
+    if (due !== undefined) this.hooks.onNotPlayed(due.index, atMs)
   }
 
   close(): void {

@@ -61,6 +61,20 @@ describe("PlayoutMarks", () => {
     expect(notPlayed).toEqual([{ index: 2, atMs: 3000 }])
   })
 
+  it("a clear before the mark went out: that answer is not played either, and no mark is sent for it", () => {
+    const { playout, played, notPlayed } = marks()
+    playout.answered(turn(1, 1000, 1800, 100))
+    playout.take()
+    playout.answered(turn(2, 2500, 2900, 100))
+    playout.cleared(3000)
+    expect(playout.take()).toBeUndefined()
+    expect(played).toEqual([])
+    expect(notPlayed).toEqual([
+      { index: 1, atMs: 3000 },
+      { index: 2, atMs: 3000 }
+    ])
+  })
+
   it("marks of another call or unknown names are ignored", () => {
     const { playout, played } = marks()
     playout.answered(turn(1, 1000, 1800, 100))
