@@ -11,9 +11,10 @@
  * Traffic as `npm run bench` plays it: the caller says the recorded sentences with 6.5-8 s pauses,
  * every frame stamped in its first 32 bytes (pauses are a quiet line, under the VAD's energy gate); the agent
  * sends stamped silence, and its reply 900 ms after each sentence ends (700 ms of end-of-turn
- * silence plus 200 ms).
+ * silence plus 200 ms). The carrier echoes every mark it is sent at its next frame, as the
+ * simulator does once the audio before it has played (`--no-mark-echo`: it does not).
  *
- *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--recording] [--driver-only] [--count-fibers]
+ *   npx tsx bench/callCost.ts --calls 20 --seconds 12 [--timeout 3] [--recording] [--driver-only] [--count-fibers] [--no-mark-echo]
  *
  * `--recording` records every call (the environment's `recording: "on"`, into a temporary
  * RECORDINGS_DIR; the clock moves so the recorder's ticker writes once a second): the recorder's
@@ -57,7 +58,8 @@ const { values: args } = parseArgs({
     timeout: { type: "string", default: "0" },
     recording: { type: "boolean", default: false },
     "driver-only": { type: "boolean", default: false },
-    "count-fibers": { type: "boolean", default: false }
+    "count-fibers": { type: "boolean", default: false },
+    "no-mark-echo": { type: "boolean", default: false }
   }
 })
 const CALLS = Number(args.calls)
@@ -67,6 +69,8 @@ const DRIVER_ONLY = args["driver-only"] === true
 const RECORDING = args.recording === true
 const RECORDINGS_DIR = RECORDING ? mkdtempSync(join(tmpdir(), "callgate-callcost-recordings-")) : undefined
 const COUNT_FIBERS = args["count-fibers"] === true
+/** The carrier does not echo marks (as before callgate's playout marks existed: compare with older commits). */
+const MARK_ECHO = args["no-mark-echo"] !== true
 /** The Effect clock moves (and woken fibers run) every this many frames: often enough for timers, cheap for the driver. */
 const TICKS_PER_ADVANCE = 25
 const FRAME_MS = 20
@@ -96,10 +100,13 @@ class FakeSocket implements WireSocket {
   bufferedAmount = 0
   messages = 0
   chars = 0
+  /** Names of the marks sent here, not yet echoed (the carrier's side echoes them, as Twilio does). */
+  readonly marks: Array<string> = []
   send(text: string): void {
     if (!this.isOpen) return
     this.messages++
     this.chars += text.length
+    if (text.startsWith('{"event":"mark"')) this.marks.push((JSON.parse(text) as { mark: { name: string } }).mark.name)
   }
   sendAscii(text: string): void {
     this.send(text)
@@ -177,6 +184,13 @@ class ScriptedCall {
     return Buffer.from(this.inbound.media(this.seq, this.chunk, this.chunk * FRAME_MS, payload)).toString()
   }
 
+  /** The carrier's echoes of the marks it was sent since the last frame (it plays at once: there is no queue here). */
+  markEchoes(): Array<string> {
+    const echoes = this.carrier.marks.map((name) => this.inbound.mark(++this.seq, name))
+    this.carrier.marks.length = 0
+    return echoes
+  }
+
   agentFrame(): string {
     if (this.replyIn >= 0 && --this.replyIn < 0) this.replyOffset = 0
     const replying = this.replyOffset >= 0
@@ -248,6 +262,7 @@ const program = Effect.gen(function* () {
       if (DRIVER_ONLY) continue
       call.carrier.deliver(caller)
       call.agent.deliver(agent)
+      if (MARK_ECHO) for (const echo of call.markEchoes()) call.carrier.deliver(echo)
     }
     if ((tick + 1) % TICKS_PER_ADVANCE === 0) yield* advance(TICKS_PER_ADVANCE)
   }
@@ -256,6 +271,8 @@ const program = Effect.gen(function* () {
   const live = registry.liveCount()
   const latency = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_latency_seconds")!.get())
   const answeredTurns = latency.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_latency_seconds_count")?.value ?? 0
+  const played = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_played_latency_seconds")!.get())
+  const playedTurns = played.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_played_latency_seconds_count")?.value ?? 0
   const recordingWrites = (yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_recording_writes_total")!.get())).values[0]?.value ?? 0
   const fibers = COUNT_FIBERS ? (yield* supervisor.value).length - fibersBefore : Number.NaN
   ;(globalThis as { gc?: () => void }).gc?.()
@@ -273,6 +290,7 @@ const program = Effect.gen(function* () {
       driverOnly: DRIVER_ONLY,
       liveSessions: live,
       answeredTurns,
+      playedTurns,
       messagesToCarrier: toCarrier,
       messagesToAgent: toAgent,
       charsIn: sent,
