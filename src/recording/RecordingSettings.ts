@@ -1,7 +1,7 @@
 import { join } from "node:path"
 import { Config, ConfigError, Effect, Either, Option } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
-import { parseS3Url, type S3Credentials, type S3Location } from "./S3Bucket.js"
+import { parseS3Url, type S3Credentials, type S3Location } from "./S3Location.js"
 
 /** Recording's settings (docs/recording.md, "Settings"), read with the feature. */
 export interface RecordingSettings {

@@ -31,7 +31,7 @@ import {
 import { type JoinedRecording, joinParts, streamJoined } from "./RecordingJoin.js"
 import { RecordingLeg } from "./RecordingLeg.js"
 import { readRecordingSettings } from "./RecordingSettings.js"
-import { S3Bucket } from "./S3Bucket.js"
+import type { S3Bucket } from "./S3Bucket.js"
 import { dataBytesOf, FRAME_BYTES, HEADER_BYTES, PROVISIONAL_SIZE, sampleRateOf, wavHeader } from "./Wav.js"
 
 export class RecordingNotFound extends Data.TaggedError("RecordingNotFound")<{ readonly agentId: string; readonly sessionId: string }> {}
@@ -121,7 +121,11 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
     const runtime = yield* Effect.runtime<never>()
     const runPromise = Runtime.runPromise(runtime)
     const runFork = Runtime.runFork(runtime)
-    const bucket = Option.map(settings.s3, (s3) => new S3Bucket(s3.location, s3.credentials))
+    // The S3 SDK is loaded only for a bucket (src/recording/S3Bucket.ts).
+    const bucket: Option.Option<S3Bucket> = yield* Option.match(settings.s3, {
+      onNone: () => Effect.succeedNone,
+      onSome: (s3) => Effect.promise(() => import("./S3Bucket.js")).pipe(Effect.map(({ S3Bucket }) => Option.some(new S3Bucket(s3.location, s3.credentials))))
+    })
     const embedded = Option.isNone(config.redisUrl)
 
     const writes = counterOn(metrics.registry, "callgate_recording_writes_total", "Audio writes to recording files (one system call each)")
