@@ -269,10 +269,14 @@ const program = Effect.gen(function* () {
   const windowUs = [steadyFromUs, nowUs()]
   const windowCpu = process.cpuUsage(steadyCpu)
   const live = registry.liveCount()
-  const latency = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_latency_seconds")!.get())
-  const answeredTurns = latency.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_latency_seconds_count")?.value ?? 0
-  const played = yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_agent_response_played_latency_seconds")!.get())
-  const playedTurns = played.values.find((v) => (v as { metricName?: string }).metricName === "callgate_agent_response_played_latency_seconds_count")?.value ?? 0
+  /** Observations of one of the process's histograms (all label sets: the bench has one environment). */
+  const observations = (name: string) =>
+    Effect.map(
+      Effect.promise(() => metrics.registry.getSingleMetric(name)!.get()),
+      (metric) => metric.values.find((v) => (v as { metricName?: string }).metricName === `${name}_count`)?.value ?? 0
+    )
+  const answeredTurns = yield* observations("callgate_agent_response_latency_seconds")
+  const playedTurns = yield* observations("callgate_agent_response_played_latency_seconds")
   const recordingWrites = (yield* Effect.promise(() => metrics.registry.getSingleMetric("callgate_recording_writes_total")!.get())).values[0]?.value ?? 0
   const fibers = COUNT_FIBERS ? (yield* supervisor.value).length - fibersBefore : Number.NaN
   ;(globalThis as { gc?: () => void }).gc?.()

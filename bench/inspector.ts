@@ -45,10 +45,10 @@ export interface MemoryReading {
   readonly codeBytes: number
 }
 
-/** Collects garbage in the process behind `inspectorUrl`, then reads its memory. */
 /** Heap snapshots taken so far, per pid (BENCH_SNAPSHOT_DIR). */
 const snapshotCount = new Map<number, number>()
 
+/** Collects garbage in the process behind `inspectorUrl`, then reads its memory. */
 export const measureMemory = (inspectorUrl: string, pid: number): Promise<MemoryReading> =>
   new Promise((resolve, reject) => {
     const ws = new WebSocket(inspectorUrl)

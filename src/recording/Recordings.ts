@@ -122,10 +122,9 @@ export class Recordings extends Effect.Service<Recordings>()("callgate/Recording
     const runPromise = Runtime.runPromise(runtime)
     const runFork = Runtime.runFork(runtime)
     // The S3 SDK is loaded only for a bucket (src/recording/S3Bucket.ts).
-    const bucket: Option.Option<S3Bucket> = yield* Option.match(settings.s3, {
-      onNone: () => Effect.succeedNone,
-      onSome: (s3) => Effect.promise(() => import("./S3Bucket.js")).pipe(Effect.map(({ S3Bucket }) => Option.some(new S3Bucket(s3.location, s3.credentials))))
-    })
+    const bucket: Option.Option<S3Bucket> = yield* Effect.transposeMapOption(settings.s3, (s3) =>
+      Effect.map(Effect.promise(() => import("./S3Bucket.js")), ({ S3Bucket }) => new S3Bucket(s3.location, s3.credentials))
+    )
     const embedded = Option.isNone(config.redisUrl)
 
     const writes = counterOn(metrics.registry, "callgate_recording_writes_total", "Audio writes to recording files (one system call each)")

@@ -29,9 +29,10 @@ const isMissing = (error: unknown) =>
   (typeof error === "object" && error !== null && (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 404)
 
 /**
- * The recordings' bucket over `@aws-sdk/client-s3` (loaded only when RECORDINGS_S3_URL is set: the
- * SDK is about 4.6 MB of heap and 22 MB of RSS that a gateway without a bucket does not carry); uploads are `@aws-sdk/lib-storage`'s streaming
- * multipart upload (parts of 5 MB sent as the file is read, never the whole file in memory).
+ * The recordings' bucket over `@aws-sdk/client-s3`; uploads are `@aws-sdk/lib-storage`'s streaming
+ * multipart upload (parts of 5 MB sent as the file is read, never the whole file in memory). The
+ * only module that imports the SDK, and itself imported only when RECORDINGS_S3_URL is set: the
+ * SDK is about 4.6 MB of heap and 22 MB of RSS that a gateway without a bucket does not carry.
  */
 export class S3Bucket {
   private readonly client: S3Client
