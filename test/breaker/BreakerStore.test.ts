@@ -53,9 +53,11 @@ describe("RedisBreakerStore layout", () => {
     const agentId = uniqueId("agent")
     const environmentId = uniqueId("env")
     const key = keys.breakerOccurrences(agentId, environmentId)
-    const [seconds] = await redis.time()
-    // Another instance recorded these 61 s and 59 s ago (by Redis time): only the second counts.
-    await redis.zadd(key, Number(seconds) * 1000 - 61_000, "stale", Number(seconds) * 1000 - 59_000, "recent")
+    const [seconds, micros] = await redis.time()
+    const redisNow = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+    // Another instance recorded these 90 s and 30 s ago (by Redis time): only the second is inside
+    // the 60 s window, with room for a busy machine's delay before the record below.
+    await redis.zadd(key, redisNow - 90_000, "stale", redisNow - 30_000, "recent")
     expect(await record(agentId, environmentId, "mine", 60)).toBe(2)
     expect(await redis.zrange(key, 0, -1)).toEqual(["recent", "mine"])
   })
