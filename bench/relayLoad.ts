@@ -370,11 +370,18 @@ export class RelayRig {
     return this.idle
   }
 
-  async measure(calls: number, options: RelayLoadOptions): Promise<StepFigures> {
+  /**
+   * `together`: a barrier shared with rigs measured at the same time (makeBarrier). Each waits
+   * there once its calls are placed and once its window is closed, so their windows cover the
+   * same span and no rig's ramp, collection or hang-up falls into another's window.
+   */
+  async measure(calls: number, options: RelayLoadOptions, together?: () => Promise<void>): Promise<StepFigures> {
     const grown = await this.load(calls, options)
+    await together?.()
     const window = await this.openWindow()
     await sleep(options.stepSeconds * 1000)
     const closed = await this.closeWindow(window, options)
+    await together?.()
     // The collection pauses the system: only now that the window's frames are all accounted for.
     const memory = await this.system.memory()
     await this.unload()
@@ -498,6 +505,22 @@ export class RelayRig {
     const file = dir ? findCpuProfile(dir) : undefined
     return file ? { file, ...summarizeCpuProfile(file, { windowsUs: this.windows, top: 80 }) } : undefined
   }
+}
+
+/**
+ * A reusable barrier for `parties` tasks: each call resolves once every party has called, round
+ * after round.
+ */
+export const makeBarrier = (parties: number): (() => Promise<void>) => {
+  let waiting: Array<() => void> = []
+  return () =>
+    new Promise<void>((resolve) => {
+      waiting.push(resolve)
+      if (waiting.length < parties) return
+      const all = waiting
+      waiting = []
+      for (const release of all) release()
+    })
 }
 
 /** One window of the side-by-side CPU measurement: both systems carrying the same calls at once. */

@@ -532,7 +532,9 @@ const versusSection = (figures: VersusBenchFigures | PartError | undefined): str
     "|---|---|---|---|---|---|---|---|",
     ...rows,
     "",
-    `Pooled: the current build costs ${figures.ratio}x the CPU of the other; RSS per call ${figures.againstRssPerCallKb} against ${figures.currentRssPerCallKb} KB, heap + external ${figures.againstHeapPerCallKb} against ${figures.currentHeapPerCallKb} KB, ` +
+    `Pooled: the current build costs ${figures.ratio}x the CPU of the other` +
+      (figures.ratioInterval !== undefined ? ` (the windows' ratio, 95 % interval: ${figures.ratioInterval[0]}x to ${figures.ratioInterval[1]}x)` : "") +
+      `; RSS per call ${figures.againstRssPerCallKb} against ${figures.currentRssPerCallKb} KB, heap + external ${figures.againstHeapPerCallKb} against ${figures.currentHeapPerCallKb} KB, ` +
       `and without V8's code and bytecode ${figures.againstObjectsPerCallKb} against ${figures.currentObjectsPerCallKb} KB (medians).`,
     ""
   ].join("\n")

@@ -8,7 +8,7 @@
  */
 import { join } from "node:path"
 import { BUILD_DIR, buildForBench } from "./build.js"
-import { type RelayLoadOptions, type StepFigures, type SystemFigures, startFeaturePair } from "./relayLoad.js"
+import { makeBarrier, type RelayLoadOptions, type StepFigures, type SystemFigures, startFeaturePair } from "./relayLoad.js"
 
 export interface VersusWindow {
   readonly againstMsPerCallSecond: number
@@ -35,6 +35,12 @@ export interface VersusBenchFigures {
   readonly windows: ReadonlyArray<VersusWindow>
   /** CPU, pooled over the windows: current over against. */
   readonly ratio: number
+  /**
+   * The 95 % interval of the windows' ratio (geometric mean of the windows' ratios, Student's t
+   * over their logarithms): an interval that holds 1 means the windows cannot tell the two apart.
+   * Absent with fewer than two windows.
+   */
+  readonly ratioInterval?: readonly [number, number]
   readonly againstRssPerCallKb: number
   readonly currentRssPerCallKb: number
   readonly againstHeapPerCallKb: number
@@ -46,6 +52,20 @@ export interface VersusBenchFigures {
 }
 
 const round = (value: number, digits = 3) => Math.round(value * 10 ** digits) / 10 ** digits
+
+/** Student's t, two-sided 95 %, by degrees of freedom (1 to 30; beyond, 1.96 is close enough). */
+const T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.16, 2.145, 2.131, 2.12, 2.11, 2.101, 2.093, 2.086, 2.08, 2.074, 2.069, 2.064, 2.06, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+/** The 95 % interval of the geometric mean of `ratios` (t over their logarithms). */
+export const ratioInterval = (ratios: ReadonlyArray<number>): readonly [number, number] | undefined => {
+  const n = ratios.length
+  if (n < 2) return undefined
+  const logs = ratios.map(Math.log)
+  const mean = logs.reduce((a, b) => a + b, 0) / n
+  const sd = Math.sqrt(logs.reduce((sum, x) => sum + (x - mean) ** 2, 0) / (n - 1))
+  const half = (T95[n - 2] ?? 1.96) * (sd / Math.sqrt(n))
+  return [round(Math.exp(mean - half)), round(Math.exp(mean + half))]
+}
 const median = (values: ReadonlyArray<number>) => {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.floor(sorted.length / 2)]!
@@ -84,9 +104,15 @@ export const runVersusBench = async (options: {
   try {
     await Promise.all(rigs.map((rig) => rig.warmUp(relayOptions)))
     const windows: Array<VersusWindow> = []
+    const together = makeBarrier(rigs.length)
     for (let i = 0; i < options.windows; i++) {
-      // Each side places the calls, measures one window, reads its memory and hangs up: at once.
-      const [a, c] = (await Promise.all(rigs.map((rig) => rig.measure(options.calls, relayOptions)))) as [StepFigures, StepFigures]
+      // Each side places the calls, measures one window, reads its memory and hangs up: at once,
+      // the windows opened and closed together (the barrier). Which side the driver asks first
+      // alternates window by window, so neither is always served first.
+      const order = i % 2 === 0 ? [0, 1] : [1, 0]
+      const figures: Array<StepFigures> = []
+      await Promise.all(order.map(async (k) => void (figures[k] = await rigs[k]!.measure(options.calls, relayOptions, together))))
+      const [a, c] = figures as [StepFigures, StepFigures]
       const window: VersusWindow = {
         againstMsPerCallSecond: a.system.cpuMsPerCallSecond,
         currentMsPerCallSecond: c.system.cpuMsPerCallSecond,
@@ -108,6 +134,11 @@ export const runVersusBench = async (options: {
       )
     }
     const sum = (pick: (w: VersusWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
+    const interval = ratioInterval(windows.map((w) => w.currentMsPerCallSecond / w.againstMsPerCallSecond))
+    log(
+      `versus pooled: ${round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond))}x` +
+        (interval !== undefined ? ` (windows' ratio, 95 % interval ${interval[0]}x to ${interval[1]}x)` : "")
+    )
     let profiles: VersusBenchFigures["profiles"]
     if (options.profileDir !== undefined) {
       // The profiles are written when the processes exit.
@@ -123,6 +154,7 @@ export const runVersusBench = async (options: {
       against: against.source,
       windows,
       ratio: round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond)),
+      ...(interval !== undefined ? { ratioInterval: interval } : {}),
       againstRssPerCallKb: median(windows.map((w) => w.againstRssPerCallKb)),
       currentRssPerCallKb: median(windows.map((w) => w.currentRssPerCallKb)),
       againstHeapPerCallKb: median(windows.map((w) => w.againstHeapPerCallKb)),
