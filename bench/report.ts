@@ -526,7 +526,7 @@ const versusSection = (figures: VersusBenchFigures | PartError | undefined): str
   return [
     "## One commit against another",
     "",
-    `${figures.calls} calls on each of two callgates at once: "against" is ${figures.against}, "current" is ${figures.current}; windows of ${figures.windowSeconds} s.`,
+    `${figures.calls} calls on each of two callgates at once: "against" is ${figures.against}, "current" is ${figures.current} (started ${figures.startedFirst === "current" ? "first" : "second"}); windows of ${figures.windowSeconds} s.`,
     "",
     "| window | calls open (against / current) | CPU ms per call-s, against | current | current / against | RSS per call KB (against / current) | heap + external per call KB | the same without V8's code KB |",
     "|---|---|---|---|---|---|---|---|",

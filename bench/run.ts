@@ -89,6 +89,8 @@ const USAGE = `Usage: npm run bench -- [options]
   --ref REF             build and measure commit REF (e.g. HEAD) instead of the working tree
   --against REF         the versus part: the working tree (or --ref) and commit REF side by side, CPU
                         per call-second and memory per call of each (only with --only versus)
+  --swap                the versus part: start the current side first (default: REF's side first); a run
+                        each way, their ratios' geometric mean, cancels what starting second does
   --out DIR             results directory (default bench/results)
   --help`
 
@@ -106,6 +108,7 @@ interface Settings {
   readonly tsx: boolean
   readonly ref: string | undefined
   readonly against: string | undefined
+  readonly swap: boolean
   readonly out: string
 }
 
@@ -120,7 +123,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
     else if (next !== undefined && !next.startsWith("--")) flags.set(name, (i++, next))
     else flags.set(name, "true")
   }
-  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "windows", "profile", "full-ramp", "tsx", "ref", "against", "out", "help"])
+  const known = new Set(["quick", "steps", "cpu-steps", "fleet-steps", "step-seconds", "only", "windows", "profile", "full-ramp", "tsx", "ref", "against", "swap", "out", "help"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown option --${name}`)
   if (flags.has("help")) {
     process.stdout.write(`${USAGE}\n`)
@@ -152,7 +155,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
   const windows = flags.has("windows") ? numbers(flags.get("windows")!, "windows")[0] : undefined
   const against = flags.get("against")
   if (parts.includes("versus") !== (against !== undefined)) throw new Error("the versus part and --against REF go together")
-  return { against, quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), windows, tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
+  return { against, swap: flags.has("swap"), quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), windows, tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 
 const machine = (atStart: number): Machine => ({
@@ -297,6 +300,7 @@ const main = async () => {
       runVersusBench({
         against: settings.against!,
         ref: settings.ref,
+        swap: settings.swap,
         calls: q ? QUICK_VERSUS_CALLS : VERSUS_CALLS,
         ...pairedWindows,
         ...(settings.profile ? { profileDir: settings.out } : {}),

@@ -32,6 +32,8 @@ export interface VersusBenchFigures {
   /** What each side was built from. */
   readonly current: string
   readonly against: string
+  /** Which side's callgate (and simulators) started first (`--swap`: current). */
+  readonly startedFirst: "against" | "current"
   readonly windows: ReadonlyArray<VersusWindow>
   /** CPU, pooled over the windows: current over against. */
   readonly ratio: number
@@ -77,6 +79,8 @@ export const runVersusBench = async (options: {
   readonly ref?: string | undefined
   readonly calls: number
   readonly windows: number
+  /** Start the current side first (default: the `against` side first). */
+  readonly swap?: boolean
   readonly stepSeconds: number
   readonly settleSeconds?: number
   /** Run both callgates under --cpu-prof (profiles land here), and log where their CPU went, side by side. */
@@ -95,12 +99,15 @@ export const runVersusBench = async (options: {
     settleSeconds: options.settleSeconds ?? 3,
     log
   }
+  // The pair's "off" side is started first (and its simulators): `against` unless swapped.
+  const [first, second] = options.swap === true ? [current, against] : [against, current]
   const { off, on } = await startFeaturePair("versus", {
-    buildOf: (side) => (side === "on" ? current.dir : against.dir),
+    buildOf: (side) => (side === "on" ? second.dir : first.dir),
     envOf: () => ({ LOG_LEVEL: "warn" }),
     profileDir: options.profileDir
   })
-  const rigs = [off.rig, on.rig] as const
+  /** Against, then current, whichever started first. */
+  const rigs = options.swap === true ? ([on.rig, off.rig] as const) : ([off.rig, on.rig] as const)
   try {
     await Promise.all(rigs.map((rig) => rig.warmUp(relayOptions)))
     const windows: Array<VersusWindow> = []
@@ -152,6 +159,7 @@ export const runVersusBench = async (options: {
       windowSeconds: options.stepSeconds,
       current: current.source,
       against: against.source,
+      startedFirst: options.swap === true ? "current" : "against",
       windows,
       ratio: round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond)),
       ...(interval !== undefined ? { ratioInterval: interval } : {}),
