@@ -155,6 +155,7 @@ const parseArgs = (argv: ReadonlyArray<string>): Settings => {
   const windows = flags.has("windows") ? numbers(flags.get("windows")!, "windows")[0] : undefined
   const against = flags.get("against")
   if (parts.includes("versus") !== (against !== undefined)) throw new Error("the versus part and --against REF go together")
+  if (flags.has("swap") && against === undefined) throw new Error("--swap goes with the versus part (--only versus --against REF)")
   return { against, swap: flags.has("swap"), quick, steps: [...steps].sort((a, b) => a - b), cpuSteps, fleetSteps: [...fleetSteps].sort((a, b) => a - b), stepSeconds, parts, profile: flags.has("profile"), fullRamp: flags.has("full-ramp"), windows, tsx: flags.has("tsx"), ref: flags.get("ref"), out: flags.get("out") ?? join(repoRoot, "bench/results") }
 }
 

@@ -68,6 +68,7 @@ export const ratioInterval = (ratios: ReadonlyArray<number>): readonly [number, 
   const half = (T95[n - 2] ?? 1.96) * (sd / Math.sqrt(n))
   return [round(Math.exp(mean - half)), round(Math.exp(mean + half))]
 }
+
 const median = (values: ReadonlyArray<number>) => {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.floor(sorted.length / 2)]!
@@ -100,14 +101,15 @@ export const runVersusBench = async (options: {
     log
   }
   // The pair's "off" side is started first (and its simulators): `against` unless swapped.
-  const [first, second] = options.swap === true ? [current, against] : [against, current]
+  const swapped = options.swap === true
+  const [first, second] = swapped ? [current, against] : [against, current]
   const { off, on } = await startFeaturePair("versus", {
     buildOf: (side) => (side === "on" ? second.dir : first.dir),
     envOf: () => ({ LOG_LEVEL: "warn" }),
     profileDir: options.profileDir
   })
   /** Against, then current, whichever started first. */
-  const rigs = options.swap === true ? ([on.rig, off.rig] as const) : ([off.rig, on.rig] as const)
+  const rigs = swapped ? ([on.rig, off.rig] as const) : ([off.rig, on.rig] as const)
   try {
     await Promise.all(rigs.map((rig) => rig.warmUp(relayOptions)))
     const windows: Array<VersusWindow> = []
@@ -141,9 +143,10 @@ export const runVersusBench = async (options: {
       )
     }
     const sum = (pick: (w: VersusWindow) => number) => windows.reduce((total, w) => total + pick(w), 0)
+    const ratio = round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond))
     const interval = ratioInterval(windows.map((w) => w.currentMsPerCallSecond / w.againstMsPerCallSecond))
     log(
-      `versus pooled: ${round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond))}x` +
+      `versus pooled: ${ratio}x` +
         (interval !== undefined ? ` (windows' ratio, 95 % interval ${interval[0]}x to ${interval[1]}x)` : "")
     )
     let profiles: VersusBenchFigures["profiles"]
@@ -159,9 +162,9 @@ export const runVersusBench = async (options: {
       windowSeconds: options.stepSeconds,
       current: current.source,
       against: against.source,
-      startedFirst: options.swap === true ? "current" : "against",
+      startedFirst: swapped ? "current" : "against",
       windows,
-      ratio: round(sum((w) => w.currentMsPerCallSecond) / sum((w) => w.againstMsPerCallSecond)),
+      ratio,
       ...(interval !== undefined ? { ratioInterval: interval } : {}),
       againstRssPerCallKb: median(windows.map((w) => w.againstRssPerCallKb)),
       currentRssPerCallKb: median(windows.map((w) => w.currentRssPerCallKb)),
