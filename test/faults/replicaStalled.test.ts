@@ -113,7 +113,8 @@ describe("Redis replica that stops confirming writes", () => {
     await until(() => sentinelsSeeReplicaUp(set), (up) => up, "the sentinels seeing the replica up again")
     await set.kill(set.ports.primary)
     await until(() => createEnvironment(live, "after the failover"), ({ status }) => status === 201, "an API write taken after the failover")
-    expect(set.primaryPort()).toBe(set.ports.replica)
+    // A write can be taken before every sentinel reports the promotion: wait for the report.
+    await until(async () => set.primaryPort(), (port) => port === set.ports.replica, "the sentinels naming the replica as primary")
     const afterFailover = await live.sessions()
     expect(afterFailover.map((s) => [s.id, s.status, s.endReason]).sort()).toEqual(sessions.map((s) => [s.id, s.status, s.endReason]).sort())
     expect((await deliveryStates(live)).filter((d) => d.state === "delivered")).toHaveLength(CALLS)
