@@ -1,6 +1,7 @@
 import { isAscii, isUtf8 } from "node:buffer"
 import { Socket } from "node:net"
-import type { Duplex } from "node:stream"
+import { TLSSocket } from "node:tls"
+import { Duplex } from "node:stream"
 import type { WebSocket } from "ws"
 import {
   FIN_PING,
@@ -39,10 +40,15 @@ import {
  * reads waits, as chunks, until its last byte has arrived; when the socket ends or closes, what
  * waits goes to `ws` too.
  *
+ * A TCP socket's reads land in one buffer the reader owns (takeReads), not in a fresh allocation
+ * per read: what is parsed from it is decoded to strings at once, and what must be kept (a frame
+ * cut short, a ping, bytes for `ws`) is copied.
+ *
  * The fields read are `ws` internals (pinned by package-lock.json): the reader takes over only
  * when they are as expected and the receiver has not yet been given a byte, and otherwise leaves
  * the socket to `ws`. test/websocket/WsFrameReader.test.ts feeds the same bytes, cut at random places,
- * to both, on either side, and requires the same messages, replies and closes.
+ * to both, on either side, through a stream's push and through reads into the shared buffer, and
+ * requires the same messages, replies and closes.
  */
 
 /** The parts of `ws`'s receiver the reader relies on (ws/lib/receiver.js). */
@@ -128,6 +134,7 @@ class FrameReader {
     socket.prependListener("end", this.onEnd)
     socket.prependListener("close", this.onEnd)
     this.pushesTaken = takePushes(socket, this.onData)
+    if (this.pushesTaken) takeReads(socket, this.onData, this.onSharedRead)
   }
 
   /** Whether the socket's reads come to onData straight from its push (see takePushes). */
@@ -152,36 +159,45 @@ class FrameReader {
       if (this.waitingBytes < this.needed) return
       buffer = this.takeWaiting()
     }
-    this.read(buffer)
+    this.read(buffer, buffer.length)
   }
 
-  /** Every whole frame of `buffer`, in order; a frame cut short waits for the next read. */
-  private read(buffer: Buffer): void {
-    const end = buffer.length
+  /**
+   * A read the socket's handle made into the shared read buffer (see takeReads): its first
+   * `length` bytes, valid until this returns. What must outlive it (a frame cut short, a ping's
+   * payload, what goes to `ws`) is copied.
+   */
+  private readonly onSharedRead = (length: number): void => {
+    if (this.waiting !== undefined) return this.onData(Buffer.from(sharedReads.subarray(0, length)))
+    this.read(sharedReads, length)
+  }
+
+  /** Every whole frame of `buffer[0, end)`, in order; a frame cut short waits for the next read. */
+  private read(buffer: Buffer, end: number): void {
     const maxPayload = this.maxPayload
     const masked = this.masked
     const maskBit = masked ? MASK_BIT : 0
     let at = 0
     while (at < end) {
       const available = end - at
-      if (available < 2) return this.wait(buffer, at, 2)
+      if (available < 2) return this.wait(buffer, at, end, 2)
       const first = buffer[at]!
       const second = buffer[at + 1]!
-      if ((second & MASK_BIT) !== maskBit || (first !== FIN_TEXT && first !== FIN_PING && first !== FIN_PONG)) return this.handOver(buffer, at)
+      if ((second & MASK_BIT) !== maskBit || (first !== FIN_TEXT && first !== FIN_PING && first !== FIN_PONG)) return this.handOver(buffer, at, end)
       let length = second & LENGTH_BITS
       let maskAt = at + 2
       if (length === MEDIUM_LENGTH_MARKER) {
-        if (first !== FIN_TEXT) return this.handOver(buffer, at)
-        if (available < MEDIUM_HEADER) return this.wait(buffer, at, MEDIUM_HEADER)
+        if (first !== FIN_TEXT) return this.handOver(buffer, at, end)
+        if (available < MEDIUM_HEADER) return this.wait(buffer, at, end, MEDIUM_HEADER)
         length = (buffer[at + 2]! << 8) | buffer[at + 3]!
         maskAt = at + MEDIUM_HEADER
       } else if (length === LONG_LENGTH_MARKER) {
-        return this.handOver(buffer, at)
+        return this.handOver(buffer, at, end)
       }
-      if (maxPayload > 0 && length > maxPayload) return this.handOver(buffer, at)
+      if (maxPayload > 0 && length > maxPayload) return this.handOver(buffer, at, end)
       const start = masked ? maskAt + MASK_BYTES : maskAt
       const frameEnd = start + length
-      if (frameEnd > end) return this.wait(buffer, at, frameEnd - at)
+      if (frameEnd > end) return this.wait(buffer, at, end, frameEnd - at)
       const ascii = masked ? unmask(buffer, maskAt, start, frameEnd) : isAscii(buffer.subarray(start, frameEnd))
       if (first === FIN_TEXT) {
         if (ascii) this.onText(buffer.toString("latin1", start, frameEnd))
@@ -189,36 +205,48 @@ class FrameReader {
         else {
           // ws refuses it (1007) from the bytes as they came: masked again.
           if (masked) unmask(buffer, maskAt, start, frameEnd)
-          return this.handOver(buffer, at)
+          return this.handOver(buffer, at, end)
         }
       } else {
         // A ping or pong (a 7-bit length: at most 125 bytes), emitted on ws's receiver: its own
         // handlers answer a ping and report a pong.
-        this.receiver.emit(first === FIN_PING ? "ping" : "pong", buffer.subarray(start, frameEnd))
+        this.receiver.emit(first === FIN_PING ? "ping" : "pong", kept(buffer, start, frameEnd))
       }
       at = frameEnd
     }
   }
 
-  private wait(buffer: Buffer, at: number, needed: number): void {
-    this.waiting = [at === 0 ? buffer : buffer.subarray(at)]
-    this.waitingBytes = buffer.length - at
+  private wait(buffer: Buffer, at: number, end: number, needed: number): void {
+    this.waiting = [kept(buffer, at, end)]
+    this.waitingBytes = end - at
     this.needed = needed
   }
 
   /** From `buffer[at]` (a frame's first byte) on, the socket is ws's, as if it had read it all along. */
-  private handOver(buffer: Buffer, at: number): void {
+  private handOver(buffer: Buffer, at: number, end = buffer.length): void {
     const socket = this.socket
     socket.removeListener("data", this.onData)
     socket.removeListener("end", this.onEnd)
     socket.removeListener("close", this.onEnd)
     if (this.pushesTaken) delete (socket as { push?: unknown }).push
     socket.on("data", this.wsOnData)
-    if (at < buffer.length && !this.receiver.write(at === 0 ? buffer : buffer.subarray(at))) socket.pause()
+    if (at < end && !this.receiver.write(kept(buffer, at, end))) socket.pause()
   }
 }
 
 const EMPTY = Buffer.alloc(0)
+
+/**
+ * The buffer every socket the reader takes reads into (see takeReads): one per process, since a
+ * read is handled whole before the next one is made. 64 KB, as Node asks libuv for per read.
+ */
+const SHARED_READ_BYTES = 64 * 1024
+const sharedReads = Buffer.allocUnsafeSlow(SHARED_READ_BYTES)
+const sharedWords = new Uint32Array(sharedReads.buffer, sharedReads.byteOffset, SHARED_READ_BYTES >>> 2)
+
+/** `buffer[at, end)` as a Buffer that may be kept: a copy when it lies in the shared read buffer. */
+const kept = (buffer: Buffer, at: number, end: number): Buffer =>
+  buffer === sharedReads ? Buffer.from(buffer.subarray(at, end)) : at === 0 && end === buffer.length ? buffer : buffer.subarray(at, end)
 
 /** What the direct push reads of a Readable (node:internal/streams/readable's state, and EventEmitter's listeners). */
 interface ReadableView {
@@ -279,6 +307,83 @@ const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean =>
   return true
 }
 
+/** The own-property symbols through which a net.Socket reads into a buffer of its owner's (Node's `onread` option). */
+interface UserBufferSlots {
+  readonly buffer: symbol
+  readonly callback: symbol
+  readonly generator: symbol
+}
+
+const userBufferSlots = (socket: object): UserBufferSlots | undefined => {
+  const found = new Map<string | undefined, symbol>()
+  for (const key of Object.getOwnPropertySymbols(socket)) found.set(key.description, key)
+  const buffer = found.get("kBuffer")
+  const callback = found.get("kBufferCb")
+  const generator = found.get("kBufferGen")
+  return buffer === undefined || callback === undefined || generator === undefined ? undefined : { buffer, callback, generator }
+}
+
+/** A TCP socket's handle, as far as reads into a given buffer go (StreamBase::UseUserBuffer). */
+interface UserBufferHandle {
+  readonly useUserBuffer?: (buffer: Uint8Array) => void
+}
+
+/**
+ * Node gives each read of a socket a buffer of its own: libuv reads into a fresh 64 KB allocation,
+ * which is shrunk to the bytes read and wrapped in an ArrayBuffer and a Buffer that the collector
+ * later frees (an allocation, a reallocation, two objects and an external-memory release per read;
+ * a call's sockets read a hundred times a second). A net.Socket made with the `onread` option reads
+ * into a buffer its owner gives instead, and hands each read to a callback. An accepted socket
+ * cannot be given the option, so the reader gives it the same two things (the socket's own
+ * `onread` slots and its handle's `useUserBuffer`), with one buffer for every socket it reads
+ * (`sharedReads`: each read is handled whole before the next is made). The slots are found by
+ * name among the socket's own symbols and must hold what Node leaves there (null); a socket without
+ * them (not a net.Socket, or a Node that changed them) keeps its push, a TLS socket too.
+ *
+ * Each read then comes to `onSharedRead` when the stream is in the state takePushes reads
+ * straight from (flowing, empty, data listener the reader's); any other read is copied and pushed
+ * to the stream as it would have been (false when the stream is full: Node then stops reading
+ * until the stream asks again, or the socket resumes). After a hand-over to `ws`, every read
+ * takes the copy.
+ */
+const takeReads = (socket: Duplex, onData: (chunk: Buffer) => void, onSharedRead: (length: number) => void): boolean => {
+  // A TLS socket's reads are the decrypted stream's, not its handle's: left to its push.
+  if (socket instanceof TLSSocket) return false
+  const handle = (socket as unknown as { readonly _handle?: UserBufferHandle | null })._handle
+  if (handle == null || typeof handle.useUserBuffer !== "function") return false
+  const slots = userBufferSlots(socket)
+  if (slots === undefined) return false
+  const fields = socket as unknown as Record<symbol, unknown>
+  if (fields[slots.buffer] !== null || fields[slots.callback] !== null || fields[slots.generator] !== null) return false
+  const view = socket as unknown as ReadableView
+  const state = view._readableState!
+  fields[slots.buffer] = sharedReads
+  fields[slots.callback] = (length: number): boolean => {
+    if (
+      view._events!.data === onData &&
+      state.flowing === true &&
+      state.length === 0 &&
+      !state.ended &&
+      !state.destroyed &&
+      state.errored === null &&
+      state.decoder === null
+    ) {
+      state.dataEmitted = true
+      onSharedRead(length)
+      return true
+    }
+    return socket.push(Buffer.from(sharedReads.subarray(0, length)))
+  }
+  // Paused, the socket reads on into its stream until the stream is full, as a socket without
+  // `onread` does (net.Socket stops an `onread` socket's reads at once): `ws` after a hand-over
+  // meets the socket it always had. Set on every socket taken, after `push`: one shape for all.
+  socket.pause = streamPause
+  handle.useUserBuffer(sharedReads)
+  return true
+}
+
+const streamPause = Duplex.prototype.pause
+
 /**
  * A net.Socket caches its peer's address in a property of its own the first time `remoteAddress`
  * is read. A route that reads it after the upgrade (a carrier stream's `request.ip`) added that
@@ -315,9 +420,12 @@ const unmask = (buffer: Buffer, maskAt: number, start: number, end: number): boo
     maskBytes[2] = m2
     maskBytes[3] = m3
     const mask = maskWord[0]!
-    const view = new Uint32Array(buffer.buffer, buffer.byteOffset + start, words)
+    // The shared read buffer has a word view of its own (its memory starts on a word boundary).
+    const shared = buffer === sharedReads
+    const view = shared ? sharedWords : new Uint32Array(buffer.buffer, buffer.byteOffset + start, words)
+    const first = shared ? start >>> 2 : 0
     let seenWords = 0
-    for (let w = 0; w < words; w++) {
+    for (let w = first, last = first + words; w < last; w++) {
       const word = view[w]! ^ mask
       view[w] = word
       seenWords |= word

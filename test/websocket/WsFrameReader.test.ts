@@ -128,17 +128,117 @@ const readsOf = (all: Buffer, cuts: ReadonlyArray<number> | "every byte"): Array
 }
 
 /**
+ * How reads reach the socket's stream: "push", as any Duplex is fed (the reader takes them from
+ * the stream's push); "shared", as a net.Socket reads (OnreadDuplex below: the reader has the
+ * socket read into its one shared buffer).
+ */
+type Transport = "push" | "shared"
+
+const slotOf = (socket: object, name: string): symbol => Object.getOwnPropertySymbols(socket).find((key) => key.description === name)!
+
+/**
+ * An in-memory Duplex with what a net.Socket has for its `onread` option: the own-symbol slots
+ * (kBuffer, kBufferCb, kBufferGen, null until set) and a handle whose `useUserBuffer` takes the
+ * buffer reads land in. Until it is given one, a fed read is pushed to the stream. After, each read
+ * is copied into that buffer and handed to the callback, as Node's onStreamRead does, then the
+ * buffer is overwritten (so a view kept past its read shows garbage); a callback answering false,
+ * or a pause, stops the reads until the stream asks again (`_read`, resume), and the reads fed
+ * meanwhile wait, in order, as the kernel would hold them.
+ */
+class OnreadDuplex extends Duplex {
+  private userBuffer: Buffer | undefined
+  private reading = true
+  private readonly fed: Array<Buffer | null> = []
+  /** Reads handed to the callback (that is, into the shared buffer). */
+  callbackReads = 0
+  readonly _handle = { useUserBuffer: (buffer: Buffer) => void (this.userBuffer = buffer) }
+
+  constructor(private readonly wrote: Array<Buffer>) {
+    super()
+    for (const name of ["kBuffer", "kBufferCb", "kBufferGen"]) (this as unknown as Record<symbol, unknown>)[Symbol(name)] = null
+  }
+
+  override _read(): void {
+    this.startReading()
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: () => void): void {
+    this.wrote.push(Buffer.from(chunk))
+    done()
+  }
+
+  override pause(): this {
+    if (this.userBuffer !== undefined) this.reading = false
+    return super.pause()
+  }
+
+  override resume(): this {
+    this.startReading()
+    return super.resume()
+  }
+
+  feed(read: Buffer | null): void {
+    this.fed.push(read)
+    this.deliver()
+  }
+
+  /** Node restarts a stopped handle; its next read comes from the event loop, never within the call. */
+  private startReading(): void {
+    if (this.userBuffer === undefined || this.reading) return
+    this.reading = true
+    setImmediate(() => this.deliver())
+  }
+
+  private deliver(): void {
+    const fields = this as unknown as Record<symbol, unknown>
+    while (this.fed.length > 0 && !this.destroyed) {
+      const buffer = this.userBuffer
+      if (buffer === undefined || fields[slotOf(this, "kBuffer")] == null) {
+        this.push(this.fed.shift()!)
+        continue
+      }
+      if (!this.reading) return
+      const read = this.fed.shift()!
+      if (read === null) {
+        this.push(null)
+        continue
+      }
+      const callback = fields[slotOf(this, "kBufferCb")] as (length: number, buffer: Buffer) => unknown
+      for (let at = 0; at < read.length; ) {
+        const length = Math.min(buffer.length, read.length - at)
+        read.copy(buffer, 0, at, at + length)
+        at += length
+        this.callbackReads++
+        const more = callback(length, buffer) !== false
+        buffer.fill(0xee, 0, length)
+        if (!more) {
+          this.reading = false
+          if (at < read.length) this.fed.unshift(read.subarray(at))
+          return
+        }
+      }
+    }
+  }
+}
+
+/** Feeds one read (or the end) to a test socket, by its transport. */
+const feed = (socket: Duplex, read: Buffer | null) => (socket instanceof OnreadDuplex ? socket.feed(read) : socket.push(read))
+
+/**
  * A `ws` socket on an in-memory Duplex, set up as WebSocketServer sets up its own (a client side
  * is the same with `_isServer` cleared, and a fixed mask so that what it writes can be compared).
  */
-const serverSocket = (options: object = {}, wrote: Array<Buffer> = [], side: Side = "server") => {
-  const socket = new Duplex({
-    read() {},
-    write(chunk: Buffer, _encoding, done) {
-      wrote.push(Buffer.from(chunk))
-      done()
-    }
-  })
+const serverSocket = (options: object = {}, wrote: Array<Buffer> = [], side: Side = "server", transport: Transport = "push") => {
+  const socket =
+    transport === "shared"
+      ? new OnreadDuplex(wrote)
+      : new Duplex({
+          read() {},
+          write(chunk: Buffer, _encoding, done) {
+            wrote.push(Buffer.from(chunk))
+            done()
+          }
+        })
   const ws = new WebSocket(null as unknown as string, undefined, { autoPong: true, maxPendingAutoPongs: 60 } as never)
   if (side === "client") (ws as unknown as { _isServer: boolean })._isServer = false
   ;(ws as unknown as { setSocket(socket: Duplex, head: Buffer, options: object): void }).setSocket(socket, Buffer.alloc(0), {
@@ -154,12 +254,12 @@ const serverSocket = (options: object = {}, wrote: Array<Buffer> = [], side: Sid
 }
 
 /** Everything observable of one server socket fed `reads`: events in order, and the bytes it wrote. */
-const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean, side: Side = "server") =>
-  new Promise<{ events: Array<unknown>; wrote: string; tookOver: boolean; readHere: number }>((resolve) => {
+const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean, side: Side = "server", transport: Transport = "push") =>
+  new Promise<{ events: Array<unknown>; wrote: string; tookOver: boolean; readHere: number; callbackReads: number }>((resolve) => {
     let readHere = 0
     const events: Array<unknown> = []
     const wrote: Array<Buffer> = []
-    const ws = serverSocket({}, wrote, side)
+    const ws = serverSocket({}, wrote, side, transport)
     const socket = (ws as unknown as { _socket: Duplex })._socket
     ws.on("message", (data, isBinary) => events.push(["message", isBinary ? `binary ${(data as Buffer).toString("hex")}` : data.toString()]))
     ws.on("ping", (data) => events.push(["ping", data.toString("hex")]))
@@ -167,7 +267,7 @@ const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean, side: Side =
     ws.on("error", (error: Error & { code?: string }) => events.push(["error", error.message, error.code]))
     ws.on("close", (code, reason) => {
       events.push(["close", code, reason.toString()])
-      resolve({ events, wrote: Buffer.concat(wrote).toString("hex"), tookOver, readHere })
+      resolve({ events, wrote: Buffer.concat(wrote).toString("hex"), tookOver, readHere, callbackReads: socket instanceof OnreadDuplex ? socket.callbackReads : 0 })
     })
     const tookOver =
       withReader &&
@@ -176,8 +276,8 @@ const observe = (reads: ReadonlyArray<Buffer>, withReader: boolean, side: Side =
         events.push(["message", text])
       })
     // Copies: both readers unmask in place.
-    for (const read of reads) if (!socket.destroyed) socket.push(Buffer.from(read))
-    if (!socket.destroyed) socket.push(null)
+    for (const read of reads) if (!socket.destroyed) feed(socket, Buffer.from(read))
+    if (!socket.destroyed) feed(socket, null)
   })
 
 describe("WsFrameReader against ws alone", () => {
@@ -186,6 +286,7 @@ describe("WsFrameReader against ws alone", () => {
       let frames = 0
       let cases = 0
       let readHere = 0
+      let sharedReads = 0
       await fc.assert(
         fc.asyncProperty(session(side), async ({ frames: specs, cuts }) => {
           const reads = readsOf(bytesOf(specs), cuts)
@@ -194,8 +295,14 @@ describe("WsFrameReader against ws alone", () => {
           expect(read.tookOver).toBe(true)
           expect(read.events).toEqual(alone.events)
           expect(read.wrote).toBe(alone.wrote)
+          // The same, reading into the shared buffer as a TCP socket does.
+          const shared = await observe(reads, true, side, "shared")
+          expect(shared.tookOver).toBe(true)
+          expect(shared.events).toEqual(alone.events)
+          expect(shared.wrote).toBe(alone.wrote)
           frames += specs.length
           readHere += read.readHere
+          sharedReads += shared.callbackReads
           cases++
         }),
         { numRuns: RUNS }
@@ -204,6 +311,7 @@ describe("WsFrameReader against ws alone", () => {
       expect(frames).toBeGreaterThanOrEqual(10_000)
       // Most messages were the reader's own, not ws's after a hand-over.
       expect(readHere).toBeGreaterThan(frames / 4)
+      expect(sharedReads).toBeGreaterThan(cases)
     })
   }
 
@@ -221,6 +329,7 @@ describe("WsFrameReader against ws alone", () => {
             const alone = await observe(reads, false, side)
             const read = await observe(reads, true, side)
             expect(read.events).toEqual(alone.events)
+            expect((await observe(reads, true, side, "shared")).events).toEqual(alone.events)
           }
         }
       }
@@ -413,9 +522,63 @@ describe("WsFrameReader and the sockets' shape", () => {
       expect(read.remoteAddress).toBe("127.0.0.1")
       const keys = (socket: Duplex) => Reflect.ownKeys(socket).map(String)
       expect(keys(read)).toContain("push")
+      expect(keys(read)).toContain("pause")
       expect(keys(unread)).toEqual(keys(read))
     } finally {
       for (const client of clients) client.terminate()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+})
+
+describe("WsFrameReader reading into its shared buffer over a real socket", () => {
+  it("reads each TCP read into the one shared buffer; texts sent while the socket is paused wait in order, and after resume all arrive", async () => {
+    const server = new WebSocketServer({ host: "127.0.0.1", port: 0, maxPayload: MAX_WS_MESSAGE_BYTES })
+    await new Promise((resolve) => server.once("listening", resolve))
+    const heard: Array<string> = []
+    let onHeard = () => {}
+    const accepted = new Promise<WebSocket>((resolve) =>
+      server.once("connection", (ws) => {
+        ws.on("message", () => {})
+        expect(
+          readFramesOf(ws, (text) => {
+            heard.push(text)
+            onHeard()
+          })
+        ).toBe(true)
+        resolve(ws)
+      })
+    )
+    const client = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`)
+    try {
+      await new Promise((resolve) => client.once("open", resolve))
+      const ws = await accepted
+      const socket = (ws as unknown as { _socket: Duplex })._socket
+      // Node's own slot for the buffer reads land in holds the reader's 64 KB buffer, the same for every socket.
+      const readInto = (socket as unknown as Record<symbol, unknown>)[slotOf(socket, "kBuffer")]
+      expect(Buffer.isBuffer(readInto) && readInto.length).toBe(64 * 1024)
+      const received = (count: number) =>
+        new Promise<void>((resolve) => {
+          onHeard = () => {
+            if (heard.length >= count) resolve()
+          }
+          onHeard()
+        })
+      const text = (i: number) => `{"event":"media","n":${i},"payload":"${"A".repeat(160 + (i % 97))}"}`
+      for (let i = 0; i < 100; i++) client.send(text(i))
+      await received(100)
+      // Paused: the socket reads on into its stream until it is full, then stops; nothing reaches the reader.
+      ws.pause()
+      const paused = heard.length
+      const drained = new Promise<void>((resolve) => client.send(text(100), () => resolve()))
+      for (let i = 101; i < 1100; i++) client.send(text(i))
+      await drained
+      expect(heard.length).toBe(paused)
+      ws.resume()
+      await received(1100)
+      expect(heard).toEqual(Array.from({ length: 1100 }, (_, i) => text(i)))
+    } finally {
+      client.terminate()
       await new Promise<void>((resolve) => server.close(() => resolve()))
     }
   })
