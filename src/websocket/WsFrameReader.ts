@@ -285,19 +285,7 @@ const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean =>
   // One shape for every socket read here (see settleShape), fixed before `push` is added to it.
   settleShape(socket)
   socket.push = function push(chunk: unknown, encoding?: BufferEncoding): boolean {
-    if (
-      chunk instanceof Buffer &&
-      chunk.length > 0 &&
-      view._events!.data === onData &&
-      state.flowing === true &&
-      state.length === 0 &&
-      state.reading &&
-      !state.sync &&
-      !state.ended &&
-      !state.destroyed &&
-      state.errored === null &&
-      state.decoder === null
-    ) {
+    if (chunk instanceof Buffer && chunk.length > 0 && state.reading && !state.sync && flowsEmptyTo(view, onData)) {
       state.dataEmitted = true
       onData(chunk)
       return true
@@ -305,6 +293,23 @@ const takePushes = (socket: Duplex, onData: (chunk: Buffer) => void): boolean =>
     return streamPush.call(this, chunk, encoding)
   }
   return true
+}
+
+/**
+ * Whether a read may go to the reader's `onData` without the stream: it flows, holds nothing, its
+ * one `data` listener is the reader's, and it is not ended, destroyed, errored or decoding.
+ */
+const flowsEmptyTo = (view: ReadableView, onData: (chunk: Buffer) => void): boolean => {
+  const state = view._readableState!
+  return (
+    view._events!.data === onData &&
+    state.flowing === true &&
+    state.length === 0 &&
+    !state.ended &&
+    !state.destroyed &&
+    state.errored === null &&
+    state.decoder === null
+  )
 }
 
 /** The own-property symbols through which a net.Socket reads into a buffer of its owner's (Node's `onread` option). */
@@ -359,15 +364,7 @@ const takeReads = (socket: Duplex, onData: (chunk: Buffer) => void, onSharedRead
   const state = view._readableState!
   fields[slots.buffer] = sharedReads
   fields[slots.callback] = (length: number): boolean => {
-    if (
-      view._events!.data === onData &&
-      state.flowing === true &&
-      state.length === 0 &&
-      !state.ended &&
-      !state.destroyed &&
-      state.errored === null &&
-      state.decoder === null
-    ) {
+    if (flowsEmptyTo(view, onData)) {
       state.dataEmitted = true
       onSharedRead(length)
       return true
