@@ -168,7 +168,7 @@ class FrameReader {
    * payload, what goes to `ws`) is copied.
    */
   private readonly onSharedRead = (length: number): void => {
-    if (this.waiting !== undefined) return this.onData(Buffer.from(sharedReads.subarray(0, length)))
+    if (this.waiting !== undefined) return this.onData(kept(sharedReads, 0, length))
     this.read(sharedReads, length)
   }
 
@@ -351,15 +351,15 @@ interface UserBufferHandle {
  * until the stream asks again, or the socket resumes). After a hand-over to `ws`, every read
  * takes the copy.
  */
-const takeReads = (socket: Duplex, onData: (chunk: Buffer) => void, onSharedRead: (length: number) => void): boolean => {
+const takeReads = (socket: Duplex, onData: (chunk: Buffer) => void, onSharedRead: (length: number) => void): void => {
   // A TLS socket's reads are the decrypted stream's, not its handle's: left to its push.
-  if (socket instanceof TLSSocket) return false
+  if (socket instanceof TLSSocket) return
   const handle = (socket as unknown as { readonly _handle?: UserBufferHandle | null })._handle
-  if (handle == null || typeof handle.useUserBuffer !== "function") return false
+  if (handle == null || typeof handle.useUserBuffer !== "function") return
   const slots = userBufferSlots(socket)
-  if (slots === undefined) return false
+  if (slots === undefined) return
   const fields = socket as unknown as Record<symbol, unknown>
-  if (fields[slots.buffer] !== null || fields[slots.callback] !== null || fields[slots.generator] !== null) return false
+  if (fields[slots.buffer] !== null || fields[slots.callback] !== null || fields[slots.generator] !== null) return
   const view = socket as unknown as ReadableView
   const state = view._readableState!
   fields[slots.buffer] = sharedReads
@@ -369,14 +369,13 @@ const takeReads = (socket: Duplex, onData: (chunk: Buffer) => void, onSharedRead
       onSharedRead(length)
       return true
     }
-    return socket.push(Buffer.from(sharedReads.subarray(0, length)))
+    return socket.push(kept(sharedReads, 0, length))
   }
   // Paused, the socket reads on into its stream until the stream is full, as a socket without
   // `onread` does (net.Socket stops an `onread` socket's reads at once): `ws` after a hand-over
   // meets the socket it always had. Set on every socket taken, after `push`: one shape for all.
   socket.pause = streamPause
   handle.useUserBuffer(sharedReads)
-  return true
 }
 
 const streamPause = Duplex.prototype.pause
